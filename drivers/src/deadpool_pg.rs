@@ -1,0 +1,94 @@
+//! `deadpool-postgres`: recycles a connection when it is next checked out
+//! (`Manager::recycle`, deadpool-postgres `src/lib.rs`), never on return.
+
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Object, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+use crate::{
+    ConnectSpec, Conn, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, Returned,
+    Rows, crate_version, simple_query_rows,
+};
+
+/// deadpool-postgres with one [`RecyclingMethod`].
+pub struct Deadpool {
+    id: &'static str,
+    configuration: &'static str,
+    method: fn() -> RecyclingMethod,
+}
+
+impl Deadpool {
+    /// `RecyclingMethod::Fast`, the crate's default: only `Client::is_closed()` on recycle.
+    pub fn fast() -> Self {
+        Deadpool { id: "deadpool-fast", configuration: "RecyclingMethod::Fast (default)", method: || RecyclingMethod::Fast }
+    }
+
+    /// `RecyclingMethod::Clean`: runs the crate's DISCARD-like script, which includes
+    /// `SELECT pg_advisory_unlock_all()`, on recycle.
+    pub fn clean() -> Self {
+        Deadpool { id: "deadpool-clean", configuration: "RecyclingMethod::Clean", method: || RecyclingMethod::Clean }
+    }
+}
+
+struct DeadpoolPool(deadpool_postgres::Pool);
+
+struct DeadpoolConn(Object);
+
+fn pool_error(e: deadpool_postgres::PoolError) -> DriverError {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => e.into(),
+        other => DriverError::Client(other.to_string()),
+    }
+}
+
+#[async_trait]
+impl Conn for DeadpoolConn {
+    async fn simple_query(&mut self, sql: &str) -> Result<Rows, DriverError> {
+        simple_query_rows(&self.0, sql).await
+    }
+
+    async fn give_back(self: Box<Self>) -> Returned {
+        // Dropping the Object puts it back into the pool's slots synchronously.
+        drop(self.0);
+        Returned::ToPool
+    }
+}
+
+#[async_trait]
+impl Pool for DeadpoolPool {
+    async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError> {
+        Ok(Box::new(DeadpoolConn(self.0.get().await.map_err(pool_error)?)))
+    }
+
+    async fn close(&self) {
+        self.0.close();
+    }
+}
+
+#[async_trait]
+impl Driver for Deadpool {
+    fn info(&self) -> DriverInfo {
+        DriverInfo {
+            id: self.id,
+            crate_name: "deadpool-postgres",
+            crate_version: crate_version("deadpool-postgres"),
+            configuration: self.configuration,
+            kind: DriverKind::Pooled,
+        }
+    }
+
+    async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
+        let manager = Manager::from_config(
+            spec.tokio_postgres_config(),
+            NoTls,
+            ManagerConfig { recycling_method: (self.method)() },
+        );
+        let pool = deadpool_postgres::Pool::builder(manager)
+            .max_size(opts.max_size as usize)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(opts.checkout_timeout))
+            .build()
+            .map_err(|e| DriverError::Client(e.to_string()))?;
+        Ok(Box::new(DeadpoolPool(pool)))
+    }
+}

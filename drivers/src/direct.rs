@@ -1,0 +1,110 @@
+//! The unpooled baseline: one tokio-postgres connection per checkout, closed on return.
+
+use async_trait::async_trait;
+use tokio::task::JoinHandle;
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+use crate::{
+    ConnectSpec, Conn, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, Returned,
+    Rows, crate_version,
+};
+
+/// Runs `sql` on a tokio-postgres client with the simple query protocol and
+/// collects every data row as text.
+///
+/// # Errors
+/// The server's error (with SQLSTATE) or the client's.
+pub async fn simple_query_rows(client: &Client, sql: &str) -> Result<Rows, DriverError> {
+    let mut out = Rows::default();
+    for msg in client.simple_query(sql).await? {
+        match msg {
+            SimpleQueryMessage::RowDescription(cols) => {
+                out.columns = cols.iter().map(|c| c.name().to_owned()).collect();
+            }
+            SimpleQueryMessage::Row(row) => {
+                out.rows.push((0..row.len()).map(|i| row.get(i).map(str::to_owned)).collect());
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// A dedicated tokio-postgres connection: the direct driver's checkout and the
+/// harness's own observer connections.
+pub struct DirectConn {
+    client: Client,
+    task: JoinHandle<()>,
+}
+
+impl DirectConn {
+    /// Opens a connection and drives it on a tokio task.
+    ///
+    /// # Errors
+    /// The connection error (server refused, unreachable, authentication).
+    pub async fn connect(spec: &ConnectSpec) -> Result<Self, DriverError> {
+        let (client, connection) = spec.tokio_postgres_config().connect(NoTls).await?;
+        let task = tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "direct connection ended with an error");
+            }
+        });
+        Ok(DirectConn { client, task })
+    }
+
+    /// The underlying client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Closes the connection (sends Terminate) and waits until the socket is closed.
+    pub async fn close(self) {
+        drop(self.client);
+        let _ = self.task.await;
+    }
+}
+
+#[async_trait]
+impl Conn for DirectConn {
+    async fn simple_query(&mut self, sql: &str) -> Result<Rows, DriverError> {
+        simple_query_rows(&self.client, sql).await
+    }
+
+    async fn give_back(self: Box<Self>) -> Returned {
+        self.close().await;
+        Returned::Closed
+    }
+}
+
+/// `tokio-postgres`, no pool: checkout connects, return disconnects.
+pub struct TokioPostgresDirect;
+
+struct DirectFactory {
+    spec: ConnectSpec,
+}
+
+#[async_trait]
+impl Pool for DirectFactory {
+    async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError> {
+        Ok(Box::new(DirectConn::connect(&self.spec).await?))
+    }
+
+    async fn close(&self) {}
+}
+
+#[async_trait]
+impl Driver for TokioPostgresDirect {
+    fn info(&self) -> DriverInfo {
+        DriverInfo {
+            id: "tokio-postgres",
+            crate_name: "tokio-postgres",
+            crate_version: crate_version("tokio-postgres"),
+            configuration: "no pool: connect on checkout, close on return",
+            kind: DriverKind::Direct,
+        }
+    }
+
+    async fn pool(&self, spec: &ConnectSpec, _opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
+        Ok(Box::new(DirectFactory { spec: spec.clone() }))
+    }
+}

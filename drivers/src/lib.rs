@@ -1,0 +1,279 @@
+//! Pool implementations under test, each behind one [`Driver`] trait.
+//!
+//! A driver turns a [`ConnectSpec`] into a [`Pool`]; a pool hands out [`Conn`]s
+//! (a *checkout*); giving a [`Conn`] back ([`Conn::give_back`]) is a *return*
+//! with no cleanup of our own, exactly what application code does when it drops
+//! a pooled connection. Whatever the pool does on return or on the next checkout
+//! (reset, recycle, nothing) is the behaviour locklab measures.
+//!
+//! Adding a driver: write one module with a type implementing [`Driver`] and add
+//! one line to [`registry`].
+
+mod bb8_pg;
+mod deadpool_pg;
+mod direct;
+mod sqlx_pg;
+mod versions;
+
+use std::fmt;
+use std::time::Duration;
+
+pub use direct::{DirectConn, simple_query_rows};
+pub use versions::crate_version;
+
+/// Where and as whom to connect. Every driver builds its own client
+/// configuration from this, so all drivers reach the same server the same way.
+#[derive(Clone)]
+pub struct ConnectSpec {
+    /// Host name or IP address (the harness uses `127.0.0.1`).
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// Role to connect as.
+    pub user: String,
+    /// Password, if the server asks for one. Never printed: messages use
+    /// [`ConnectSpec::redacted`].
+    pub password: Option<String>,
+    /// Database name (the harness gives every scenario × driver run its own).
+    pub dbname: String,
+    /// `application_name` reported in `pg_stat_activity`.
+    pub application_name: String,
+}
+
+impl ConnectSpec {
+    /// A tokio-postgres configuration for this spec (no TLS; connect timeout 10 s).
+    pub fn tokio_postgres_config(&self) -> tokio_postgres::Config {
+        let mut c = tokio_postgres::Config::new();
+        c.host(&self.host)
+            .port(self.port)
+            .user(&self.user)
+            .dbname(&self.dbname)
+            .application_name(&self.application_name)
+            .connect_timeout(Duration::from_secs(10));
+        if let Some(p) = &self.password {
+            c.password(p);
+        }
+        c
+    }
+
+    /// `host:port/dbname as user`, without the password, for messages.
+    pub fn redacted(&self) -> String {
+        format!("{}@{}:{}/{}", self.user, self.host, self.port, self.dbname)
+    }
+}
+
+impl fmt::Debug for ConnectSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectSpec")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("dbname", &self.dbname)
+            .field("application_name", &self.application_name)
+            .finish()
+    }
+}
+
+/// Pool sizing requested by a scenario.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolOptions {
+    /// Maximum number of connections the pool may open (≥ 1).
+    pub max_size: u32,
+    /// How long a checkout may wait for a free connection before failing.
+    pub checkout_timeout: Duration,
+}
+
+/// Whether a driver pools connections or opens one per checkout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DriverKind {
+    /// Every checkout opens a new connection and every return closes it (the baseline).
+    Direct,
+    /// Checkouts are served from a pool and returns give the connection back to it.
+    Pooled,
+}
+
+impl DriverKind {
+    /// `"direct"` or `"pooled"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DriverKind::Direct => "direct",
+            DriverKind::Pooled => "pooled",
+        }
+    }
+}
+
+/// What the report says about a driver configuration.
+#[derive(Clone, Debug)]
+pub struct DriverInfo {
+    /// Stable identifier used on the command line and as the report column, e.g. `deadpool-clean`.
+    pub id: &'static str,
+    /// The crate under test, e.g. `deadpool-postgres`.
+    pub crate_name: &'static str,
+    /// Exact version of that crate resolved in the workspace `Cargo.lock`.
+    pub crate_version: String,
+    /// The configuration this column uses, in the crate's own terms,
+    /// e.g. `RecyclingMethod::Clean`.
+    pub configuration: &'static str,
+    /// Direct or pooled.
+    pub kind: DriverKind,
+}
+
+/// A server-side error: SQLSTATE and message as PostgreSQL sent them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DbError {
+    /// Five-character SQLSTATE, e.g. `55P03` (lock_not_available).
+    pub sqlstate: String,
+    /// The server's primary message.
+    pub message: String,
+}
+
+/// Why a driver operation failed.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum DriverError {
+    /// PostgreSQL answered with an error.
+    #[error("server error {}: {}", .0.sqlstate, .0.message)]
+    Db(DbError),
+    /// The client library failed without a server error (I/O, closed connection,
+    /// pool timeout, protocol error).
+    #[error("{0}")]
+    Client(String),
+}
+
+impl DriverError {
+    /// The SQLSTATE, when the server sent one.
+    pub fn sqlstate(&self) -> Option<&str> {
+        match self {
+            DriverError::Db(e) => Some(&e.sqlstate),
+            DriverError::Client(_) => None,
+        }
+    }
+}
+
+impl From<tokio_postgres::Error> for DriverError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        match e.as_db_error() {
+            Some(db) => DriverError::Db(DbError {
+                sqlstate: db.code().code().to_owned(),
+                message: db.message().to_owned(),
+            }),
+            None => DriverError::Client(e.to_string()),
+        }
+    }
+}
+
+/// Rows returned by a statement, every value in PostgreSQL's text format
+/// (`t`/`f` for booleans, decimal for numbers), `None` for NULL.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rows {
+    /// Column names of the last result set that had columns.
+    pub columns: Vec<String>,
+    /// Data rows of every statement in the string, in order.
+    pub rows: Vec<Vec<Option<String>>>,
+}
+
+impl Rows {
+    /// First column of the first row: `None` when there is no row,
+    /// `Some(None)` for SQL NULL.
+    pub fn first_value(&self) -> Option<Option<&str>> {
+        self.rows.first().map(|r| r.first().and_then(|v| v.as_deref()))
+    }
+}
+
+/// What happened to a connection on [`Conn::give_back`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Returned {
+    /// The connection went back to the pool (still open).
+    ToPool,
+    /// The connection was closed (direct driver, or a pool that discarded it).
+    Closed,
+}
+
+/// A checked-out connection.
+#[async_trait::async_trait]
+pub trait Conn: Send {
+    /// Runs `sql` with the simple query protocol (so it may hold several
+    /// statements and transaction control) and returns its rows as text.
+    ///
+    /// # Errors
+    /// [`DriverError::Db`] with the SQLSTATE when the server rejects a statement,
+    /// [`DriverError::Client`] when the connection fails.
+    async fn simple_query(&mut self, sql: &str) -> Result<Rows, DriverError>;
+
+    /// Gives the connection back: to its pool for a pooled driver, closing it for
+    /// the direct driver. No cleanup is done by the harness; what the pool does is
+    /// what is measured. Returns once the pool has taken the connection back
+    /// (some pools finish a return in a background task: this waits for it).
+    async fn give_back(self: Box<Self>) -> Returned;
+}
+
+/// A pool (or, for the direct driver, a connection factory) for one scenario run.
+#[async_trait::async_trait]
+pub trait Pool: Send + Sync {
+    /// Checks out a connection.
+    ///
+    /// # Errors
+    /// [`DriverError`] when no connection can be had within
+    /// [`PoolOptions::checkout_timeout`] or connecting fails.
+    async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError>;
+
+    /// Closes the pool and every idle connection in it.
+    async fn close(&self);
+}
+
+/// One driver configuration: a column of the matrix.
+#[async_trait::async_trait]
+pub trait Driver: Send + Sync {
+    /// Identity and version for the report.
+    fn info(&self) -> DriverInfo;
+
+    /// Builds a pool for `spec` sized by `opts`.
+    ///
+    /// # Errors
+    /// [`DriverError`] when the pool cannot be built or its first connection fails.
+    async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError>;
+}
+
+/// Every driver configuration, in report column order. Adding a driver is one line here.
+pub fn registry() -> Vec<Box<dyn Driver>> {
+    vec![
+        Box::new(direct::TokioPostgresDirect),
+        Box::new(deadpool_pg::Deadpool::fast()),
+        Box::new(deadpool_pg::Deadpool::clean()),
+        Box::new(bb8_pg::Bb8Postgres),
+        Box::new(sqlx_pg::SqlxPgPool),
+    ]
+}
+
+/// Looks a driver up by id.
+///
+/// # Errors
+/// An [`UnknownDriver`] that lists the known ids.
+pub fn find(id: &str) -> Result<Box<dyn Driver>, UnknownDriver> {
+    registry()
+        .into_iter()
+        .find(|d| d.info().id == id)
+        .ok_or_else(|| UnknownDriver { id: id.to_owned(), known: ids() })
+}
+
+/// The ids of all registered drivers, in column order.
+pub fn ids() -> Vec<&'static str> {
+    registry().iter().map(|d| d.info().id).collect()
+}
+
+/// A driver id that is not registered.
+#[derive(Debug, Clone)]
+pub struct UnknownDriver {
+    /// What was asked for.
+    pub id: String,
+    /// What exists.
+    pub known: Vec<&'static str>,
+}
+
+impl fmt::Display for UnknownDriver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown driver '{}'; known drivers: {}", self.id, self.known.join(", "))
+    }
+}
+
+impl std::error::Error for UnknownDriver {}

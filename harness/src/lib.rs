@@ -1,0 +1,15 @@
+//! locklab: a behavioural conformance suite for PostgreSQL advisory locks as
+//! Rust services use them through connection pools.
+//!
+//! Data flows one way: a scenario file ([`scenario`]) is validated into a
+//! [`scenario::Scenario`], the [`runner`] executes it through a driver
+//! (`locklab-drivers`) against a [`server::Server`], [`observe`] reads the
+//! server's view, and [`report`] turns the results into the driver matrix.
+
+pub mod keys;
+pub mod matrix;
+pub mod observe;
+pub mod report;
+pub mod runner;
+pub mod scenario;
+pub mod server;

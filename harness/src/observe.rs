@@ -1,0 +1,124 @@
+//! Server-side observation from the observer connection: advisory locks from
+//! `pg_locks`, who is blocked (`pg_blocking_pids`), whether a backend is gone.
+//! Waiting in the harness is always "poll the server until it says so", never
+//! a bare sleep.
+
+use std::time::{Duration, Instant};
+
+use locklab_drivers::{Conn, DriverError, Rows};
+use serde::Serialize;
+
+use crate::keys::AdvisoryKey;
+
+/// Pause between two polls of the server, in ms.
+pub const POLL_INTERVAL_MS: u64 = 2;
+
+/// One advisory lock row of the run's database.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LockRow {
+    /// The decoded key: i64 for `objsubid = 1`, (i32, i32) for `objsubid = 2`.
+    #[serde(serialize_with = "key_text")]
+    pub key: AdvisoryKey,
+    /// `ExclusiveLock` or `ShareLock`.
+    pub mode: String,
+    /// Whether the lock is held (`true`) or waited for (`false`).
+    pub granted: bool,
+    /// Backend pid of the holder or waiter.
+    pub pid: i32,
+    /// `pg_stat_activity.state` of that backend (`idle`, `active`, `idle in transaction`, …).
+    pub state: Option<String>,
+    /// `pg_stat_activity.application_name`.
+    pub application_name: Option<String>,
+}
+
+fn key_text<S: serde::Serializer>(k: &AdvisoryKey, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(k)
+}
+
+/// Advisory locks in the current database, pg_locks joined to pg_stat_activity.
+/// Reads `classid`, `objid`, `objsubid` and decodes the key as the PostgreSQL
+/// docs (System Views, pg_locks) describe, not just `objid`.
+const ADVISORY_LOCKS_SQL: &str = "\
+select l.classid::oid::bigint, l.objid::oid::bigint, l.objsubid, l.mode, l.granted, l.pid, a.state, a.application_name
+from pg_locks l
+left join pg_stat_activity a on a.pid = l.pid
+where l.locktype = 'advisory'
+  and l.database = (select oid from pg_database where datname = current_database())
+order by l.granted desc, l.pid, l.classid, l.objid";
+
+/// Snapshots the advisory locks of the observer's database, optionally only `key`.
+///
+/// # Errors
+/// A failed query, or a row that cannot be decoded.
+pub async fn advisory_locks(observer: &mut dyn Conn, key: Option<AdvisoryKey>) -> Result<Vec<LockRow>, DriverError> {
+    let rows = observer.simple_query(ADVISORY_LOCKS_SQL).await?;
+    let mut out = Vec::new();
+    for r in rows.rows {
+        let text = |i: usize| r.get(i).cloned().flatten();
+        let num = |i: usize| -> Result<i64, DriverError> {
+            text(i).and_then(|t| t.parse().ok()).ok_or_else(|| DriverError::Client(format!("pg_locks: column {i} is not a number")))
+        };
+        let decoded = AdvisoryKey::decode(num(0)? as u32, num(1)? as u32, num(2)? as i16)
+            .ok_or_else(|| DriverError::Client("pg_locks: advisory row with objsubid other than 1 or 2".into()))?;
+        if key.is_some_and(|k| k != decoded) {
+            continue;
+        }
+        out.push(LockRow {
+            key: decoded,
+            mode: text(3).unwrap_or_default(),
+            granted: text(4).as_deref() == Some("t"),
+            pid: num(5)? as i32,
+            state: text(6),
+            application_name: text(7),
+        });
+    }
+    Ok(out)
+}
+
+/// Whether backend `pid` is waiting for a lock held by another backend.
+///
+/// # Errors
+/// A failed query.
+pub async fn is_blocked(observer: &mut dyn Conn, pid: i32) -> Result<bool, DriverError> {
+    let rows = observer.simple_query(&format!("select cardinality(pg_blocking_pids({pid})) > 0")).await?;
+    Ok(first_is_true(&rows))
+}
+
+/// Whether backend `pid` has left `pg_stat_activity` (its connection is closed
+/// and its locks are released).
+///
+/// # Errors
+/// A failed query.
+pub async fn backend_gone(observer: &mut dyn Conn, pid: i32) -> Result<bool, DriverError> {
+    let rows = observer.simple_query(&format!("select not exists (select 1 from pg_stat_activity where pid = {pid})")).await?;
+    Ok(first_is_true(&rows))
+}
+
+fn first_is_true(rows: &Rows) -> bool {
+    rows.first_value().flatten() == Some("t")
+}
+
+/// Outcome of [`poll_until`].
+pub enum Polled<T> {
+    /// The condition held; the value it produced.
+    Done(T),
+    /// The deadline passed.
+    TimedOut,
+}
+
+/// Calls `check` until it yields `Some`, pausing [`POLL_INTERVAL_MS`] between
+/// calls, until `deadline`.
+///
+/// # Errors
+/// The first error `check` returns.
+pub async fn poll_until<T, E>(deadline: Instant, mut check: impl AsyncFnMut() -> Result<Option<T>, E>) -> Result<Polled<T>, E> {
+    loop {
+        if let Some(v) = check().await? {
+            return Ok(Polled::Done(v));
+        }
+        if Instant::now() >= deadline {
+            return Ok(Polled::TimedOut);
+        }
+        tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
+    }
+}

@@ -1,0 +1,544 @@
+//! Runs one scenario through one driver against the server, in a database of
+//! its own, and returns what happened.
+//!
+//! Per run: `create database`, a pool from the driver, a dedicated connection
+//! per direct actor, the steps in order, then the guide's "Verify" step (which
+//! advisory locks are still held once every actor is done), then
+//! `drop database … with (force)`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use locklab_drivers::{Conn, DirectConn, Driver, DriverError, DriverInfo, DriverKind, PoolOptions, Returned, Rows};
+use serde::Serialize;
+use tokio::task::JoinHandle;
+
+use crate::observe::{self, LockRow, Polled, poll_until};
+use crate::scenario::{Action, Expect, Scalar, Scenario, Step, StepKind, Via, When};
+use crate::server::Server;
+
+/// One recorded observation: a row of the matrix, for one driver column.
+#[derive(Clone, Debug, Serialize)]
+pub struct Observation {
+    /// The `record:` name.
+    pub name: String,
+    /// 1-based step number that recorded it.
+    pub step: usize,
+    /// Machine-readable value: a bool, number, string, null, or for an
+    /// `observe` step `{held, holders: [{actor, pid, state}], waiters: [...]}`.
+    pub value: serde_json::Value,
+    /// What the report cell shows, e.g. `true`, `55P03`, `held by worker (idle)`.
+    pub display: String,
+    /// SQLSTATE when the step failed on the server (as expected).
+    pub sqlstate: Option<String>,
+    /// Wall time of the step, in ms, measured around the driver call.
+    pub elapsed_ms: Option<f64>,
+}
+
+/// How a step went.
+#[derive(Clone, Debug, Serialize)]
+pub struct StepReport {
+    /// 1-based step number.
+    pub step: usize,
+    /// Human label.
+    pub label: String,
+    /// Wall time in ms (for background steps: from start to completion).
+    pub elapsed_ms: f64,
+    /// `ok`, `skipped (pooled only)`, or the failure.
+    pub outcome: String,
+}
+
+/// The result of one scenario × driver run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunResult {
+    /// Scenario name.
+    pub scenario: String,
+    /// Driver id.
+    pub driver: String,
+    /// `None` when every step and expectation passed, else what failed (naming
+    /// scenario, driver, step, actor and file position).
+    pub failure: Option<String>,
+    /// Recorded observations in step order.
+    pub observations: Vec<Observation>,
+    /// Every step.
+    pub steps: Vec<StepReport>,
+    /// Advisory locks still held in the run's database after the last step,
+    /// once every pool actor has returned its connection (the pool still open).
+    pub locks_left: Vec<LockRow>,
+    /// Wall time of the whole run in ms, database creation and drop included.
+    pub elapsed_ms: f64,
+}
+
+impl RunResult {
+    /// Whether the run passed.
+    pub fn passed(&self) -> bool {
+        self.failure.is_none()
+    }
+
+    /// The observation named `name`.
+    pub fn observation(&self, name: &str) -> Option<&Observation> {
+        self.observations.iter().find(|o| o.name == name)
+    }
+}
+
+/// Checkout wait limit for pools, in s.
+const CHECKOUT_TIMEOUT_S: u64 = 10;
+
+/// Runs `scenario` through `driver` on `server`. Never panics on server or
+/// driver behaviour: everything that goes wrong ends up in [`RunResult::failure`].
+pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> RunResult {
+    let info = driver.info();
+    let began = Instant::now();
+    let mut result = RunResult {
+        scenario: scenario.name.clone(),
+        driver: info.id.to_owned(),
+        failure: None,
+        observations: Vec::new(),
+        steps: Vec::new(),
+        locks_left: Vec::new(),
+        elapsed_ms: 0.0,
+    };
+    let db = database_name(&scenario.name, info.id);
+    let fail = |what: String| format!("scenario '{}', driver '{}': {what}", scenario.name, info.id);
+
+    let admin = match server.admin().await {
+        Ok(a) => a,
+        Err(e) => {
+            result.failure = Some(fail(format!("cannot connect to the server: {e:#}")));
+            return result;
+        }
+    };
+    if let Err(e) = admin.client().simple_query(&format!("create database \"{db}\"")).await {
+        result.failure = Some(fail(format!("cannot create database {db}: {}", DriverError::from(e))));
+        admin.close().await;
+        return result;
+    }
+
+    let mut run = Run { server, scenario, info: &info, db: &db, result: &mut result, slots: Vec::new(), pids: HashMap::new(), vars: HashMap::new() };
+    let outcome = run.execute(driver).await;
+    if let Err(msg) = outcome {
+        result.failure = Some(fail(msg));
+    }
+
+    if let Err(e) = admin.client().simple_query(&format!("drop database if exists \"{db}\" with (force)")).await {
+        let msg = format!("cannot drop database {db}: {}", DriverError::from(e));
+        result.failure.get_or_insert_with(|| fail(msg));
+    }
+    admin.close().await;
+    result.elapsed_ms = ms(began.elapsed());
+    result
+}
+
+fn database_name(scenario: &str, driver: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let clean = |s: &str| s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect::<String>();
+    let mut name = format!("ll_{}_{}", clean(scenario), clean(driver));
+    name.truncate(40);
+    format!("{name}_{}_{n}", std::process::id())
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+/// What the step's SQL (or background task) produced.
+type SqlOutcome = (Result<Rows, DriverError>, Duration);
+
+enum Slot {
+    /// No connection (pool actor before checkout / after return).
+    Empty,
+    /// A connection, idle on our side.
+    Ready(Box<dyn Conn>),
+    /// A background step is running on the connection.
+    Busy { step: usize, started: Instant, handle: JoinHandle<(Box<dyn Conn>, SqlOutcome)> },
+}
+
+struct Run<'a> {
+    server: &'a Server,
+    scenario: &'a Scenario,
+    info: &'a DriverInfo,
+    db: &'a str,
+    result: &'a mut RunResult,
+    slots: Vec<Slot>,
+    /// Backend pid of each actor's current connection.
+    pids: HashMap<usize, i32>,
+    /// Saved values (`save:`), text as the server sent it; `None` for NULL.
+    vars: HashMap<String, Option<String>>,
+}
+
+impl Run<'_> {
+    async fn execute(&mut self, driver: &dyn Driver) -> Result<(), String> {
+        let spec = self.server.spec(self.db, &format!("locklab-{}", self.info.id));
+        let opts = PoolOptions { max_size: self.scenario.pool_max_size, checkout_timeout: Duration::from_secs(CHECKOUT_TIMEOUT_S) };
+        let pool = driver.pool(&spec, opts).await.map_err(|e| format!("cannot build the pool: {e}"))?;
+        let mut monitor = DirectConn::connect(&self.server.spec(self.db, "locklab-monitor")).await.map_err(|e| format!("cannot open the monitor connection: {e}"))?;
+
+        let mut outcome = Ok(());
+        for (i, actor) in self.scenario.actors.iter().enumerate() {
+            self.slots.push(Slot::Empty);
+            if actor.via == Via::Direct {
+                match DirectConn::connect(&self.server.spec(self.db, &format!("locklab-{}", actor.name))).await {
+                    Ok(c) => self.slots[i] = Slot::Ready(Box::new(c)),
+                    Err(e) => outcome = Err(format!("cannot connect direct actor '{}': {e}", actor.name)),
+                }
+                if outcome.is_ok() {
+                    outcome = self.learn_pid(i).await;
+                }
+            }
+        }
+        if outcome.is_ok() {
+            for step in &self.scenario.steps {
+                let began = Instant::now();
+                let skipped = match step.when {
+                    Some(When::Pooled) => self.info.kind != DriverKind::Pooled,
+                    Some(When::Direct) => self.info.kind != DriverKind::Direct,
+                    None => false,
+                };
+                let r = if skipped { self.skip(step) } else { self.step(step, pool.as_ref(), &mut monitor).await };
+                let label = step.label(&self.scenario.actors);
+                let outcome_text = match (&r, skipped) {
+                    (Ok(()), true) => format!("skipped ({} drivers only)", if step.when == Some(When::Pooled) { "pooled" } else { "direct" }),
+                    (Ok(()), false) => "ok".to_owned(),
+                    (Err(e), _) => e.clone(),
+                };
+                self.result.steps.push(StepReport { step: step.index + 1, label: label.clone(), elapsed_ms: ms(began.elapsed()), outcome: outcome_text });
+                if let Err(e) = r {
+                    let pos = step.pos;
+                    outcome = Err(format!("{label} at {}:{}:{}: {e}", self.scenario.file.display(), pos.line, pos.column));
+                    break;
+                }
+            }
+        }
+
+        // Every pool actor is done: its connection goes back to the pool, as
+        // application code would. Then the guide's Verify step.
+        let clean = outcome.is_ok();
+        for i in 0..self.slots.len() {
+            if self.scenario.actors[i].via == Via::Direct {
+                continue;
+            }
+            match std::mem::replace(&mut self.slots[i], Slot::Empty) {
+                Slot::Ready(c) if clean => {
+                    let _ = tokio::time::timeout(Duration::from_secs(10), c.give_back()).await;
+                }
+                Slot::Busy { handle, .. } => handle.abort(),
+                _ => {}
+            }
+        }
+        match observe::advisory_locks(&mut monitor, None).await {
+            Ok(rows) => self.result.locks_left = rows.into_iter().filter(|r| r.granted).collect(),
+            Err(e) => {
+                outcome = outcome.and(Err(format!("cannot read pg_locks after the run: {e}")));
+            }
+        }
+        for slot in self.slots.drain(..) {
+            match slot {
+                Slot::Ready(c) => drop(c),
+                Slot::Busy { handle, .. } => handle.abort(),
+                Slot::Empty => {}
+            }
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(10), pool.close()).await;
+        monitor.close().await;
+        outcome
+    }
+
+    fn skip(&mut self, step: &Step) -> Result<(), String> {
+        if let Some(name) = &step.record {
+            self.result.observations.push(Observation {
+                name: name.clone(),
+                step: step.index + 1,
+                value: serde_json::Value::Null,
+                display: "n/a".into(),
+                sqlstate: None,
+                elapsed_ms: None,
+            });
+        }
+        Ok(())
+    }
+
+    fn conn(&mut self, actor: usize) -> Result<&mut Box<dyn Conn>, String> {
+        match &mut self.slots[actor] {
+            Slot::Ready(c) => Ok(c),
+            Slot::Empty => Err(format!("actor '{}' has no connection", self.scenario.actors[actor].name)),
+            Slot::Busy { .. } => Err(format!("actor '{}' is running a background step", self.scenario.actors[actor].name)),
+        }
+    }
+
+    async fn learn_pid(&mut self, actor: usize) -> Result<(), String> {
+        let conn = self.conn(actor)?;
+        let rows = conn.simple_query("select pg_backend_pid()").await.map_err(|e| format!("cannot read the backend pid: {e}"))?;
+        let pid = rows.first_value().flatten().and_then(|v| v.parse().ok()).ok_or("pg_backend_pid() returned no number")?;
+        self.pids.insert(actor, pid);
+        Ok(())
+    }
+
+    /// The actor whose connection has (or last had) backend `pid`.
+    fn actor_of(&self, pid: i32) -> Option<&str> {
+        self.pids.iter().find(|(_, p)| **p == pid).map(|(a, _)| self.scenario.actors[*a].name.as_str())
+    }
+
+    fn substitute(&self, sql: &str) -> String {
+        let mut out = sql.to_owned();
+        for (k, v) in &self.vars {
+            out = out.replace(&format!("${{{k}}}"), v.as_deref().unwrap_or("NULL"));
+        }
+        out
+    }
+
+    async fn step(&mut self, step: &Step, pool: &dyn locklab_drivers::Pool, monitor: &mut DirectConn) -> Result<(), String> {
+        let deadline = Duration::from_millis(step.deadline_ms);
+        let actor = step.actor;
+        let name = self.scenario.actors[actor].name.clone();
+        let late = || format!("deadline of {} ms exceeded", step.deadline_ms);
+        match &step.kind {
+            StepKind::Sql(sql) => {
+                let sql = self.substitute(sql);
+                if step.background {
+                    let Slot::Ready(mut conn) = std::mem::replace(&mut self.slots[actor], Slot::Empty) else {
+                        return Err(format!("actor '{name}' has no idle connection"));
+                    };
+                    let started = Instant::now();
+                    let handle = tokio::spawn(async move {
+                        let t0 = Instant::now();
+                        let r = conn.simple_query(&sql).await;
+                        (conn, (r, t0.elapsed()))
+                    });
+                    self.slots[actor] = Slot::Busy { step: step.index, started, handle };
+                    return Ok(());
+                }
+                let conn = self.conn(actor)?;
+                let t0 = Instant::now();
+                let r = tokio::time::timeout(deadline, conn.simple_query(&sql)).await.map_err(|_| late())?;
+                self.finish_sql(step, (r, t0.elapsed()))
+            }
+            StepKind::Do(Action::Checkout) => {
+                let conn = tokio::time::timeout(deadline, pool.checkout()).await.map_err(|_| late())?.map_err(|e| format!("checkout failed: {e}"))?;
+                self.slots[actor] = Slot::Ready(conn);
+                self.learn_pid(actor).await
+            }
+            StepKind::Do(Action::Return) => {
+                let Slot::Ready(conn) = std::mem::replace(&mut self.slots[actor], Slot::Empty) else {
+                    return Err(format!("actor '{name}' has no connection to return"));
+                };
+                let returned = tokio::time::timeout(deadline, conn.give_back()).await.map_err(|_| late())?;
+                if returned == Returned::Closed {
+                    // The backend exits asynchronously after the socket closes; wait
+                    // until the server has let it go (and with it its locks).
+                    if let Some(&pid) = self.pids.get(&actor) {
+                        self.wait_gone(monitor, pid, Instant::now() + deadline).await?;
+                    }
+                }
+                Ok(())
+            }
+            StepKind::Do(action) => {
+                let sql = action.transaction_sql().unwrap_or("select 1");
+                let conn = self.conn(actor)?;
+                let t0 = Instant::now();
+                let r = tokio::time::timeout(deadline, conn.simple_query(sql)).await.map_err(|_| late())?;
+                self.finish_sql(step, (r, t0.elapsed()))
+            }
+            StepKind::Observe(_, key) => {
+                let conn = self.conn(actor)?;
+                let rows = tokio::time::timeout(deadline, observe::advisory_locks(conn.as_mut(), *key))
+                    .await
+                    .map_err(|_| late())?
+                    .map_err(|e| format!("observe failed: {e}"))?;
+                self.finish_observe(step, rows)
+            }
+            StepKind::Blocked(target) => {
+                let target = *target;
+                let pid = *self.pids.get(&target).ok_or("blocked: the target has no backend pid")?;
+                let tname = self.scenario.actors[target].name.clone();
+                let until = Instant::now() + deadline;
+                loop {
+                    if let Slot::Busy { handle, .. } = &self.slots[target] {
+                        if handle.is_finished() {
+                            return Err(format!("'{tname}' finished its background step instead of blocking"));
+                        }
+                    }
+                    let conn = self.conn(actor)?;
+                    if observe::is_blocked(conn.as_mut(), pid).await.map_err(|e| e.to_string())? {
+                        return Ok(());
+                    }
+                    if Instant::now() >= until {
+                        return Err(format!("'{tname}' (backend pid {pid}) was not blocked on a lock within {} ms", step.deadline_ms));
+                    }
+                    tokio::time::sleep(Duration::from_millis(observe::POLL_INTERVAL_MS)).await;
+                }
+            }
+            StepKind::Await(bg) => {
+                let Slot::Busy { step: s, started, handle } = std::mem::replace(&mut self.slots[actor], Slot::Empty) else {
+                    return Err(format!("actor '{name}' has no background step to await"));
+                };
+                debug_assert_eq!(s, *bg);
+                let bg_step = &self.scenario.steps[*bg];
+                let remaining = Duration::from_millis(bg_step.deadline_ms).saturating_sub(started.elapsed());
+                let (conn, outcome) = match tokio::time::timeout(remaining, handle).await {
+                    Ok(Ok(v)) => v,
+                    Ok(Err(e)) => return Err(format!("background step {} panicked: {e}", bg + 1)),
+                    Err(_) => {
+                        return Err(format!(
+                            "background step {} ({}) exceeded its deadline of {} ms",
+                            bg + 1,
+                            bg_step.label(&self.scenario.actors),
+                            bg_step.deadline_ms
+                        ));
+                    }
+                };
+                self.slots[actor] = Slot::Ready(conn);
+                self.finish_sql(step, outcome)
+            }
+        }
+    }
+
+    async fn wait_gone(&self, monitor: &mut DirectConn, pid: i32, until: Instant) -> Result<(), String> {
+        let polled = poll_until(until, async || observe::backend_gone(&mut *monitor, pid).await.map(|g| g.then_some(())))
+        .await
+        .map_err(|e| e.to_string())?;
+        match polled {
+            Polled::Done(()) => Ok(()),
+            Polled::TimedOut => Err(format!("backend {pid} was still in pg_stat_activity after its connection was closed")),
+        }
+    }
+
+    fn finish_sql(&mut self, step: &Step, (result, took): SqlOutcome) -> Result<(), String> {
+        let elapsed = ms(took);
+        if let Some(e) = &step.expect {
+            let mut e = e.clone();
+            if let Some(Scalar::Text(t)) = &e.value {
+                e.value = Some(Scalar::Text(self.substitute(t)));
+            }
+            check_sql(&e, &result, elapsed)?;
+        } else if let Err(e) = &result {
+            return Err(format!("unexpected error: {e}"));
+        }
+        if let (Some(var), Ok(rows)) = (&step.save, &result) {
+            let v = rows.first_value().ok_or_else(|| format!("'save: {var}' but the statement returned no row"))?;
+            self.vars.insert(var.clone(), v.map(str::to_owned));
+        }
+        if let Some(name) = &step.record {
+            let (value, display, sqlstate) = match &result {
+                Ok(rows) => match rows.first_value() {
+                    None => (serde_json::Value::Null, "(no rows)".to_owned(), None),
+                    Some(None) => (serde_json::Value::Null, "NULL".to_owned(), None),
+                    Some(Some(t)) => typed(t),
+                },
+                Err(e) => {
+                    let code = e.sqlstate().map(str::to_owned);
+                    (serde_json::json!({ "error": e.to_string() }), code.clone().unwrap_or_else(|| "client error".into()), code)
+                }
+            };
+            self.result.observations.push(Observation { name: name.clone(), step: step.index + 1, value, display, sqlstate, elapsed_ms: Some(elapsed) });
+        }
+        Ok(())
+    }
+
+    fn finish_observe(&mut self, step: &Step, rows: Vec<LockRow>) -> Result<(), String> {
+        let holders: Vec<&LockRow> = rows.iter().filter(|r| r.granted).collect();
+        let waiters: Vec<&LockRow> = rows.iter().filter(|r| !r.granted).collect();
+        if let Some(e) = &step.expect {
+            if let Some(h) = e.held {
+                if h != !holders.is_empty() {
+                    return Err(format!("expected the lock {}, but {}", if h { "held" } else { "not held" }, self.describe(&holders, &waiters)));
+                }
+            }
+            if let Some(var) = &e.holder_pid {
+                let want = self.vars.get(var).cloned().flatten().unwrap_or_default();
+                if let Some(r) = holders.iter().find(|r| r.pid.to_string() != want) {
+                    return Err(format!("expected every holder to be backend {want} (${{{var}}}), but backend {} holds {}", r.pid, r.key));
+                }
+            }
+            if let Some(state) = &e.holder_state {
+                if let Some(r) = holders.iter().find(|r| r.state.as_deref() != Some(state)) {
+                    return Err(format!("expected every holder in state '{state}', but backend {} is '{}'", r.pid, r.state.as_deref().unwrap_or("?")));
+                }
+            }
+        }
+        if let Some(name) = &step.record {
+            let who = |r: &LockRow| serde_json::json!({ "actor": self.actor_of(r.pid), "pid": r.pid, "state": r.state, "key": r.key.to_string(), "mode": r.mode });
+            let value = serde_json::json!({
+                "held": !holders.is_empty(),
+                "holders": holders.iter().map(|r| who(r)).collect::<Vec<_>>(),
+                "waiters": waiters.iter().map(|r| who(r)).collect::<Vec<_>>(),
+            });
+            let display = self.describe(&holders, &waiters);
+            self.result.observations.push(Observation { name: name.clone(), step: step.index + 1, value, display, sqlstate: None, elapsed_ms: None });
+        }
+        Ok(())
+    }
+
+    /// `held by worker (idle)`, `not held`, `held by a (idle in transaction); b waits`.
+    fn describe(&self, holders: &[&LockRow], waiters: &[&LockRow]) -> String {
+        let name = |r: &LockRow| self.actor_of(r.pid).map(str::to_owned).unwrap_or_else(|| format!("backend {}", r.pid));
+        let mut s = if holders.is_empty() {
+            "not held".to_owned()
+        } else {
+            let hs: Vec<String> = holders.iter().map(|r| format!("{} ({})", name(r), r.state.as_deref().unwrap_or("?"))).collect();
+            format!("held by {}", hs.join(", "))
+        };
+        if !waiters.is_empty() {
+            let ws: Vec<String> = waiters.iter().map(|r| name(r)).collect();
+            s.push_str(&format!("; waiting: {}", ws.join(", ")));
+        }
+        s
+    }
+}
+
+/// `t`/`f` become booleans, integers become numbers, anything else stays text.
+fn typed(t: &str) -> (serde_json::Value, String, Option<String>) {
+    match t {
+        "t" => (true.into(), "true".into(), None),
+        "f" => (false.into(), "false".into(), None),
+        _ => match t.parse::<i64>() {
+            Ok(n) => (n.into(), t.to_owned(), None),
+            Err(_) => (t.into(), t.to_owned(), None),
+        },
+    }
+}
+
+/// Checks an SQL step's outcome against its expectation.
+///
+/// # Errors
+/// A sentence saying what was expected and what happened.
+pub fn check_sql(e: &Expect, result: &Result<Rows, DriverError>, elapsed_ms: f64) -> Result<(), String> {
+    match (&e.error, result) {
+        (Some(code), Err(err)) if err.sqlstate() == Some(code.as_str()) => {}
+        (Some(code), Err(err)) => return Err(format!("expected SQLSTATE {code}, got {err}")),
+        (Some(code), Ok(rows)) => {
+            return Err(format!("expected SQLSTATE {code}, but the statement succeeded ({})", show_first(rows)));
+        }
+        (None, Err(err)) => return Err(format!("unexpected error: {err}")),
+        (None, Ok(rows)) => {
+            if let Some(want) = &e.value {
+                match rows.first_value() {
+                    None => return Err(format!("expected {want}, but the statement returned no row")),
+                    Some(got) if !want.matches(got) => return Err(format!("expected {want}, got {}", show_first(rows))),
+                    Some(_) => {}
+                }
+            }
+            if let Some(n) = e.rows {
+                if rows.rows.len() as u64 != n {
+                    return Err(format!("expected {n} row(s), got {}", rows.rows.len()));
+                }
+            }
+        }
+    }
+    if let Some(b) = e.elapsed_ms {
+        let (min, max) = (b.min.unwrap_or(0.0), b.max.unwrap_or(f64::INFINITY));
+        if elapsed_ms < min || elapsed_ms > max {
+            return Err(format!("took {elapsed_ms:.1} ms, expected between {min} and {max} ms"));
+        }
+    }
+    Ok(())
+}
+
+fn show_first(rows: &Rows) -> String {
+    match rows.first_value() {
+        None => "no rows".into(),
+        Some(None) => "NULL".into(),
+        Some(Some(v)) => typed(v).1,
+    }
+}

@@ -1,0 +1,496 @@
+//! The PostgreSQL server scenarios run against: a throw-away local cluster
+//! (default) or an existing server (`--dsn` / `LOCKLAB_DSN`).
+//!
+//! The local cluster is `initdb` into a temporary directory and `postgres`
+//! listening on 127.0.0.1 only, on a free port, with trust authentication. When
+//! the harness runs as root, both run as an unprivileged user (`nobody`, or
+//! `LOCKLAB_PG_USER`), since PostgreSQL refuses to run as root.
+//!
+//! Cleanup: [`Server`]'s `Drop` stops the postmaster (fast shutdown) and deletes
+//! the directory. For the cases where `Drop` never runs (a panic that aborts,
+//! SIGINT, SIGKILL, a test process that exits with statics alive) a small
+//! watchdog process holds a pipe from us: when our process is gone the pipe
+//! reaches end-of-file and the watchdog stops the postmaster and deletes the
+//! directory. Both the postmaster and the watchdog run in their own process
+//! group, so a Ctrl-C on the terminal reaches only us.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use locklab_drivers::{ConnectSpec, DirectConn};
+
+/// The PostgreSQL major version the local backend installs by default.
+pub const DEFAULT_PG_MAJOR: u32 = 17;
+
+/// The role the local cluster is initialised with (a superuser).
+const LOCAL_SUPERUSER: &str = "locklab";
+
+/// How to get a server.
+#[derive(Clone, Debug, Default)]
+pub struct ServerOptions {
+    /// Use this existing server instead of starting one (a libpq connection
+    /// string or URL; its database is used for administration, and the role must
+    /// be allowed to create and drop databases).
+    pub dsn: Option<String>,
+    /// Directory holding `postgres` and `initdb` (overrides the cache and the
+    /// automatic install; also `LOCKLAB_PG_BIN`).
+    pub pg_bin: Option<PathBuf>,
+    /// Major version to install when no binaries are given (default 17).
+    pub pg_major: Option<u32>,
+}
+
+/// Which kind of server is in use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// A throw-away cluster started by the harness.
+    Local,
+    /// An existing server given by DSN.
+    External,
+}
+
+impl Backend {
+    /// `"local"` or `"external"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Local => "local",
+            Backend::External => "external",
+        }
+    }
+}
+
+/// A running server the harness can create databases on.
+pub struct Server {
+    backend: Backend,
+    host: String,
+    port: u16,
+    user: String,
+    password: Option<String>,
+    admin_db: String,
+    version: String,
+    startup: Duration,
+    local: Option<LocalCluster>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Server({} {}:{} {})", self.backend.as_str(), self.host, self.port, self.version)
+    }
+}
+
+impl Server {
+    /// Starts (or connects to) the server. Blocks until it accepts connections;
+    /// safe to call from inside or outside a tokio runtime.
+    ///
+    /// # Errors
+    /// Binaries that cannot be found or installed, `initdb` or `postgres`
+    /// failing (with the end of the server log), a server that is not ready
+    /// within 60 s, or an external server that refuses the connection.
+    pub fn start(opts: &ServerOptions) -> Result<Server> {
+        let opts = opts.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(Server::start_async(opts))
+        })
+        .join()
+        .map_err(|_| anyhow!("server start-up thread panicked"))?
+    }
+
+    async fn start_async(opts: ServerOptions) -> Result<Server> {
+        let began = Instant::now();
+        let dsn = opts.dsn.clone().or_else(|| std::env::var("LOCKLAB_DSN").ok().filter(|s| !s.is_empty()));
+        let mut server = match dsn {
+            Some(dsn) => external(&dsn)?,
+            None => {
+                let bin = resolve_binaries(&opts)?;
+                let cluster = LocalCluster::start(&bin).await?;
+                Server {
+                    backend: Backend::Local,
+                    host: "127.0.0.1".into(),
+                    port: cluster.port,
+                    user: LOCAL_SUPERUSER.into(),
+                    password: None,
+                    admin_db: "postgres".into(),
+                    version: String::new(),
+                    startup: Duration::ZERO,
+                    local: Some(cluster),
+                }
+            }
+        };
+        let admin = server.admin().await.with_context(|| format!("cannot connect to PostgreSQL at {}", server.spec("", "").redacted()))?;
+        let rows = locklab_drivers::simple_query_rows(admin.client(), "select version()").await?;
+        server.version = rows.first_value().flatten().unwrap_or("unknown").to_owned();
+        admin.close().await;
+        server.startup = began.elapsed();
+        Ok(server)
+    }
+
+    /// Connection settings for database `dbname` with `application_name`.
+    pub fn spec(&self, dbname: &str, application_name: &str) -> ConnectSpec {
+        ConnectSpec {
+            host: self.host.clone(),
+            port: self.port,
+            user: self.user.clone(),
+            password: self.password.clone(),
+            dbname: dbname.to_owned(),
+            application_name: application_name.to_owned(),
+        }
+    }
+
+    /// A new connection to the administration database.
+    ///
+    /// # Errors
+    /// The connection error.
+    pub async fn admin(&self) -> Result<DirectConn> {
+        Ok(DirectConn::connect(&self.spec(&self.admin_db, "locklab-admin")).await?)
+    }
+
+    /// The server's `version()` string.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// Local or external.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Time from the start request until the server answered `select version()`.
+    pub fn startup(&self) -> Duration {
+        self.startup
+    }
+
+    /// Data directory of a local cluster (for tests of cleanup).
+    pub fn data_dir(&self) -> Option<&Path> {
+        self.local.as_ref().map(|c| c.dir.as_path())
+    }
+
+    /// The postmaster's process id of a local cluster.
+    pub fn postmaster_pid(&self) -> Option<u32> {
+        self.local.as_ref().map(|c| c.postgres.id())
+    }
+}
+
+fn external(dsn: &str) -> Result<Server> {
+    let cfg = tokio_postgres::Config::from_str(dsn).map_err(|e| anyhow!("--dsn/LOCKLAB_DSN is not a valid connection string: {e}"))?;
+    let host = match cfg.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        Some(_) => bail!("--dsn/LOCKLAB_DSN: only TCP hosts are supported"),
+        None => "127.0.0.1".into(),
+    };
+    Ok(Server {
+        backend: Backend::External,
+        host,
+        port: cfg.get_ports().first().copied().unwrap_or(5432),
+        user: cfg.get_user().unwrap_or("postgres").to_owned(),
+        password: cfg.get_password().map(|p| String::from_utf8_lossy(p).into_owned()),
+        admin_db: cfg.get_dbname().unwrap_or("postgres").to_owned(),
+        version: String::new(),
+        startup: Duration::ZERO,
+        local: None,
+    })
+}
+
+/// The workspace root (where `Cargo.toml`, `scenarios/` and `.cache/` are).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// The install script shared by the harness and `just setup`.
+pub fn install_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-postgres.sh")
+}
+
+/// Finds `postgres` and `initdb`: `--pg-bin`/`LOCKLAB_PG_BIN`, else the cache
+/// `.cache/postgres/<major>/bin` under the workspace, else installs into the
+/// cache with [`install_script`].
+///
+/// # Errors
+/// A given directory without the binaries, or a failed install.
+pub fn resolve_binaries(opts: &ServerOptions) -> Result<PathBuf> {
+    let given = opts.pg_bin.clone().or_else(|| std::env::var_os("LOCKLAB_PG_BIN").filter(|s| !s.is_empty()).map(PathBuf::from));
+    if let Some(dir) = given {
+        check_bin(&dir).with_context(|| format!("LOCKLAB_PG_BIN/--pg-bin = {}", dir.display()))?;
+        return Ok(dir);
+    }
+    let major = opts.pg_major.unwrap_or(DEFAULT_PG_MAJOR);
+    let dest = workspace_root().join(".cache/postgres").join(major.to_string());
+    let bin = dest.join("bin");
+    if check_bin(&bin).is_ok() {
+        return Ok(bin);
+    }
+    eprintln!("locklab: no PostgreSQL {major} binaries in {}; installing them (once)", dest.display());
+    let status = Command::new("bash")
+        .arg(install_script())
+        .arg(major.to_string())
+        .arg(&dest)
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .status()
+        .context("cannot run bash for the PostgreSQL install script")?;
+    if !status.success() {
+        bail!(
+            "installing PostgreSQL {major} binaries failed ({status}); run `just setup` to see why, \
+             or set LOCKLAB_PG_BIN to a directory with postgres and initdb, or LOCKLAB_DSN to use a running server"
+        );
+    }
+    check_bin(&bin)?;
+    Ok(bin)
+}
+
+fn check_bin(dir: &Path) -> Result<()> {
+    for b in ["postgres", "initdb"] {
+        let p = dir.join(b);
+        if !p.is_file() {
+            bail!("{} not found", p.display());
+        }
+    }
+    Ok(())
+}
+
+/// The unprivileged account a root harness runs PostgreSQL as.
+struct RunAs {
+    uid: u32,
+    gid: u32,
+    name: String,
+}
+
+fn run_as() -> Result<Option<RunAs>> {
+    if !nix::unistd::geteuid().is_root() {
+        return Ok(None);
+    }
+    let name = std::env::var("LOCKLAB_PG_USER").unwrap_or_else(|_| "nobody".into());
+    let user = nix::unistd::User::from_name(&name)?
+        .ok_or_else(|| anyhow!("running as root, PostgreSQL needs an unprivileged user, but user '{name}' does not exist (set LOCKLAB_PG_USER)"))?;
+    Ok(Some(RunAs { uid: user.uid.as_raw(), gid: user.gid.as_raw(), name }))
+}
+
+fn command(program: &Path, who: &Option<RunAs>) -> Command {
+    let mut c = Command::new(program);
+    if let Some(u) = who {
+        // std clears root's supplementary groups when it sets the uid.
+        c.uid(u.uid).gid(u.gid);
+    }
+    c.env_remove("PGDATA").env("LC_ALL", "C");
+    c
+}
+
+const WATCHDOG: &str = r#"
+read -r _ || true
+if kill -0 "$1" 2>/dev/null; then
+  kill -INT "$1" 2>/dev/null
+  n=0
+  while kill -0 "$1" 2>/dev/null && [ "$n" -lt 100 ]; do sleep 0.1; n=$((n+1)); done
+  kill -KILL "$1" 2>/dev/null
+fi
+rm -rf "$2"
+"#;
+
+struct LocalCluster {
+    dir: PathBuf,
+    port: u16,
+    postgres: Child,
+    watchdog: Child,
+}
+
+/// The postmaster could not bind its port (another process took it between
+/// our probe and its start): worth a retry on another port.
+#[derive(Debug, thiserror::Error)]
+#[error("port {0} was taken before PostgreSQL could bind it")]
+struct PortClash(u16);
+
+impl LocalCluster {
+    async fn start(bin: &Path) -> Result<LocalCluster> {
+        let mut attempt = 0;
+        loop {
+            match LocalCluster::start_once(bin).await {
+                Err(e) if e.is::<PortClash>() && attempt < 3 => attempt += 1,
+                other => return other,
+            }
+        }
+    }
+
+    async fn start_once(bin: &Path) -> Result<LocalCluster> {
+        let who = run_as()?;
+        let dir = tempfile::Builder::new().prefix("locklab-pg-").tempdir().context("cannot create a temporary directory")?.keep();
+        let mut guard = DirGuard(Some(dir.clone()));
+        let mut bin = bin.to_path_buf();
+        if let Some(u) = &who {
+            nix::unistd::chown(&dir, Some(u.uid.into()), Some(u.gid.into()))?;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+            if !runs_as(&bin, u) {
+                // The binaries live where the unprivileged user cannot reach them
+                // (e.g. under /root): copy them next to the data directory.
+                let copy = dir.join("pg");
+                copy_tree(bin.parent().unwrap_or(&bin), &copy)?;
+                chown_tree(&copy, u)?;
+                bin = copy.join("bin");
+                if !runs_as(&bin, u) {
+                    bail!("user '{}' cannot run {}; set LOCKLAB_PG_USER to another user", u.name, bin.display());
+                }
+            }
+        }
+        let data = dir.join("data");
+        let out = command(&bin.join("initdb"), &who)
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", LOCAL_SUPERUSER, "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions"])
+            .output()
+            .with_context(|| format!("cannot run {}", bin.join("initdb").display()))?;
+        if !out.status.success() {
+            bail!("initdb failed ({}):\n{}{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        }
+        let log_path = dir.join("postgres.log");
+        let port = free_port()?;
+        let log = std::fs::File::create(&log_path)?;
+        let postgres = command(&bin.join("postgres"), &who)
+            .arg("-D")
+            .arg(&data)
+            .arg("-p")
+            .arg(port.to_string())
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=", "-c", "max_connections=300"])
+            .args(["-c", "fsync=off", "-c", "full_page_writes=off", "-c", "synchronous_commit=off"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("cannot run {}", bin.join("postgres").display()))?;
+        let watchdog = Command::new("sh")
+            .arg("-c")
+            .arg(WATCHDOG)
+            .arg("locklab-watchdog")
+            .arg(postgres.id().to_string())
+            .arg(&dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn();
+        // From here on the cluster (its Drop) owns the directory and the postmaster.
+        guard.0 = None;
+        let watchdog = match watchdog {
+            Ok(w) => w,
+            Err(e) => {
+                let mut pg = postgres;
+                let _ = pg.kill();
+                let _ = pg.wait();
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(anyhow!(e).context("cannot start the cleanup watchdog (sh)"));
+            }
+        };
+        let mut cluster = LocalCluster { dir, port, postgres, watchdog };
+        if let Err(e) = cluster.wait_ready(&log_path).await {
+            let log = tail(&log_path, 15);
+            if log.contains("could not bind") || log.contains("already in use") {
+                return Err(PortClash(port).into());
+            }
+            return Err(e);
+        }
+        Ok(cluster)
+    }
+
+    async fn wait_ready(&mut self, log_path: &Path) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let spec = ConnectSpec {
+            host: "127.0.0.1".into(),
+            port: self.port,
+            user: LOCAL_SUPERUSER.into(),
+            password: None,
+            dbname: "postgres".into(),
+            application_name: "locklab-ready".into(),
+        };
+        loop {
+            if let Some(status) = self.postgres.try_wait()? {
+                bail!("postgres exited during start-up ({status}); end of its log:\n{}", tail(log_path, 15));
+            }
+            match DirectConn::connect(&spec).await {
+                Ok(c) => {
+                    c.close().await;
+                    return Ok(());
+                }
+                Err(e) if Instant::now() > deadline => {
+                    bail!("PostgreSQL was not ready within 60 s (last error: {e}); end of its log:\n{}", tail(log_path, 15));
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    }
+
+    /// Fast shutdown (SIGINT), escalating to SIGKILL after 10 s; reaps the child.
+    fn stop_postmaster(&mut self) {
+        use nix::sys::signal::{Signal, kill};
+        let pid = nix::unistd::Pid::from_raw(self.postgres.id() as i32);
+        if matches!(self.postgres.try_wait(), Ok(None)) {
+            let _ = kill(pid, Signal::SIGINT);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while matches!(self.postgres.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = self.postgres.kill();
+        }
+        let _ = self.postgres.wait();
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        self.stop_postmaster();
+        let _ = std::fs::remove_dir_all(&self.dir);
+        // End of file on its stdin: the watchdog finds the postmaster gone,
+        // removes the (already removed) directory and exits.
+        drop(self.watchdog.stdin.take());
+        let _ = self.watchdog.wait();
+    }
+}
+
+/// Removes a directory on early return during start-up.
+struct DirGuard(Option<PathBuf>);
+
+impl Drop for DirGuard {
+    fn drop(&mut self) {
+        if let Some(d) = self.0.take() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+fn runs_as(bin: &Path, u: &RunAs) -> bool {
+    let who = Some(RunAs { uid: u.uid, gid: u.gid, name: u.name.clone() });
+    command(&bin.join("postgres"), &who).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    let status = Command::new("cp").arg("-a").arg(from).arg(to).status()?;
+    if !status.success() {
+        bail!("copying {} to {} failed", from.display(), to.display());
+    }
+    Ok(())
+}
+
+fn chown_tree(dir: &Path, u: &RunAs) -> Result<()> {
+    let status = Command::new("chown").arg("-R").arg(format!("{}:{}", u.uid, u.gid)).arg(dir).status()?;
+    if !status.success() {
+        bail!("chown of {} failed", dir.display());
+    }
+    Ok(())
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0").context("cannot bind a loopback port")?.local_addr()?.port())
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let mut s = String::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let _ = f.read_to_string(&mut s);
+    }
+    let all: Vec<&str> = s.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
