@@ -6,7 +6,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, RecyclingMethod};
 use tokio_postgres::NoTls;
 
 use crate::{
-    ConnectSpec, Conn, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, Returned,
+    Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, Returned,
     Rows, crate_version, simple_query_rows,
 };
 
@@ -20,13 +20,21 @@ pub struct Deadpool {
 impl Deadpool {
     /// `RecyclingMethod::Fast`, the crate's default: only `Client::is_closed()` on recycle.
     pub fn fast() -> Self {
-        Deadpool { id: "deadpool-fast", configuration: "RecyclingMethod::Fast (default)", method: || RecyclingMethod::Fast }
+        Deadpool {
+            id: "deadpool-fast",
+            configuration: "RecyclingMethod::Fast (default)",
+            method: || RecyclingMethod::Fast,
+        }
     }
 
     /// `RecyclingMethod::Clean`: runs the crate's DISCARD-like script, which includes
     /// `SELECT pg_advisory_unlock_all()`, on recycle.
     pub fn clean() -> Self {
-        Deadpool { id: "deadpool-clean", configuration: "RecyclingMethod::Clean", method: || RecyclingMethod::Clean }
+        Deadpool {
+            id: "deadpool-clean",
+            configuration: "RecyclingMethod::Clean",
+            method: || RecyclingMethod::Clean,
+        }
     }
 }
 
@@ -57,7 +65,9 @@ impl Conn for DeadpoolConn {
 #[async_trait]
 impl Pool for DeadpoolPool {
     async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError> {
-        Ok(Box::new(DeadpoolConn(self.0.get().await.map_err(pool_error)?)))
+        Ok(Box::new(DeadpoolConn(
+            self.0.get().await.map_err(pool_error)?,
+        )))
     }
 
     async fn close(&self) {
@@ -77,11 +87,17 @@ impl Driver for Deadpool {
         }
     }
 
-    async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
+    async fn pool(
+        &self,
+        spec: &ConnectSpec,
+        opts: PoolOptions,
+    ) -> Result<Box<dyn Pool>, DriverError> {
         let manager = Manager::from_config(
             spec.tokio_postgres_config(),
             NoTls,
-            ManagerConfig { recycling_method: (self.method)() },
+            ManagerConfig {
+                recycling_method: (self.method)(),
+            },
         );
         let pool = deadpool_postgres::Pool::builder(manager)
             .max_size(opts.max_size as usize)

@@ -5,7 +5,7 @@ use tokio::task::JoinHandle;
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
 use crate::{
-    ConnectSpec, Conn, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, Returned,
+    Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, Returned,
     Rows, crate_version,
 };
 
@@ -22,7 +22,11 @@ pub async fn simple_query_rows(client: &Client, sql: &str) -> Result<Rows, Drive
                 out.columns = cols.iter().map(|c| c.name().to_owned()).collect();
             }
             SimpleQueryMessage::Row(row) => {
-                out.rows.push((0..row.len()).map(|i| row.get(i).map(str::to_owned)).collect());
+                out.rows.push(
+                    (0..row.len())
+                        .map(|i| row.get(i).map(str::to_owned))
+                        .collect(),
+                );
             }
             _ => {}
         }
@@ -104,7 +108,11 @@ impl Driver for TokioPostgresDirect {
         }
     }
 
-    async fn pool(&self, spec: &ConnectSpec, _opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
+    async fn pool(
+        &self,
+        spec: &ConnectSpec,
+        _opts: PoolOptions,
+    ) -> Result<Box<dyn Pool>, DriverError> {
         Ok(Box::new(DirectFactory { spec: spec.clone() }))
     }
 }

@@ -176,7 +176,9 @@ impl Rows {
     /// First column of the first row: `None` when there is no row,
     /// `Some(None)` for SQL NULL.
     pub fn first_value(&self) -> Option<Option<&str>> {
-        self.rows.first().map(|r| r.first().and_then(|v| v.as_deref()))
+        self.rows
+            .first()
+            .map(|r| r.first().and_then(|v| v.as_deref()))
     }
 }
 
@@ -231,7 +233,11 @@ pub trait Driver: Send + Sync {
     ///
     /// # Errors
     /// [`DriverError`] when the pool cannot be built or its first connection fails.
-    async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError>;
+    async fn pool(
+        &self,
+        spec: &ConnectSpec,
+        opts: PoolOptions,
+    ) -> Result<Box<dyn Pool>, DriverError>;
 }
 
 /// Every driver configuration, in report column order. Adding a driver is one line here.
@@ -253,7 +259,10 @@ pub fn find(id: &str) -> Result<Box<dyn Driver>, UnknownDriver> {
     registry()
         .into_iter()
         .find(|d| d.info().id == id)
-        .ok_or_else(|| UnknownDriver { id: id.to_owned(), known: ids() })
+        .ok_or_else(|| UnknownDriver {
+            id: id.to_owned(),
+            known: ids(),
+        })
 }
 
 /// The ids of all registered drivers, in column order.
@@ -272,7 +281,12 @@ pub struct UnknownDriver {
 
 impl fmt::Display for UnknownDriver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown driver '{}'; known drivers: {}", self.id, self.known.join(", "))
+        write!(
+            f,
+            "unknown driver '{}'; known drivers: {}",
+            self.id,
+            self.known.join(", ")
+        )
     }
 }
 

@@ -11,7 +11,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Column, Either, Postgres, Row, ValueRef};
 
 use crate::{
-    ConnectSpec, Conn, DbError, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions,
+    Conn, ConnectSpec, DbError, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions,
     Returned, Rows, crate_version,
 };
 
@@ -39,7 +39,8 @@ fn sqlx_error(e: sqlx::Error) -> DriverError {
 impl Conn for SqlxConn {
     async fn simple_query(&mut self, sql: &str) -> Result<Rows, DriverError> {
         let mut out = Rows::default();
-        let mut stream = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned())).fetch_many(&mut *self.conn);
+        let mut stream =
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned())).fetch_many(&mut *self.conn);
         while let Some(item) = stream.try_next().await.map_err(sqlx_error)? {
             if let Either::Right(row) = item {
                 out.columns = row.columns().iter().map(|c| c.name().to_owned()).collect();
@@ -49,7 +50,9 @@ impl Conn for SqlxConn {
                     if raw.is_null() {
                         values.push(None);
                     } else {
-                        let text = raw.as_str().map_err(|e| DriverError::Client(e.to_string()))?;
+                        let text = raw
+                            .as_str()
+                            .map_err(|e| DriverError::Client(e.to_string()))?;
                         values.push(Some(text.to_owned()));
                     }
                 }
@@ -87,7 +90,10 @@ impl Conn for SqlxConn {
 impl Pool for SqlxPool {
     async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError> {
         let conn = self.0.acquire().await.map_err(sqlx_error)?;
-        Ok(Box::new(SqlxConn { conn, pool: self.0.clone() }))
+        Ok(Box::new(SqlxConn {
+            conn,
+            pool: self.0.clone(),
+        }))
     }
 
     async fn close(&self) {
@@ -107,7 +113,11 @@ impl Driver for SqlxPgPool {
         }
     }
 
-    async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
+    async fn pool(
+        &self,
+        spec: &ConnectSpec,
+        opts: PoolOptions,
+    ) -> Result<Box<dyn Pool>, DriverError> {
         let mut options = PgConnectOptions::new()
             .host(&spec.host)
             .port(spec.port)

@@ -17,7 +17,11 @@ pub fn crate_version(name: &str) -> String {
         .filter(|p| p.name.as_str() == name)
         .map(|p| p.version.to_string())
         .collect();
-    if versions.is_empty() { "unknown".to_owned() } else { versions.join("+") }
+    if versions.is_empty() {
+        "unknown".to_owned()
+    } else {
+        versions.join("+")
+    }
 }
 
 #[cfg(test)]
@@ -26,7 +30,12 @@ mod tests {
 
     #[test]
     fn pool_crates_resolve_to_a_version() {
-        for name in ["tokio-postgres", "deadpool-postgres", "bb8-postgres", "sqlx"] {
+        for name in [
+            "tokio-postgres",
+            "deadpool-postgres",
+            "bb8-postgres",
+            "sqlx",
+        ] {
             let v = crate_version(name);
             assert!(v.split('.').count() >= 3, "{name} resolved to {v}");
         }

@@ -27,7 +27,9 @@ impl AdvisoryKey {
     /// `objsubid` other than 1 or 2.
     pub fn decode(classid: u32, objid: u32, objsubid: i16) -> Option<AdvisoryKey> {
         match objsubid {
-            1 => Some(AdvisoryKey::Big((((classid as u64) << 32) | objid as u64) as i64)),
+            1 => Some(AdvisoryKey::Big(
+                (((classid as u64) << 32) | objid as u64) as i64,
+            )),
             2 => Some(AdvisoryKey::Pair(classid as i32, objid as i32)),
             _ => None,
         }
@@ -55,11 +57,17 @@ impl<'de> Deserialize<'de> for AdvisoryKey {
                 Ok(AdvisoryKey::Big(v))
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<AdvisoryKey, E> {
-                i64::try_from(v).map(AdvisoryKey::Big).map_err(|_| E::custom(format!("key {v} does not fit in a bigint")))
+                i64::try_from(v)
+                    .map(AdvisoryKey::Big)
+                    .map_err(|_| E::custom(format!("key {v} does not fit in a bigint")))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<AdvisoryKey, A::Error> {
-                let a: i32 = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(0, &self))?;
-                let b: i32 = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(1, &self))?;
+                let a: i32 = seq
+                    .next_element()?
+                    .ok_or_else(|| de::Error::invalid_length(0, &self))?;
+                let b: i32 = seq
+                    .next_element()?
+                    .ok_or_else(|| de::Error::invalid_length(1, &self))?;
                 if seq.next_element::<i32>()?.is_some() {
                     return Err(de::Error::invalid_length(3, &self));
                 }
@@ -77,16 +85,31 @@ mod tests {
     #[test]
     fn bigint_keys_reassemble_from_both_halves() {
         assert_eq!(AdvisoryKey::decode(0, 43, 1), Some(AdvisoryKey::Big(43)));
-        assert_eq!(AdvisoryKey::decode(1, 5, 1), Some(AdvisoryKey::Big((1 << 32) | 5)));
-        assert_eq!(AdvisoryKey::decode(u32::MAX, u32::MAX, 1), Some(AdvisoryKey::Big(-1)));
-        assert_eq!(AdvisoryKey::decode(0x7fff_ffff, u32::MAX, 1), Some(AdvisoryKey::Big(i64::MAX)));
-        assert_eq!(AdvisoryKey::decode(0x8000_0000, 0, 1), Some(AdvisoryKey::Big(i64::MIN)));
+        assert_eq!(
+            AdvisoryKey::decode(1, 5, 1),
+            Some(AdvisoryKey::Big((1 << 32) | 5))
+        );
+        assert_eq!(
+            AdvisoryKey::decode(u32::MAX, u32::MAX, 1),
+            Some(AdvisoryKey::Big(-1))
+        );
+        assert_eq!(
+            AdvisoryKey::decode(0x7fff_ffff, u32::MAX, 1),
+            Some(AdvisoryKey::Big(i64::MAX))
+        );
+        assert_eq!(
+            AdvisoryKey::decode(0x8000_0000, 0, 1),
+            Some(AdvisoryKey::Big(i64::MIN))
+        );
     }
 
     #[test]
     fn two_int_keys_are_signed_and_distinct_from_bigint() {
         assert_eq!(AdvisoryKey::decode(3, 4, 2), Some(AdvisoryKey::Pair(3, 4)));
-        assert_eq!(AdvisoryKey::decode(u32::MAX, 0x8000_0000, 2), Some(AdvisoryKey::Pair(-1, i32::MIN)));
+        assert_eq!(
+            AdvisoryKey::decode(u32::MAX, 0x8000_0000, 2),
+            Some(AdvisoryKey::Pair(-1, i32::MIN))
+        );
         assert_ne!(AdvisoryKey::decode(0, 7, 2), AdvisoryKey::decode(0, 7, 1));
         assert_eq!(AdvisoryKey::decode(0, 7, 3), None);
     }

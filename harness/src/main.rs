@@ -15,7 +15,11 @@ use locklab::server::{self, Server, ServerOptions};
 use locklab_drivers::Driver;
 
 #[derive(Parser)]
-#[command(name = "locklab", version, about = "Behavioural conformance suite for PostgreSQL advisory locks through Rust connection pools")]
+#[command(
+    name = "locklab",
+    version,
+    about = "Behavioural conformance suite for PostgreSQL advisory locks through Rust connection pools"
+)]
 struct Cli {
     /// Directory of scenario files (*.yaml).
     #[arg(long, global = true, env = "LOCKLAB_SCENARIOS")]
@@ -68,8 +72,12 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LOCKLAB_LOG").unwrap_or_else(|_| "warn".into());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LOCKLAB_LOG")
+        .unwrap_or_else(|_| "warn".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     let cli = Cli::parse();
     match real_main(cli) {
         Ok(code) => code,
@@ -81,7 +89,10 @@ fn main() -> ExitCode {
 }
 
 fn real_main(cli: Cli) -> Result<ExitCode> {
-    let dir = cli.scenarios.clone().unwrap_or_else(|| server::workspace_root().join("scenarios"));
+    let dir = cli
+        .scenarios
+        .clone()
+        .unwrap_or_else(|| server::workspace_root().join("scenarios"));
     match cli.command {
         Command::List => {
             let scenarios = load(&dir)?;
@@ -92,7 +103,10 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             println!("drivers:");
             for d in locklab_drivers::registry() {
                 let i = d.info();
-                println!("  {:<28} {} {} — {}", i.id, i.crate_name, i.crate_version, i.configuration);
+                println!(
+                    "  {:<28} {} {} — {}",
+                    i.id, i.crate_name, i.crate_version, i.configuration
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -106,7 +120,11 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                         errors.append(&mut e);
                     }
                 }
-                if errors.is_empty() { Ok(files.len()) } else { Err(errors) }
+                if errors.is_empty() {
+                    Ok(files.len())
+                } else {
+                    Err(errors)
+                }
             };
             match result {
                 Ok(n) => {
@@ -132,7 +150,11 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
         }
         Command::Report { run, out } => {
             let (report, _) = execute(&dir, &run)?;
-            let out = if out.is_relative() && !out.exists() && out == Path::new("reports") { server::workspace_root().join(out) } else { out };
+            let out = if out.is_relative() && !out.exists() && out == Path::new("reports") {
+                server::workspace_root().join(out)
+            } else {
+                out
+            };
             for p in report.write(&out)? {
                 println!("wrote {}", p.display());
             }
@@ -153,7 +175,12 @@ fn first_sentence(s: &str) -> &str {
     s.split_once(". ").map(|(a, _)| a).unwrap_or(s)
 }
 
-fn select<T>(all: Vec<T>, wanted: &[String], name: impl Fn(&T) -> String, what: &str) -> Result<Vec<T>> {
+fn select<T>(
+    all: Vec<T>,
+    wanted: &[String],
+    name: impl Fn(&T) -> String,
+    what: &str,
+) -> Result<Vec<T>> {
     if wanted.is_empty() {
         return Ok(all);
     }
@@ -163,27 +190,74 @@ fn select<T>(all: Vec<T>, wanted: &[String], name: impl Fn(&T) -> String, what: 
             bail!("unknown {what} '{w}'; known {what}s: {}", names.join(", "));
         }
     }
-    Ok(all.into_iter().filter(|x| wanted.contains(&name(x))).collect())
+    Ok(all
+        .into_iter()
+        .filter(|x| wanted.contains(&name(x)))
+        .collect())
 }
 
 fn execute(dir: &Path, args: &RunArgs) -> Result<(Report, Vec<Box<dyn Driver>>)> {
     let scenarios = select(load(dir)?, &args.scenario, |s| s.name.clone(), "scenario")?;
-    let drivers = select(locklab_drivers::registry(), &args.driver, |d| d.info().id.to_owned(), "driver")?;
-    let opts = ServerOptions { dsn: args.dsn.clone(), pg_bin: args.pg_bin.clone(), pg_major: None };
-    eprintln!("locklab: starting PostgreSQL ({})", if opts.dsn.is_some() { "external server" } else { "throw-away local cluster" });
+    let drivers = select(
+        locklab_drivers::registry(),
+        &args.driver,
+        |d| d.info().id.to_owned(),
+        "driver",
+    )?;
+    let opts = ServerOptions {
+        dsn: args.dsn.clone(),
+        pg_bin: args.pg_bin.clone(),
+        pg_major: None,
+    };
+    eprintln!(
+        "locklab: starting PostgreSQL ({})",
+        if opts.dsn.is_some() {
+            "external server"
+        } else {
+            "throw-away local cluster"
+        }
+    );
     let server = Server::start(&opts).context("no PostgreSQL server")?;
-    eprintln!("locklab: {} ready in {} ms", server.version(), server.startup().as_millis());
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    match (server.data_dir(), server.postmaster_pid()) {
+        (Some(dir), Some(pid)) => eprintln!(
+            "locklab: {} ready in {} ms (local cluster in {}, postmaster pid {pid})",
+            server.version(),
+            server.startup().as_millis(),
+            dir.display()
+        ),
+        _ => eprintln!(
+            "locklab: {} ready in {} ms",
+            server.version(),
+            server.startup().as_millis()
+        ),
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     let total = (scenarios.len() * drivers.len()) as u64;
     let bar = ProgressBar::new(total);
-    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} runs {msg}").expect("static template"));
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} runs {msg}").expect("static template"),
+    );
     let began = Instant::now();
-    let runs = rt.block_on(matrix::run_all(&server, &scenarios, &drivers, args.jobs, |r: &RunResult| {
-        bar.set_message(format!("{} × {}", r.scenario, r.driver));
-        bar.inc(1);
-    }));
+    let runs = rt.block_on(matrix::run_all(
+        &server,
+        &scenarios,
+        &drivers,
+        args.jobs,
+        |r: &RunResult| {
+            bar.set_message(format!("{} × {}", r.scenario, r.driver));
+            bar.inc(1);
+        },
+    ));
     bar.finish_and_clear();
-    let report = Report::new(&server, &scenarios, &drivers, runs, began.elapsed().as_secs_f64() * 1e3);
+    let report = Report::new(
+        &server,
+        &scenarios,
+        &drivers,
+        runs,
+        began.elapsed().as_secs_f64() * 1e3,
+    );
     drop(rt);
     drop(server);
     Ok((report, drivers))
@@ -192,7 +266,10 @@ fn execute(dir: &Path, args: &RunArgs) -> Result<(Report, Vec<Box<dyn Driver>>)>
 fn print_summary(runs: &[RunResult]) {
     for r in runs {
         let status = if r.passed() { "pass" } else { "FAIL" };
-        println!("{status}  {:<28} {:<16} {:>8.1} ms", r.scenario, r.driver, r.elapsed_ms);
+        println!(
+            "{status}  {:<28} {:<16} {:>8.1} ms",
+            r.scenario, r.driver, r.elapsed_ms
+        );
         for o in &r.observations {
             match o.elapsed_ms {
                 Some(ms) => println!("        {:<34} {} ({ms:.1} ms)", o.name, o.display),
@@ -200,7 +277,11 @@ fn print_summary(runs: &[RunResult]) {
             }
         }
         if !r.locks_left.is_empty() {
-            let keys: Vec<String> = r.locks_left.iter().map(|l| format!("{} ({})", l.key, l.state.as_deref().unwrap_or("?"))).collect();
+            let keys: Vec<String> = r
+                .locks_left
+                .iter()
+                .map(|l| format!("{} ({})", l.key, l.state.as_deref().unwrap_or("?")))
+                .collect();
             println!("        {:<34} {}", "locks left after run", keys.join(", "));
         }
         if let Some(f) = &r.failure {
@@ -212,5 +293,9 @@ fn print_summary(runs: &[RunResult]) {
 }
 
 fn exit_for(runs: &[RunResult]) -> ExitCode {
-    if runs.iter().all(RunResult::passed) { ExitCode::SUCCESS } else { ExitCode::from(1) }
+    if runs.iter().all(RunResult::passed) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }

@@ -50,16 +50,23 @@ order by l.granted desc, l.pid, l.classid, l.objid";
 ///
 /// # Errors
 /// A failed query, or a row that cannot be decoded.
-pub async fn advisory_locks(observer: &mut dyn Conn, key: Option<AdvisoryKey>) -> Result<Vec<LockRow>, DriverError> {
+pub async fn advisory_locks(
+    observer: &mut dyn Conn,
+    key: Option<AdvisoryKey>,
+) -> Result<Vec<LockRow>, DriverError> {
     let rows = observer.simple_query(ADVISORY_LOCKS_SQL).await?;
     let mut out = Vec::new();
     for r in rows.rows {
         let text = |i: usize| r.get(i).cloned().flatten();
         let num = |i: usize| -> Result<i64, DriverError> {
-            text(i).and_then(|t| t.parse().ok()).ok_or_else(|| DriverError::Client(format!("pg_locks: column {i} is not a number")))
+            text(i)
+                .and_then(|t| t.parse().ok())
+                .ok_or_else(|| DriverError::Client(format!("pg_locks: column {i} is not a number")))
         };
         let decoded = AdvisoryKey::decode(num(0)? as u32, num(1)? as u32, num(2)? as i16)
-            .ok_or_else(|| DriverError::Client("pg_locks: advisory row with objsubid other than 1 or 2".into()))?;
+            .ok_or_else(|| {
+                DriverError::Client("pg_locks: advisory row with objsubid other than 1 or 2".into())
+            })?;
         if key.is_some_and(|k| k != decoded) {
             continue;
         }
@@ -80,7 +87,9 @@ pub async fn advisory_locks(observer: &mut dyn Conn, key: Option<AdvisoryKey>) -
 /// # Errors
 /// A failed query.
 pub async fn is_blocked(observer: &mut dyn Conn, pid: i32) -> Result<bool, DriverError> {
-    let rows = observer.simple_query(&format!("select cardinality(pg_blocking_pids({pid})) > 0")).await?;
+    let rows = observer
+        .simple_query(&format!("select cardinality(pg_blocking_pids({pid})) > 0"))
+        .await?;
     Ok(first_is_true(&rows))
 }
 
@@ -90,7 +99,11 @@ pub async fn is_blocked(observer: &mut dyn Conn, pid: i32) -> Result<bool, Drive
 /// # Errors
 /// A failed query.
 pub async fn backend_gone(observer: &mut dyn Conn, pid: i32) -> Result<bool, DriverError> {
-    let rows = observer.simple_query(&format!("select not exists (select 1 from pg_stat_activity where pid = {pid})")).await?;
+    let rows = observer
+        .simple_query(&format!(
+            "select not exists (select 1 from pg_stat_activity where pid = {pid})"
+        ))
+        .await?;
     Ok(first_is_true(&rows))
 }
 
@@ -111,7 +124,10 @@ pub enum Polled<T> {
 ///
 /// # Errors
 /// The first error `check` returns.
-pub async fn poll_until<T, E>(deadline: Instant, mut check: impl AsyncFnMut() -> Result<Option<T>, E>) -> Result<Polled<T>, E> {
+pub async fn poll_until<T, E>(
+    deadline: Instant,
+    mut check: impl AsyncFnMut() -> Result<Option<T>, E>,
+) -> Result<Polled<T>, E> {
     loop {
         if let Some(v) = check().await? {
             return Ok(Polled::Done(v));

@@ -104,12 +104,20 @@ pub struct Summary {
 
 impl Report {
     /// Assembles a report. `elapsed_ms` is the wall time of the whole matrix.
-    pub fn new(server: &Server, scenarios: &[Scenario], drivers: &[Box<dyn Driver>], runs: Vec<RunResult>, elapsed_ms: f64) -> Report {
+    pub fn new(
+        server: &Server,
+        scenarios: &[Scenario],
+        drivers: &[Box<dyn Driver>],
+        runs: Vec<RunResult>,
+        elapsed_ms: f64,
+    ) -> Report {
         let root = crate::server::workspace_root();
         let passed = runs.iter().filter(|r| r.passed()).count();
         Report {
             schema_version: SCHEMA_VERSION,
-            generated_at: jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+            generated_at: jiff::Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%M:%SZ")
+                .to_string(),
             locklab_version: env!("CARGO_PKG_VERSION").to_owned(),
             server: ServerInfo {
                 version: server.version().to_owned(),
@@ -135,11 +143,20 @@ impl Report {
                     name: s.name.clone(),
                     description: s.description.clone(),
                     source: s.source.clone(),
-                    file: s.file.strip_prefix(&root).map(Path::to_path_buf).unwrap_or_else(|_| s.file.clone()),
+                    file: s
+                        .file
+                        .strip_prefix(&root)
+                        .map(Path::to_path_buf)
+                        .unwrap_or_else(|_| s.file.clone()),
                     observations: s.steps.iter().filter_map(|st| st.record.clone()).collect(),
                 })
                 .collect(),
-            summary: Summary { runs: runs.len(), passed, failed: runs.len() - passed, elapsed_ms },
+            summary: Summary {
+                runs: runs.len(),
+                passed,
+                failed: runs.len() - passed,
+                elapsed_ms,
+            },
             runs,
         }
     }
@@ -178,26 +195,39 @@ impl Report {
                 let cells = self
                     .drivers
                     .iter()
-                    .map(|d| match run_of(&s.name, &d.id).and_then(|r| r.observation(name)) {
-                        Some(o) => match o.elapsed_ms {
-                            Some(ms) => format!("{} ({ms:.1} ms)", esc(&o.display)),
-                            None => esc(&o.display),
+                    .map(
+                        |d| match run_of(&s.name, &d.id).and_then(|r| r.observation(name)) {
+                            Some(o) => match o.elapsed_ms {
+                                Some(ms) => format!("{} ({ms:.1} ms)", esc(&o.display)),
+                                None => esc(&o.display),
+                            },
+                            None => "—".to_owned(),
                         },
-                        None => "—".to_owned(),
-                    })
+                    )
                     .collect();
-                rows.push(Row { name: format!("`{name}`"), cells });
+                rows.push(Row {
+                    name: format!("`{name}`"),
+                    cells,
+                });
             }
             let left = self
                 .drivers
                 .iter()
                 .map(|d| match run_of(&s.name, &d.id) {
                     Some(r) if r.locks_left.is_empty() => "none".to_owned(),
-                    Some(r) => r.locks_left.iter().map(|l| format!("key {} ({})", l.key, l.state.as_deref().unwrap_or("?"))).collect::<Vec<_>>().join(", "),
+                    Some(r) => r
+                        .locks_left
+                        .iter()
+                        .map(|l| format!("key {} ({})", l.key, l.state.as_deref().unwrap_or("?")))
+                        .collect::<Vec<_>>()
+                        .join(", "),
                     None => "—".to_owned(),
                 })
                 .collect();
-            rows.push(Row { name: "locks left after run".into(), cells: left });
+            rows.push(Row {
+                name: "locks left after run".into(),
+                cells: left,
+            });
             let result = self
                 .drivers
                 .iter()
@@ -207,12 +237,25 @@ impl Report {
                     None => "—".to_owned(),
                 })
                 .collect();
-            rows.push(Row { name: "expectations".into(), cells: result });
-            tables.push(Table { name: &s.name, description: &s.description, source: s.source.as_deref(), rows });
+            rows.push(Row {
+                name: "expectations".into(),
+                cells: result,
+            });
+            tables.push(Table {
+                name: &s.name,
+                description: &s.description,
+                source: s.source.as_deref(),
+                rows,
+            });
         }
         let failures: Vec<String> = self.runs.iter().filter_map(|r| r.failure.clone()).collect();
         let mut env = minijinja::Environment::new();
-        env.set_syntax(minijinja::syntax::SyntaxConfig::builder().trim_blocks(true).keep_trailing_newline(true).build()?);
+        env.set_syntax(
+            minijinja::syntax::SyntaxConfig::builder()
+                .trim_blocks(true)
+                .keep_trailing_newline(true)
+                .build()?,
+        );
         env.add_template("matrix.md", include_str!("../templates/matrix.md.j2"))?;
         let out = env.get_template("matrix.md")?.render(minijinja::context! {
             generated_at => &self.generated_at,
@@ -234,8 +277,10 @@ impl Report {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let json = dir.join("matrix.json");
         let md = dir.join("matrix.md");
-        std::fs::write(&json, self.to_json()?).with_context(|| format!("cannot write {}", json.display()))?;
-        std::fs::write(&md, self.to_markdown()?).with_context(|| format!("cannot write {}", md.display()))?;
+        std::fs::write(&json, self.to_json()?)
+            .with_context(|| format!("cannot write {}", json.display()))?;
+        std::fs::write(&md, self.to_markdown()?)
+            .with_context(|| format!("cannot write {}", md.display()))?;
         Ok(vec![json, md])
     }
 }

@@ -10,7 +10,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use locklab_drivers::{Conn, DirectConn, Driver, DriverError, DriverInfo, DriverKind, PoolOptions, Returned, Rows};
+use locklab_drivers::{
+    Conn, DirectConn, Driver, DriverError, DriverInfo, DriverKind, PoolOptions, Returned, Rows,
+};
 use serde::Serialize;
 use tokio::task::JoinHandle;
 
@@ -109,19 +111,39 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
             return result;
         }
     };
-    if let Err(e) = admin.client().simple_query(&format!("create database \"{db}\"")).await {
-        result.failure = Some(fail(format!("cannot create database {db}: {}", DriverError::from(e))));
+    if let Err(e) = admin
+        .client()
+        .simple_query(&format!("create database \"{db}\""))
+        .await
+    {
+        result.failure = Some(fail(format!(
+            "cannot create database {db}: {}",
+            DriverError::from(e)
+        )));
         admin.close().await;
         return result;
     }
 
-    let mut run = Run { server, scenario, info: &info, db: &db, result: &mut result, slots: Vec::new(), pids: HashMap::new(), vars: HashMap::new() };
+    let mut run = Run {
+        server,
+        scenario,
+        info: &info,
+        db: &db,
+        result: &mut result,
+        slots: Vec::new(),
+        pids: HashMap::new(),
+        vars: HashMap::new(),
+    };
     let outcome = run.execute(driver).await;
     if let Err(msg) = outcome {
         result.failure = Some(fail(msg));
     }
 
-    if let Err(e) = admin.client().simple_query(&format!("drop database if exists \"{db}\" with (force)")).await {
+    if let Err(e) = admin
+        .client()
+        .simple_query(&format!("drop database if exists \"{db}\" with (force)"))
+        .await
+    {
         let msg = format!("cannot drop database {db}: {}", DriverError::from(e));
         result.failure.get_or_insert_with(|| fail(msg));
     }
@@ -133,7 +155,17 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
 fn database_name(scenario: &str, driver: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let clean = |s: &str| s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect::<String>();
+    let clean = |s: &str| {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect::<String>()
+    };
     let mut name = format!("ll_{}_{}", clean(scenario), clean(driver));
     name.truncate(40);
     format!("{name}_{}_{n}", std::process::id())
@@ -152,7 +184,11 @@ enum Slot {
     /// A connection, idle on our side.
     Ready(Box<dyn Conn>),
     /// A background step is running on the connection.
-    Busy { step: usize, started: Instant, handle: JoinHandle<(Box<dyn Conn>, SqlOutcome)> },
+    Busy {
+        step: usize,
+        started: Instant,
+        handle: JoinHandle<(Box<dyn Conn>, SqlOutcome)>,
+    },
 }
 
 struct Run<'a> {
@@ -170,18 +206,36 @@ struct Run<'a> {
 
 impl Run<'_> {
     async fn execute(&mut self, driver: &dyn Driver) -> Result<(), String> {
-        let spec = self.server.spec(self.db, &format!("locklab-{}", self.info.id));
-        let opts = PoolOptions { max_size: self.scenario.pool_max_size, checkout_timeout: Duration::from_secs(CHECKOUT_TIMEOUT_S) };
-        let pool = driver.pool(&spec, opts).await.map_err(|e| format!("cannot build the pool: {e}"))?;
-        let mut monitor = DirectConn::connect(&self.server.spec(self.db, "locklab-monitor")).await.map_err(|e| format!("cannot open the monitor connection: {e}"))?;
+        let spec = self
+            .server
+            .spec(self.db, &format!("locklab-{}", self.info.id));
+        let opts = PoolOptions {
+            max_size: self.scenario.pool_max_size,
+            checkout_timeout: Duration::from_secs(CHECKOUT_TIMEOUT_S),
+        };
+        let pool = driver
+            .pool(&spec, opts)
+            .await
+            .map_err(|e| format!("cannot build the pool: {e}"))?;
+        let mut monitor = DirectConn::connect(&self.server.spec(self.db, "locklab-monitor"))
+            .await
+            .map_err(|e| format!("cannot open the monitor connection: {e}"))?;
 
         let mut outcome = Ok(());
         for (i, actor) in self.scenario.actors.iter().enumerate() {
             self.slots.push(Slot::Empty);
             if actor.via == Via::Direct {
-                match DirectConn::connect(&self.server.spec(self.db, &format!("locklab-{}", actor.name))).await {
+                match DirectConn::connect(
+                    &self
+                        .server
+                        .spec(self.db, &format!("locklab-{}", actor.name)),
+                )
+                .await
+                {
                     Ok(c) => self.slots[i] = Slot::Ready(Box::new(c)),
-                    Err(e) => outcome = Err(format!("cannot connect direct actor '{}': {e}", actor.name)),
+                    Err(e) => {
+                        outcome = Err(format!("cannot connect direct actor '{}': {e}", actor.name))
+                    }
                 }
                 if outcome.is_ok() {
                     outcome = self.learn_pid(i).await;
@@ -196,17 +250,38 @@ impl Run<'_> {
                     Some(When::Direct) => self.info.kind != DriverKind::Direct,
                     None => false,
                 };
-                let r = if skipped { self.skip(step) } else { self.step(step, pool.as_ref(), &mut monitor).await };
+                let r = if skipped {
+                    self.skip(step)
+                } else {
+                    self.step(step, pool.as_ref(), &mut monitor).await
+                };
                 let label = step.label(&self.scenario.actors);
                 let outcome_text = match (&r, skipped) {
-                    (Ok(()), true) => format!("skipped ({} drivers only)", if step.when == Some(When::Pooled) { "pooled" } else { "direct" }),
+                    (Ok(()), true) => format!(
+                        "skipped ({} drivers only)",
+                        if step.when == Some(When::Pooled) {
+                            "pooled"
+                        } else {
+                            "direct"
+                        }
+                    ),
                     (Ok(()), false) => "ok".to_owned(),
                     (Err(e), _) => e.clone(),
                 };
-                self.result.steps.push(StepReport { step: step.index + 1, label: label.clone(), elapsed_ms: ms(began.elapsed()), outcome: outcome_text });
+                self.result.steps.push(StepReport {
+                    step: step.index + 1,
+                    label: label.clone(),
+                    elapsed_ms: ms(began.elapsed()),
+                    outcome: outcome_text,
+                });
                 if let Err(e) = r {
                     let pos = step.pos;
-                    outcome = Err(format!("{label} at {}:{}:{}: {e}", self.scenario.file.display(), pos.line, pos.column));
+                    outcome = Err(format!(
+                        "{label} at {}:{}:{}: {e}",
+                        self.scenario.file.display(),
+                        pos.line,
+                        pos.column
+                    ));
                     break;
                 }
             }
@@ -262,22 +337,38 @@ impl Run<'_> {
     fn conn(&mut self, actor: usize) -> Result<&mut Box<dyn Conn>, String> {
         match &mut self.slots[actor] {
             Slot::Ready(c) => Ok(c),
-            Slot::Empty => Err(format!("actor '{}' has no connection", self.scenario.actors[actor].name)),
-            Slot::Busy { .. } => Err(format!("actor '{}' is running a background step", self.scenario.actors[actor].name)),
+            Slot::Empty => Err(format!(
+                "actor '{}' has no connection",
+                self.scenario.actors[actor].name
+            )),
+            Slot::Busy { .. } => Err(format!(
+                "actor '{}' is running a background step",
+                self.scenario.actors[actor].name
+            )),
         }
     }
 
     async fn learn_pid(&mut self, actor: usize) -> Result<(), String> {
         let conn = self.conn(actor)?;
-        let rows = conn.simple_query("select pg_backend_pid()").await.map_err(|e| format!("cannot read the backend pid: {e}"))?;
-        let pid = rows.first_value().flatten().and_then(|v| v.parse().ok()).ok_or("pg_backend_pid() returned no number")?;
+        let rows = conn
+            .simple_query("select pg_backend_pid()")
+            .await
+            .map_err(|e| format!("cannot read the backend pid: {e}"))?;
+        let pid = rows
+            .first_value()
+            .flatten()
+            .and_then(|v| v.parse().ok())
+            .ok_or("pg_backend_pid() returned no number")?;
         self.pids.insert(actor, pid);
         Ok(())
     }
 
     /// The actor whose connection has (or last had) backend `pid`.
     fn actor_of(&self, pid: i32) -> Option<&str> {
-        self.pids.iter().find(|(_, p)| **p == pid).map(|(a, _)| self.scenario.actors[*a].name.as_str())
+        self.pids
+            .iter()
+            .find(|(_, p)| **p == pid)
+            .map(|(a, _)| self.scenario.actors[*a].name.as_str())
     }
 
     fn substitute(&self, sql: &str) -> String {
@@ -288,7 +379,12 @@ impl Run<'_> {
         out
     }
 
-    async fn step(&mut self, step: &Step, pool: &dyn locklab_drivers::Pool, monitor: &mut DirectConn) -> Result<(), String> {
+    async fn step(
+        &mut self,
+        step: &Step,
+        pool: &dyn locklab_drivers::Pool,
+        monitor: &mut DirectConn,
+    ) -> Result<(), String> {
         let deadline = Duration::from_millis(step.deadline_ms);
         let actor = step.actor;
         let name = self.scenario.actors[actor].name.clone();
@@ -297,7 +393,9 @@ impl Run<'_> {
             StepKind::Sql(sql) => {
                 let sql = self.substitute(sql);
                 if step.background {
-                    let Slot::Ready(mut conn) = std::mem::replace(&mut self.slots[actor], Slot::Empty) else {
+                    let Slot::Ready(mut conn) =
+                        std::mem::replace(&mut self.slots[actor], Slot::Empty)
+                    else {
                         return Err(format!("actor '{name}' has no idle connection"));
                     };
                     let started = Instant::now();
@@ -306,29 +404,42 @@ impl Run<'_> {
                         let r = conn.simple_query(&sql).await;
                         (conn, (r, t0.elapsed()))
                     });
-                    self.slots[actor] = Slot::Busy { step: step.index, started, handle };
+                    self.slots[actor] = Slot::Busy {
+                        step: step.index,
+                        started,
+                        handle,
+                    };
                     return Ok(());
                 }
                 let conn = self.conn(actor)?;
                 let t0 = Instant::now();
-                let r = tokio::time::timeout(deadline, conn.simple_query(&sql)).await.map_err(|_| late())?;
+                let r = tokio::time::timeout(deadline, conn.simple_query(&sql))
+                    .await
+                    .map_err(|_| late())?;
                 self.finish_sql(step, (r, t0.elapsed()))
             }
             StepKind::Do(Action::Checkout) => {
-                let conn = tokio::time::timeout(deadline, pool.checkout()).await.map_err(|_| late())?.map_err(|e| format!("checkout failed: {e}"))?;
+                let conn = tokio::time::timeout(deadline, pool.checkout())
+                    .await
+                    .map_err(|_| late())?
+                    .map_err(|e| format!("checkout failed: {e}"))?;
                 self.slots[actor] = Slot::Ready(conn);
                 self.learn_pid(actor).await
             }
             StepKind::Do(Action::Return) => {
-                let Slot::Ready(conn) = std::mem::replace(&mut self.slots[actor], Slot::Empty) else {
+                let Slot::Ready(conn) = std::mem::replace(&mut self.slots[actor], Slot::Empty)
+                else {
                     return Err(format!("actor '{name}' has no connection to return"));
                 };
-                let returned = tokio::time::timeout(deadline, conn.give_back()).await.map_err(|_| late())?;
+                let returned = tokio::time::timeout(deadline, conn.give_back())
+                    .await
+                    .map_err(|_| late())?;
                 if returned == Returned::Closed {
                     // The backend exits asynchronously after the socket closes; wait
                     // until the server has let it go (and with it its locks).
                     if let Some(&pid) = self.pids.get(&actor) {
-                        self.wait_gone(monitor, pid, Instant::now() + deadline).await?;
+                        self.wait_gone(monitor, pid, Instant::now() + deadline)
+                            .await?;
                     }
                 }
                 Ok(())
@@ -337,45 +448,63 @@ impl Run<'_> {
                 let sql = action.transaction_sql().unwrap_or("select 1");
                 let conn = self.conn(actor)?;
                 let t0 = Instant::now();
-                let r = tokio::time::timeout(deadline, conn.simple_query(sql)).await.map_err(|_| late())?;
+                let r = tokio::time::timeout(deadline, conn.simple_query(sql))
+                    .await
+                    .map_err(|_| late())?;
                 self.finish_sql(step, (r, t0.elapsed()))
             }
             StepKind::Observe(_, key) => {
                 let conn = self.conn(actor)?;
-                let rows = tokio::time::timeout(deadline, observe::advisory_locks(conn.as_mut(), *key))
-                    .await
-                    .map_err(|_| late())?
-                    .map_err(|e| format!("observe failed: {e}"))?;
+                let rows =
+                    tokio::time::timeout(deadline, observe::advisory_locks(conn.as_mut(), *key))
+                        .await
+                        .map_err(|_| late())?
+                        .map_err(|e| format!("observe failed: {e}"))?;
                 self.finish_observe(step, rows)
             }
             StepKind::Blocked(target) => {
                 let target = *target;
-                let pid = *self.pids.get(&target).ok_or("blocked: the target has no backend pid")?;
+                let pid = *self
+                    .pids
+                    .get(&target)
+                    .ok_or("blocked: the target has no backend pid")?;
                 let tname = self.scenario.actors[target].name.clone();
-                let until = Instant::now() + deadline;
-                loop {
-                    if let Slot::Busy { handle, .. } = &self.slots[target] {
-                        if handle.is_finished() {
-                            return Err(format!("'{tname}' finished its background step instead of blocking"));
-                        }
+                let polled = poll_until(Instant::now() + deadline, async || {
+                    if let Slot::Busy { handle, .. } = &self.slots[target]
+                        && handle.is_finished()
+                    {
+                        return Err(format!(
+                            "'{tname}' finished its background step instead of blocking"
+                        ));
                     }
                     let conn = self.conn(actor)?;
-                    if observe::is_blocked(conn.as_mut(), pid).await.map_err(|e| e.to_string())? {
-                        return Ok(());
-                    }
-                    if Instant::now() >= until {
-                        return Err(format!("'{tname}' (backend pid {pid}) was not blocked on a lock within {} ms", step.deadline_ms));
-                    }
-                    tokio::time::sleep(Duration::from_millis(observe::POLL_INTERVAL_MS)).await;
+                    observe::is_blocked(conn.as_mut(), pid)
+                        .await
+                        .map(|b| b.then_some(()))
+                        .map_err(|e| e.to_string())
+                })
+                .await?;
+                match polled {
+                    Polled::Done(()) => Ok(()),
+                    Polled::TimedOut => Err(format!(
+                        "'{tname}' (backend pid {pid}) was not blocked on a lock within {} ms",
+                        step.deadline_ms
+                    )),
                 }
             }
             StepKind::Await(bg) => {
-                let Slot::Busy { step: s, started, handle } = std::mem::replace(&mut self.slots[actor], Slot::Empty) else {
+                let Slot::Busy {
+                    step: s,
+                    started,
+                    handle,
+                } = std::mem::replace(&mut self.slots[actor], Slot::Empty)
+                else {
                     return Err(format!("actor '{name}' has no background step to await"));
                 };
                 debug_assert_eq!(s, *bg);
                 let bg_step = &self.scenario.steps[*bg];
-                let remaining = Duration::from_millis(bg_step.deadline_ms).saturating_sub(started.elapsed());
+                let remaining =
+                    Duration::from_millis(bg_step.deadline_ms).saturating_sub(started.elapsed());
                 let (conn, outcome) = match tokio::time::timeout(remaining, handle).await {
                     Ok(Ok(v)) => v,
                     Ok(Err(e)) => return Err(format!("background step {} panicked: {e}", bg + 1)),
@@ -394,13 +523,24 @@ impl Run<'_> {
         }
     }
 
-    async fn wait_gone(&self, monitor: &mut DirectConn, pid: i32, until: Instant) -> Result<(), String> {
-        let polled = poll_until(until, async || observe::backend_gone(&mut *monitor, pid).await.map(|g| g.then_some(())))
+    async fn wait_gone(
+        &self,
+        monitor: &mut DirectConn,
+        pid: i32,
+        until: Instant,
+    ) -> Result<(), String> {
+        let polled = poll_until(until, async || {
+            observe::backend_gone(&mut *monitor, pid)
+                .await
+                .map(|g| g.then_some(()))
+        })
         .await
         .map_err(|e| e.to_string())?;
         match polled {
             Polled::Done(()) => Ok(()),
-            Polled::TimedOut => Err(format!("backend {pid} was still in pg_stat_activity after its connection was closed")),
+            Polled::TimedOut => Err(format!(
+                "backend {pid} was still in pg_stat_activity after its connection was closed"
+            )),
         }
     }
 
@@ -416,7 +556,9 @@ impl Run<'_> {
             return Err(format!("unexpected error: {e}"));
         }
         if let (Some(var), Ok(rows)) = (&step.save, &result) {
-            let v = rows.first_value().ok_or_else(|| format!("'save: {var}' but the statement returned no row"))?;
+            let v = rows
+                .first_value()
+                .ok_or_else(|| format!("'save: {var}' but the statement returned no row"))?;
             self.vars.insert(var.clone(), v.map(str::to_owned));
         }
         if let Some(name) = &step.record {
@@ -428,10 +570,21 @@ impl Run<'_> {
                 },
                 Err(e) => {
                     let code = e.sqlstate().map(str::to_owned);
-                    (serde_json::json!({ "error": e.to_string() }), code.clone().unwrap_or_else(|| "client error".into()), code)
+                    (
+                        serde_json::json!({ "error": e.to_string() }),
+                        code.clone().unwrap_or_else(|| "client error".into()),
+                        code,
+                    )
                 }
             };
-            self.result.observations.push(Observation { name: name.clone(), step: step.index + 1, value, display, sqlstate, elapsed_ms: Some(elapsed) });
+            self.result.observations.push(Observation {
+                name: name.clone(),
+                step: step.index + 1,
+                value,
+                display,
+                sqlstate,
+                elapsed_ms: Some(elapsed),
+            });
         }
         Ok(())
     }
@@ -440,21 +593,32 @@ impl Run<'_> {
         let holders: Vec<&LockRow> = rows.iter().filter(|r| r.granted).collect();
         let waiters: Vec<&LockRow> = rows.iter().filter(|r| !r.granted).collect();
         if let Some(e) = &step.expect {
-            if let Some(h) = e.held {
-                if h != !holders.is_empty() {
-                    return Err(format!("expected the lock {}, but {}", if h { "held" } else { "not held" }, self.describe(&holders, &waiters)));
-                }
+            if let Some(h) = e.held
+                && h == holders.is_empty()
+            {
+                return Err(format!(
+                    "expected the lock {}, but {}",
+                    if h { "held" } else { "not held" },
+                    self.describe(&holders, &waiters)
+                ));
             }
             if let Some(var) = &e.holder_pid {
                 let want = self.vars.get(var).cloned().flatten().unwrap_or_default();
                 if let Some(r) = holders.iter().find(|r| r.pid.to_string() != want) {
-                    return Err(format!("expected every holder to be backend {want} (${{{var}}}), but backend {} holds {}", r.pid, r.key));
+                    return Err(format!(
+                        "expected every holder to be backend {want} (${{{var}}}), but backend {} holds {}",
+                        r.pid, r.key
+                    ));
                 }
             }
-            if let Some(state) = &e.holder_state {
-                if let Some(r) = holders.iter().find(|r| r.state.as_deref() != Some(state)) {
-                    return Err(format!("expected every holder in state '{state}', but backend {} is '{}'", r.pid, r.state.as_deref().unwrap_or("?")));
-                }
+            if let Some(state) = &e.holder_state
+                && let Some(r) = holders.iter().find(|r| r.state.as_deref() != Some(state))
+            {
+                return Err(format!(
+                    "expected every holder in state '{state}', but backend {} is '{}'",
+                    r.pid,
+                    r.state.as_deref().unwrap_or("?")
+                ));
             }
         }
         if let Some(name) = &step.record {
@@ -465,18 +629,32 @@ impl Run<'_> {
                 "waiters": waiters.iter().map(|r| who(r)).collect::<Vec<_>>(),
             });
             let display = self.describe(&holders, &waiters);
-            self.result.observations.push(Observation { name: name.clone(), step: step.index + 1, value, display, sqlstate: None, elapsed_ms: None });
+            self.result.observations.push(Observation {
+                name: name.clone(),
+                step: step.index + 1,
+                value,
+                display,
+                sqlstate: None,
+                elapsed_ms: None,
+            });
         }
         Ok(())
     }
 
     /// `held by worker (idle)`, `not held`, `held by a (idle in transaction); b waits`.
     fn describe(&self, holders: &[&LockRow], waiters: &[&LockRow]) -> String {
-        let name = |r: &LockRow| self.actor_of(r.pid).map(str::to_owned).unwrap_or_else(|| format!("backend {}", r.pid));
+        let name = |r: &LockRow| {
+            self.actor_of(r.pid)
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("backend {}", r.pid))
+        };
         let mut s = if holders.is_empty() {
             "not held".to_owned()
         } else {
-            let hs: Vec<String> = holders.iter().map(|r| format!("{} ({})", name(r), r.state.as_deref().unwrap_or("?"))).collect();
+            let hs: Vec<String> = holders
+                .iter()
+                .map(|r| format!("{} ({})", name(r), r.state.as_deref().unwrap_or("?")))
+                .collect();
             format!("held by {}", hs.join(", "))
         };
         if !waiters.is_empty() {
@@ -503,33 +681,48 @@ fn typed(t: &str) -> (serde_json::Value, String, Option<String>) {
 ///
 /// # Errors
 /// A sentence saying what was expected and what happened.
-pub fn check_sql(e: &Expect, result: &Result<Rows, DriverError>, elapsed_ms: f64) -> Result<(), String> {
+pub fn check_sql(
+    e: &Expect,
+    result: &Result<Rows, DriverError>,
+    elapsed_ms: f64,
+) -> Result<(), String> {
     match (&e.error, result) {
         (Some(code), Err(err)) if err.sqlstate() == Some(code.as_str()) => {}
         (Some(code), Err(err)) => return Err(format!("expected SQLSTATE {code}, got {err}")),
         (Some(code), Ok(rows)) => {
-            return Err(format!("expected SQLSTATE {code}, but the statement succeeded ({})", show_first(rows)));
+            return Err(format!(
+                "expected SQLSTATE {code}, but the statement succeeded ({})",
+                show_first(rows)
+            ));
         }
         (None, Err(err)) => return Err(format!("unexpected error: {err}")),
         (None, Ok(rows)) => {
             if let Some(want) = &e.value {
                 match rows.first_value() {
-                    None => return Err(format!("expected {want}, but the statement returned no row")),
-                    Some(got) if !want.matches(got) => return Err(format!("expected {want}, got {}", show_first(rows))),
+                    None => {
+                        return Err(format!(
+                            "expected {want}, but the statement returned no row"
+                        ));
+                    }
+                    Some(got) if !want.matches(got) => {
+                        return Err(format!("expected {want}, got {}", show_first(rows)));
+                    }
                     Some(_) => {}
                 }
             }
-            if let Some(n) = e.rows {
-                if rows.rows.len() as u64 != n {
-                    return Err(format!("expected {n} row(s), got {}", rows.rows.len()));
-                }
+            if let Some(n) = e.rows
+                && rows.rows.len() as u64 != n
+            {
+                return Err(format!("expected {n} row(s), got {}", rows.rows.len()));
             }
         }
     }
     if let Some(b) = e.elapsed_ms {
         let (min, max) = (b.min.unwrap_or(0.0), b.max.unwrap_or(f64::INFINITY));
         if elapsed_ms < min || elapsed_ms > max {
-            return Err(format!("took {elapsed_ms:.1} ms, expected between {min} and {max} ms"));
+            return Err(format!(
+                "took {elapsed_ms:.1} ms, expected between {min} and {max} ms"
+            ));
         }
     }
     Ok(())

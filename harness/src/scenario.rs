@@ -4,7 +4,9 @@
 //! Every error found while loading names `file:line:column`. The format is
 //! documented for users in the README ("Scenario format").
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+
+use indexmap::IndexMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -32,7 +34,10 @@ pub struct Pos {
 
 impl Pos {
     fn of(loc: &serde_saphyr::Location) -> Pos {
-        Pos { line: loc.line(), column: loc.column() }
+        Pos {
+            line: loc.line(),
+            column: loc.column(),
+        }
     }
 }
 
@@ -62,8 +67,8 @@ struct RawScenario {
     #[serde(default)]
     pool: RawPool,
     #[serde(default)]
-    step_deadline_ms: Option<Spanned<u64>>,
-    actors: Spanned<BTreeMap<String, Spanned<RawActor>>>,
+    step_deadline_ms: Option<Spanned<i64>>,
+    actors: Spanned<IndexMap<String, Spanned<RawActor>>>,
     steps: Spanned<Vec<Spanned<RawStep>>>,
 }
 
@@ -71,7 +76,7 @@ struct RawScenario {
 #[serde(deny_unknown_fields)]
 struct RawPool {
     #[serde(default)]
-    max_size: Option<Spanned<u32>>,
+    max_size: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -159,7 +164,7 @@ struct RawStep {
     #[serde(default)]
     background: bool,
     #[serde(default)]
-    deadline_ms: Option<Spanned<u64>>,
+    deadline_ms: Option<Spanned<i64>>,
     #[serde(default)]
     expect: Option<Spanned<RawExpect>>,
     #[serde(default)]
@@ -377,7 +382,12 @@ impl Step {
             StepKind::Blocked(t) => format!("blocked: {}", actors[*t].name),
             StepKind::Await(s) => format!("await step {}", s + 1),
         };
-        format!("step {} ({}: {})", self.index + 1, actors[self.actor].name, what)
+        format!(
+            "step {} ({}: {})",
+            self.index + 1,
+            actors[self.actor].name,
+            what
+        )
     }
 }
 
@@ -414,10 +424,16 @@ const CONDITIONS: &[(&str, &str)] = &[
 ];
 
 fn sqlstate_of(s: &str) -> Option<String> {
-    if s.len() == 5 && s.chars().all(|c| c.is_ascii_digit() || c.is_ascii_uppercase()) {
+    if s.len() == 5
+        && s.chars()
+            .all(|c| c.is_ascii_digit() || c.is_ascii_uppercase())
+    {
         return Some(s.to_owned());
     }
-    CONDITIONS.iter().find(|(n, _)| *n == s).map(|(_, c)| (*c).to_owned())
+    CONDITIONS
+        .iter()
+        .find(|(n, _)| *n == s)
+        .map(|(_, c)| (*c).to_owned())
 }
 
 // ---------------------------------------------------------------------------
@@ -431,7 +447,11 @@ fn sqlstate_of(s: &str) -> Option<String> {
 /// at 1:1 of the directory).
 pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
     let entries = std::fs::read_dir(dir).map_err(|e| {
-        vec![ScenarioError { file: dir.to_owned(), pos: Pos { line: 1, column: 1 }, message: format!("cannot read scenario directory: {e}") }]
+        vec![ScenarioError {
+            file: dir.to_owned(),
+            pos: Pos { line: 1, column: 1 },
+            message: format!("cannot read scenario directory: {e}"),
+        }]
     })?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -452,11 +472,19 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
             errors.push(ScenarioError {
                 file: s.file.clone(),
                 pos: Pos { line: 1, column: 1 },
-                message: format!("scenario name '{}' is also used by {}", s.name, first.display()),
+                message: format!(
+                    "scenario name '{}' is also used by {}",
+                    s.name,
+                    first.display()
+                ),
             });
         }
     }
-    if errors.is_empty() { Ok(out) } else { Err(errors) }
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        Err(errors)
+    }
 }
 
 /// Loads and validates one scenario file.
@@ -466,7 +494,11 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
 /// semantic error found by validation, each with `file:line:column`.
 pub fn load_file(path: &Path) -> Result<Scenario, Vec<ScenarioError>> {
     let text = std::fs::read_to_string(path).map_err(|e| {
-        vec![ScenarioError { file: path.to_owned(), pos: Pos { line: 1, column: 1 }, message: format!("cannot read file: {e}") }]
+        vec![ScenarioError {
+            file: path.to_owned(),
+            pos: Pos { line: 1, column: 1 },
+            message: format!("cannot read file: {e}"),
+        }]
     })?;
     parse(path, &text)
 }
@@ -477,18 +509,43 @@ pub fn load_file(path: &Path) -> Result<Scenario, Vec<ScenarioError>> {
 /// As [`load_file`].
 pub fn parse(path: &Path, text: &str) -> Result<Scenario, Vec<ScenarioError>> {
     let raw: RawScenario = serde_saphyr::from_str(text).map_err(|e| vec![yaml_error(path, &e)])?;
-    Validator { file: path, errors: Vec::new() }.run(raw)
+    Validator {
+        file: path,
+        errors: Vec::new(),
+    }
+    .run(raw)
 }
 
 fn yaml_error(path: &Path, e: &serde_saphyr::Error) -> ScenarioError {
-    let pos = e.location().map(|l| Pos::of(&l)).filter(|p| p.line > 0).unwrap_or(Pos { line: 1, column: 1 });
+    let pos = e
+        .location()
+        .map(|l| Pos::of(&l))
+        .filter(|p| p.line > 0)
+        .unwrap_or(Pos { line: 1, column: 1 });
     let opts = serde_saphyr::render_options! { snippets: serde_saphyr::SnippetMode::Off };
     let mut message = e.render_with_options(opts);
     // The plain rendering ends with " at line L, column C"; we print that in front.
     if let Some(i) = message.rfind(" at line ") {
         message.truncate(i);
     }
-    ScenarioError { file: path.to_owned(), pos, message: message.trim().to_owned() }
+    // Advice meant for programs embedding the parser, not for scenario authors.
+    if let Some(i) = message.find(", set DuplicateKeyPolicy") {
+        message.truncate(i);
+    }
+    // "invalid i64" and the like: say it in words.
+    if let Some(ty) = message.strip_prefix("invalid ")
+        && matches!(
+            ty,
+            "i8" | "i16" | "i32" | "i64" | "u8" | "u16" | "u32" | "u64" | "i128" | "u128"
+        )
+    {
+        message = format!("expected a whole number ({ty})");
+    }
+    ScenarioError {
+        file: path.to_owned(),
+        pos,
+        message: message.trim().to_owned(),
+    }
 }
 
 struct Validator<'a> {
@@ -507,13 +564,21 @@ enum Conn {
 
 impl Validator<'_> {
     fn err(&mut self, pos: Pos, message: impl Into<String>) {
-        self.errors.push(ScenarioError { file: self.file.to_owned(), pos, message: message.into() });
+        self.errors.push(ScenarioError {
+            file: self.file.to_owned(),
+            pos,
+            message: message.into(),
+        });
     }
 
     fn run(mut self, raw: RawScenario) -> Result<Scenario, Vec<ScenarioError>> {
         let name_pos = Pos::of(&raw.name.referenced);
         let name = raw.name.value.trim().to_owned();
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
             self.err(name_pos, format!("scenario name '{name}' must be non-empty and use only letters, digits, '-' and '_'"));
         }
         let step_deadline = match &raw.step_deadline_ms {
@@ -521,24 +586,48 @@ impl Validator<'_> {
             None => DEFAULT_STEP_DEADLINE_MS,
         };
         let pool_max_size = match &raw.pool.max_size {
-            Some(s) if s.value == 0 || s.value > 100 => {
-                self.err(Pos::of(&s.referenced), format!("pool.max_size must be between 1 and 100, got {}", s.value));
+            Some(s) if !(1..=100).contains(&s.value) => {
+                self.err(
+                    Pos::of(&s.referenced),
+                    format!("pool.max_size must be between 1 and 100, got {}", s.value),
+                );
                 DEFAULT_POOL_MAX_SIZE
             }
-            Some(s) => s.value,
+            Some(s) => s.value as u32,
             None => DEFAULT_POOL_MAX_SIZE,
         };
 
-        let actors: Vec<Actor> = raw.actors.value.iter().map(|(n, a)| Actor { name: n.clone(), via: a.value.via }).collect();
+        let actors: Vec<Actor> = raw
+            .actors
+            .value
+            .iter()
+            .map(|(n, a)| Actor {
+                name: n.clone(),
+                via: a.value.via,
+            })
+            .collect();
         if actors.is_empty() {
-            self.err(Pos::of(&raw.actors.referenced), "a scenario needs at least one actor");
+            self.err(
+                Pos::of(&raw.actors.referenced),
+                "a scenario needs at least one actor",
+            );
         }
         if actors.len() > 64 {
-            self.err(Pos::of(&raw.actors.referenced), format!("{} actors; at most 64 are allowed", actors.len()));
+            self.err(
+                Pos::of(&raw.actors.referenced),
+                format!("{} actors; at most 64 are allowed", actors.len()),
+            );
         }
-        let actor_index: HashMap<&str, usize> = actors.iter().enumerate().map(|(i, a)| (a.name.as_str(), i)).collect();
+        let actor_index: HashMap<&str, usize> = actors
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (a.name.as_str(), i))
+            .collect();
         if raw.steps.value.is_empty() {
-            self.err(Pos::of(&raw.steps.referenced), "a scenario needs at least one step");
+            self.err(
+                Pos::of(&raw.steps.referenced),
+                "a scenario needs at least one step",
+            );
         }
 
         let mut steps = Vec::new();
@@ -555,15 +644,36 @@ impl Validator<'_> {
         for (index, spanned) in raw.steps.value.into_iter().enumerate() {
             let pos = Pos::of(&spanned.referenced);
             let s = spanned.value;
-            let Some(step) = self.step(index, pos, s, step_deadline, &actors, &actor_index, &mut state, &mut ids, &mut saved, &mut records) else {
+            let Some(step) = self.step(
+                index,
+                pos,
+                s,
+                step_deadline,
+                &actors,
+                &actor_index,
+                &mut state,
+                &mut ids,
+                &mut saved,
+                &mut records,
+            ) else {
                 continue;
             };
             steps.push(step);
         }
         for (i, st) in state.iter().enumerate() {
             if let Conn::Busy(b) = st {
-                let pos = steps.iter().find(|s| s.index == *b).map(|s| s.pos).unwrap_or_default();
-                self.err(pos, format!("background step of actor '{}' is never awaited", actors[i].name));
+                let pos = steps
+                    .iter()
+                    .find(|s| s.index == *b)
+                    .map(|s| s.pos)
+                    .unwrap_or_default();
+                self.err(
+                    pos,
+                    format!(
+                        "background step of actor '{}' is never awaited",
+                        actors[i].name
+                    ),
+                );
             }
         }
         if self.errors.is_empty() {
@@ -581,12 +691,20 @@ impl Validator<'_> {
         }
     }
 
-    fn deadline(&mut self, d: &Spanned<u64>) -> u64 {
-        if d.value == 0 || d.value > MAX_STEP_DEADLINE_MS {
-            self.err(Pos::of(&d.referenced), format!("deadline must be between 1 and {MAX_STEP_DEADLINE_MS} ms, got {}", d.value));
-            return DEFAULT_STEP_DEADLINE_MS;
+    fn deadline(&mut self, d: &Spanned<i64>) -> u64 {
+        match u64::try_from(d.value) {
+            Ok(v) if (1..=MAX_STEP_DEADLINE_MS).contains(&v) => v,
+            _ => {
+                self.err(
+                    Pos::of(&d.referenced),
+                    format!(
+                        "deadline must be between 1 and {MAX_STEP_DEADLINE_MS} ms, got {}",
+                        d.value
+                    ),
+                );
+                DEFAULT_STEP_DEADLINE_MS
+            }
         }
-        d.value
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -604,7 +722,13 @@ impl Validator<'_> {
         records: &mut HashMap<String, Pos>,
     ) -> Option<Step> {
         let n = index + 1;
-        let kinds = [s.sql.is_some(), s.action.is_some(), s.observe.is_some(), s.blocked.is_some(), s.await_step.is_some()];
+        let kinds = [
+            s.sql.is_some(),
+            s.action.is_some(),
+            s.observe.is_some(),
+            s.blocked.is_some(),
+            s.await_step.is_some(),
+        ];
         let count = kinds.iter().filter(|k| **k).count();
         if count != 1 {
             self.err(pos, format!("step {n} must have exactly one of 'sql', 'do', 'observe', 'blocked', 'await' (found {count})"));
@@ -615,7 +739,10 @@ impl Validator<'_> {
             None => step_deadline,
         };
         if s.key.is_some() && s.observe.is_none() {
-            self.err(pos, format!("step {n}: 'key' only applies to 'observe' steps"));
+            self.err(
+                pos,
+                format!("step {n}: 'key' only applies to 'observe' steps"),
+            );
         }
 
         // Resolve the actor.
@@ -624,11 +751,23 @@ impl Validator<'_> {
                 self.err(pos, format!("step {n}: an 'await' step takes the actor of the awaited step; remove 'actor'"));
             }
             let Some(&target) = ids.get(&aw.value) else {
-                self.err(Pos::of(&aw.referenced), format!("step {n} awaits '{}', which is not the id of an earlier step", aw.value));
+                self.err(
+                    Pos::of(&aw.referenced),
+                    format!(
+                        "step {n} awaits '{}', which is not the id of an earlier step",
+                        aw.value
+                    ),
+                );
                 return None;
             };
             let Some(a) = state.iter().position(|c| *c == Conn::Busy(target)) else {
-                self.err(Pos::of(&aw.referenced), format!("step {n} awaits '{}', which is not a background step in flight", aw.value));
+                self.err(
+                    Pos::of(&aw.referenced),
+                    format!(
+                        "step {n} awaits '{}', which is not a background step in flight",
+                        aw.value
+                    ),
+                );
                 return None;
             };
             a
@@ -641,7 +780,14 @@ impl Validator<'_> {
                 Some(&i) => i,
                 None => {
                     let known: Vec<&str> = actors.iter().map(|a| a.name.as_str()).collect();
-                    self.err(Pos::of(&a.referenced), format!("step {n}: unknown actor '{}'; actors are: {}", a.value, known.join(", ")));
+                    self.err(
+                        Pos::of(&a.referenced),
+                        format!(
+                            "step {n}: unknown actor '{}'; actors are: {}",
+                            a.value,
+                            known.join(", ")
+                        ),
+                    );
                     return None;
                 }
             }
@@ -654,7 +800,10 @@ impl Validator<'_> {
             }
             for var in placeholders(&sql) {
                 if !saved.contains(&var) {
-                    self.err(pos, format!("step {n}: '${{{var}}}' is not saved by an earlier step"));
+                    self.err(
+                        pos,
+                        format!("step {n}: '${{{var}}}' is not saved by an earlier step"),
+                    );
                 }
             }
             StepKind::Sql(sql)
@@ -666,11 +815,20 @@ impl Validator<'_> {
             match actor_index.get(b.value.as_str()) {
                 Some(&t) if matches!(state[t], Conn::Busy(_)) => StepKind::Blocked(t),
                 Some(_) => {
-                    self.err(Pos::of(&b.referenced), format!("step {n}: 'blocked: {}' needs a background step of '{}' in flight", b.value, b.value));
+                    self.err(
+                        Pos::of(&b.referenced),
+                        format!(
+                            "step {n}: 'blocked: {}' needs a background step of '{}' in flight",
+                            b.value, b.value
+                        ),
+                    );
                     return None;
                 }
                 None => {
-                    self.err(Pos::of(&b.referenced), format!("step {n}: unknown actor '{}' in 'blocked'", b.value));
+                    self.err(
+                        Pos::of(&b.referenced),
+                        format!("step {n}: unknown actor '{}' in 'blocked'", b.value),
+                    );
                     return None;
                 }
             }
@@ -687,7 +845,9 @@ impl Validator<'_> {
             }
             (StepKind::Do(Action::Checkout), Conn::Ready) => {
                 let msg = if actors[actor].via == Via::Direct {
-                    format!("step {n}: '{an}' is a direct actor, connected for the whole run; 'checkout' is for pool actors")
+                    format!(
+                        "step {n}: '{an}' is a direct actor, connected for the whole run; 'checkout' is for pool actors"
+                    )
                 } else {
                     format!("step {n}: '{an}' already has a connection checked out")
                 };
@@ -695,7 +855,10 @@ impl Validator<'_> {
             }
             (StepKind::Do(Action::Checkout), Conn::None) => state[actor] = Conn::Ready,
             (StepKind::Do(Action::Return), _) if actors[actor].via == Via::Direct => {
-                self.err(pos, format!("step {n}: '{an}' is a direct actor; 'return' is for pool actors"));
+                self.err(
+                    pos,
+                    format!("step {n}: '{an}' is a direct actor; 'return' is for pool actors"),
+                );
             }
             (StepKind::Do(Action::Return), Conn::Ready) => state[actor] = Conn::None,
             (_, Conn::None) => {
@@ -706,32 +869,56 @@ impl Validator<'_> {
         if s.background {
             match kind {
                 StepKind::Sql(_) => state[actor] = Conn::Busy(index),
-                _ => self.err(pos, format!("step {n}: only 'sql' steps can run in the background")),
+                _ => self.err(
+                    pos,
+                    format!("step {n}: only 'sql' steps can run in the background"),
+                ),
             }
             if s.id.is_none() {
-                self.err(pos, format!("step {n}: a background step needs an 'id' to await it by"));
+                self.err(
+                    pos,
+                    format!("step {n}: a background step needs an 'id' to await it by"),
+                );
             }
         }
-        if matches!(kind, StepKind::Observe(..) | StepKind::Blocked(_)) && actors[actor].via != Via::Direct {
+        if matches!(kind, StepKind::Observe(..) | StepKind::Blocked(_))
+            && actors[actor].via != Via::Direct
+        {
             self.err(pos, format!("step {n}: observations run on a direct actor (the observer), not on pool actor '{an}'"));
         }
-        if let Some(id) = &s.id {
-            if ids.insert(id.value.clone(), index).is_some() {
-                self.err(Pos::of(&id.referenced), format!("step {n}: id '{}' is used twice", id.value));
-            }
+        if let Some(id) = &s.id
+            && ids.insert(id.value.clone(), index).is_some()
+        {
+            self.err(
+                Pos::of(&id.referenced),
+                format!("step {n}: id '{}' is used twice", id.value),
+            );
         }
         if let Some(v) = &s.save {
             if !matches!(kind, StepKind::Sql(_)) || s.background {
-                self.err(Pos::of(&v.referenced), format!("step {n}: 'save' works on foreground 'sql' steps only"));
+                self.err(
+                    Pos::of(&v.referenced),
+                    format!("step {n}: 'save' works on foreground 'sql' steps only"),
+                );
             }
             saved.push(v.value.clone());
         }
         if let Some(r) = &s.record {
-            if matches!(kind, StepKind::Do(Action::Checkout | Action::Return) | StepKind::Blocked(_)) || s.background {
+            if matches!(
+                kind,
+                StepKind::Do(Action::Checkout | Action::Return) | StepKind::Blocked(_)
+            ) || s.background
+            {
                 self.err(Pos::of(&r.referenced), format!("step {n}: 'record' works on 'sql', 'observe', 'await' and transaction steps"));
             }
             if let Some(first) = records.insert(r.value.clone(), Pos::of(&r.referenced)) {
-                self.err(Pos::of(&r.referenced), format!("step {n}: record name '{}' is already used at line {}", r.value, first.line));
+                self.err(
+                    Pos::of(&r.referenced),
+                    format!(
+                        "step {n}: record name '{}' is already used at line {}",
+                        r.value, first.line
+                    ),
+                );
             }
         }
         let expect = match s.expect {
@@ -754,13 +941,28 @@ impl Validator<'_> {
         })
     }
 
-    fn expect(&mut self, n: usize, e: Spanned<RawExpect>, kind: &StepKind, background: bool, saved: &[String]) -> Option<Expect> {
+    fn expect(
+        &mut self,
+        n: usize,
+        e: Spanned<RawExpect>,
+        kind: &StepKind,
+        background: bool,
+        saved: &[String],
+    ) -> Option<Expect> {
         let pos = Pos::of(&e.referenced);
         let e = e.value;
         let is_observe = matches!(kind, StepKind::Observe(..));
-        let runs_sql = matches!(kind, StepKind::Sql(_) | StepKind::Await(_) | StepKind::Do(Action::Begin | Action::Commit | Action::Rollback));
+        let runs_sql = matches!(
+            kind,
+            StepKind::Sql(_)
+                | StepKind::Await(_)
+                | StepKind::Do(Action::Begin | Action::Commit | Action::Rollback)
+        );
         if background {
-            self.err(pos, format!("step {n}: put 'expect' on the 'await' step of a background step"));
+            self.err(
+                pos,
+                format!("step {n}: put 'expect' on the 'await' step of a background step"),
+            );
             return None;
         }
         let observe_keys = e.held.is_some() || e.holders.is_some();
@@ -770,21 +972,36 @@ impl Validator<'_> {
             return None;
         }
         if observe_keys && !is_observe {
-            self.err(pos, format!("step {n}: 'held' and 'holders' apply to 'observe' steps only"));
+            self.err(
+                pos,
+                format!("step {n}: 'held' and 'holders' apply to 'observe' steps only"),
+            );
         }
         if sql_keys && !runs_sql {
-            self.err(pos, format!("step {n}: 'value', 'rows' and 'error' apply to steps that run SQL"));
+            self.err(
+                pos,
+                format!("step {n}: 'value', 'rows' and 'error' apply to steps that run SQL"),
+            );
         }
         if e.elapsed_ms.is_some() && !runs_sql {
-            self.err(pos, format!("step {n}: 'elapsed_ms' applies to steps that run SQL"));
+            self.err(
+                pos,
+                format!("step {n}: 'elapsed_ms' applies to steps that run SQL"),
+            );
         }
         if e.error.is_some() && (e.value.is_some() || e.rows.is_some()) {
-            self.err(pos, format!("step {n}: 'error' cannot be combined with 'value' or 'rows'"));
+            self.err(
+                pos,
+                format!("step {n}: 'error' cannot be combined with 'value' or 'rows'"),
+            );
         }
         if let Some(b) = e.elapsed_ms {
             let (min, max) = (b.min.unwrap_or(0.0), b.max.unwrap_or(f64::INFINITY));
             if min < 0.0 || max < min || (b.min.is_none() && b.max.is_none()) {
-                self.err(pos, format!("step {n}: elapsed_ms needs 0 ≤ min ≤ max (ms)"));
+                self.err(
+                    pos,
+                    format!("step {n}: elapsed_ms needs 0 ≤ min ≤ max (ms)"),
+                );
             }
         }
         if let Some(Scalar::Text(t)) = &e.value {
@@ -807,10 +1024,13 @@ impl Validator<'_> {
         };
         let (holder_pid, holder_state) = match e.holders {
             Some(h) => {
-                if let Some(p) = &h.pid {
-                    if !saved.contains(p) {
-                        self.err(pos, format!("step {n}: holders.pid names '{p}', which no earlier step saves"));
-                    }
+                if let Some(p) = &h.pid
+                    && !saved.contains(p)
+                {
+                    self.err(
+                        pos,
+                        format!("step {n}: holders.pid names '{p}', which no earlier step saves"),
+                    );
                 }
                 if h.pid.is_none() && h.state.is_none() {
                     self.err(pos, format!("step {n}: 'holders' needs 'pid' or 'state'"));
@@ -819,7 +1039,15 @@ impl Validator<'_> {
             }
             None => (None, None),
         };
-        Some(Expect { value: e.value, rows: e.rows, error, elapsed_ms: e.elapsed_ms, held: e.held, holder_pid, holder_state })
+        Some(Expect {
+            value: e.value,
+            rows: e.rows,
+            error,
+            elapsed_ms: e.elapsed_ms,
+            held: e.held,
+            holder_pid,
+            holder_state,
+        })
     }
 }
 

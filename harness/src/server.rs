@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use locklab_drivers::{ConnectSpec, DirectConn};
 
+use crate::observe::{Polled, poll_until};
+
 /// The PostgreSQL major version the local backend installs by default.
 pub const DEFAULT_PG_MAJOR: u32 = 17;
 
@@ -80,7 +82,14 @@ pub struct Server {
 
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Server({} {}:{} {})", self.backend.as_str(), self.host, self.port, self.version)
+        write!(
+            f,
+            "Server({} {}:{} {})",
+            self.backend.as_str(),
+            self.host,
+            self.port,
+            self.version
+        )
     }
 }
 
@@ -95,7 +104,9 @@ impl Server {
     pub fn start(opts: &ServerOptions) -> Result<Server> {
         let opts = opts.clone();
         std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
             rt.block_on(Server::start_async(opts))
         })
         .join()
@@ -104,7 +115,10 @@ impl Server {
 
     async fn start_async(opts: ServerOptions) -> Result<Server> {
         let began = Instant::now();
-        let dsn = opts.dsn.clone().or_else(|| std::env::var("LOCKLAB_DSN").ok().filter(|s| !s.is_empty()));
+        let dsn = opts
+            .dsn
+            .clone()
+            .or_else(|| std::env::var("LOCKLAB_DSN").ok().filter(|s| !s.is_empty()));
         let mut server = match dsn {
             Some(dsn) => external(&dsn)?,
             None => {
@@ -123,7 +137,12 @@ impl Server {
                 }
             }
         };
-        let admin = server.admin().await.with_context(|| format!("cannot connect to PostgreSQL at {}", server.spec("", "").redacted()))?;
+        let admin = server.admin().await.with_context(|| {
+            format!(
+                "cannot connect to PostgreSQL at {}",
+                server.spec("", "").redacted()
+            )
+        })?;
         let rows = locklab_drivers::simple_query_rows(admin.client(), "select version()").await?;
         server.version = rows.first_value().flatten().unwrap_or("unknown").to_owned();
         admin.close().await;
@@ -178,7 +197,8 @@ impl Server {
 }
 
 fn external(dsn: &str) -> Result<Server> {
-    let cfg = tokio_postgres::Config::from_str(dsn).map_err(|e| anyhow!("--dsn/LOCKLAB_DSN is not a valid connection string: {e}"))?;
+    let cfg = tokio_postgres::Config::from_str(dsn)
+        .map_err(|e| anyhow!("--dsn/LOCKLAB_DSN is not a valid connection string: {e}"))?;
     let host = match cfg.get_hosts().first() {
         Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
         Some(_) => bail!("--dsn/LOCKLAB_DSN: only TCP hosts are supported"),
@@ -189,7 +209,9 @@ fn external(dsn: &str) -> Result<Server> {
         host,
         port: cfg.get_ports().first().copied().unwrap_or(5432),
         user: cfg.get_user().unwrap_or("postgres").to_owned(),
-        password: cfg.get_password().map(|p| String::from_utf8_lossy(p).into_owned()),
+        password: cfg
+            .get_password()
+            .map(|p| String::from_utf8_lossy(p).into_owned()),
         admin_db: cfg.get_dbname().unwrap_or("postgres").to_owned(),
         version: String::new(),
         startup: Duration::ZERO,
@@ -199,7 +221,10 @@ fn external(dsn: &str) -> Result<Server> {
 
 /// The workspace root (where `Cargo.toml`, `scenarios/` and `.cache/` are).
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
 }
 
 /// The install script shared by the harness and `just setup`.
@@ -214,18 +239,27 @@ pub fn install_script() -> PathBuf {
 /// # Errors
 /// A given directory without the binaries, or a failed install.
 pub fn resolve_binaries(opts: &ServerOptions) -> Result<PathBuf> {
-    let given = opts.pg_bin.clone().or_else(|| std::env::var_os("LOCKLAB_PG_BIN").filter(|s| !s.is_empty()).map(PathBuf::from));
+    let given = opts.pg_bin.clone().or_else(|| {
+        std::env::var_os("LOCKLAB_PG_BIN")
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from)
+    });
     if let Some(dir) = given {
         check_bin(&dir).with_context(|| format!("LOCKLAB_PG_BIN/--pg-bin = {}", dir.display()))?;
         return Ok(dir);
     }
     let major = opts.pg_major.unwrap_or(DEFAULT_PG_MAJOR);
-    let dest = workspace_root().join(".cache/postgres").join(major.to_string());
+    let dest = workspace_root()
+        .join(".cache/postgres")
+        .join(major.to_string());
     let bin = dest.join("bin");
     if check_bin(&bin).is_ok() {
         return Ok(bin);
     }
-    eprintln!("locklab: no PostgreSQL {major} binaries in {}; installing them (once)", dest.display());
+    eprintln!(
+        "locklab: no PostgreSQL {major} binaries in {}; installing them (once)",
+        dest.display()
+    );
     let status = Command::new("bash")
         .arg(install_script())
         .arg(major.to_string())
@@ -268,7 +302,11 @@ fn run_as() -> Result<Option<RunAs>> {
     let name = std::env::var("LOCKLAB_PG_USER").unwrap_or_else(|_| "nobody".into());
     let user = nix::unistd::User::from_name(&name)?
         .ok_or_else(|| anyhow!("running as root, PostgreSQL needs an unprivileged user, but user '{name}' does not exist (set LOCKLAB_PG_USER)"))?;
-    Ok(Some(RunAs { uid: user.uid.as_raw(), gid: user.gid.as_raw(), name }))
+    Ok(Some(RunAs {
+        uid: user.uid.as_raw(),
+        gid: user.gid.as_raw(),
+        name,
+    }))
 }
 
 fn command(program: &Path, who: &Option<RunAs>) -> Command {
@@ -318,7 +356,11 @@ impl LocalCluster {
 
     async fn start_once(bin: &Path) -> Result<LocalCluster> {
         let who = run_as()?;
-        let dir = tempfile::Builder::new().prefix("locklab-pg-").tempdir().context("cannot create a temporary directory")?.keep();
+        let dir = tempfile::Builder::new()
+            .prefix("locklab-pg-")
+            .tempdir()
+            .context("cannot create a temporary directory")?
+            .keep();
         let mut guard = DirGuard(Some(dir.clone()));
         let mut bin = bin.to_path_buf();
         if let Some(u) = &who {
@@ -332,7 +374,11 @@ impl LocalCluster {
                 chown_tree(&copy, u)?;
                 bin = copy.join("bin");
                 if !runs_as(&bin, u) {
-                    bail!("user '{}' cannot run {}; set LOCKLAB_PG_USER to another user", u.name, bin.display());
+                    bail!(
+                        "user '{}' cannot run {}; set LOCKLAB_PG_USER to another user",
+                        u.name,
+                        bin.display()
+                    );
                 }
             }
         }
@@ -340,11 +386,24 @@ impl LocalCluster {
         let out = command(&bin.join("initdb"), &who)
             .arg("-D")
             .arg(&data)
-            .args(["-U", LOCAL_SUPERUSER, "--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions"])
+            .args([
+                "-U",
+                LOCAL_SUPERUSER,
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+                "--no-sync",
+                "--no-instructions",
+            ])
             .output()
             .with_context(|| format!("cannot run {}", bin.join("initdb").display()))?;
         if !out.status.success() {
-            bail!("initdb failed ({}):\n{}{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            bail!(
+                "initdb failed ({}):\n{}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         let log_path = dir.join("postgres.log");
         let port = free_port()?;
@@ -354,8 +413,22 @@ impl LocalCluster {
             .arg(&data)
             .arg("-p")
             .arg(port.to_string())
-            .args(["-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=", "-c", "max_connections=300"])
-            .args(["-c", "fsync=off", "-c", "full_page_writes=off", "-c", "synchronous_commit=off"])
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "unix_socket_directories=",
+                "-c",
+                "max_connections=300",
+            ])
+            .args([
+                "-c",
+                "fsync=off",
+                "-c",
+                "full_page_writes=off",
+                "-c",
+                "synchronous_commit=off",
+            ])
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -385,7 +458,12 @@ impl LocalCluster {
                 return Err(anyhow!(e).context("cannot start the cleanup watchdog (sh)"));
             }
         };
-        let mut cluster = LocalCluster { dir, port, postgres, watchdog };
+        let mut cluster = LocalCluster {
+            dir,
+            port,
+            postgres,
+            watchdog,
+        };
         if let Err(e) = cluster.wait_ready(&log_path).await {
             let log = tail(&log_path, 15);
             if log.contains("could not bind") || log.contains("already in use") {
@@ -406,20 +484,32 @@ impl LocalCluster {
             dbname: "postgres".into(),
             application_name: "locklab-ready".into(),
         };
-        loop {
+        let mut last_error = String::new();
+        let polled = poll_until(deadline, async || {
             if let Some(status) = self.postgres.try_wait()? {
-                bail!("postgres exited during start-up ({status}); end of its log:\n{}", tail(log_path, 15));
+                bail!(
+                    "postgres exited during start-up ({status}); end of its log:\n{}",
+                    tail(log_path, 15)
+                );
             }
             match DirectConn::connect(&spec).await {
                 Ok(c) => {
                     c.close().await;
-                    return Ok(());
+                    Ok(Some(()))
                 }
-                Err(e) if Instant::now() > deadline => {
-                    bail!("PostgreSQL was not ready within 60 s (last error: {e}); end of its log:\n{}", tail(log_path, 15));
+                Err(e) => {
+                    last_error = e.to_string();
+                    Ok(None)
                 }
-                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
             }
+        })
+        .await?;
+        match polled {
+            Polled::Done(()) => Ok(()),
+            Polled::TimedOut => bail!(
+                "PostgreSQL was not ready within 60 s (last error: {last_error}); end of its log:\n{}",
+                tail(log_path, 15)
+            ),
         }
     }
 
@@ -462,8 +552,17 @@ impl Drop for DirGuard {
 }
 
 fn runs_as(bin: &Path, u: &RunAs) -> bool {
-    let who = Some(RunAs { uid: u.uid, gid: u.gid, name: u.name.clone() });
-    command(&bin.join("postgres"), &who).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+    let who = Some(RunAs {
+        uid: u.uid,
+        gid: u.gid,
+        name: u.name.clone(),
+    });
+    command(&bin.join("postgres"), &who)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn copy_tree(from: &Path, to: &Path) -> Result<()> {
@@ -475,7 +574,11 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
 }
 
 fn chown_tree(dir: &Path, u: &RunAs) -> Result<()> {
-    let status = Command::new("chown").arg("-R").arg(format!("{}:{}", u.uid, u.gid)).arg(dir).status()?;
+    let status = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{}:{}", u.uid, u.gid))
+        .arg(dir)
+        .status()?;
     if !status.success() {
         bail!("chown of {} failed", dir.display());
     }
@@ -483,7 +586,10 @@ fn chown_tree(dir: &Path, u: &RunAs) -> Result<()> {
 }
 
 fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0").context("cannot bind a loopback port")?.local_addr()?.port())
+    Ok(TcpListener::bind("127.0.0.1:0")
+        .context("cannot bind a loopback port")?
+        .local_addr()?
+        .port())
 }
 
 fn tail(path: &Path, lines: usize) -> String {

@@ -1,0 +1,264 @@
+//! Tests against a real PostgreSQL server: one throw-away local cluster per
+//! test process (or `LOCKLAB_DSN`), shared by every test here.
+//!
+//! The scenario × driver matrix is one test case per pair: the fixed
+//! expectations written in the scenario file are asserted by the runner; the
+//! per-driver observations are only required to be present and well-formed,
+//! never compared with a hard-coded answer.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use locklab::keys::AdvisoryKey;
+use locklab::observe;
+use locklab::runner::{self, RunResult};
+use locklab::scenario::{self, Scenario, StepKind, When};
+use locklab::server::{Server, ServerOptions};
+use locklab_drivers::{Conn, DirectConn};
+use rstest::rstest;
+
+fn server() -> &'static Server {
+    static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
+    SERVER
+        .get_or_init(|| Server::start(&ServerOptions::default()).map_err(|e| format!("{e:#}")))
+        .as_ref()
+        .unwrap_or_else(|e| panic!("no PostgreSQL server for the tests: {e}"))
+}
+
+/// The driver ids this file tests; must equal the registry (checked below).
+const DRIVERS: [&str; 5] = [
+    "tokio-postgres",
+    "deadpool-fast",
+    "deadpool-clean",
+    "bb8",
+    "sqlx",
+];
+
+#[test]
+fn every_registered_driver_is_in_the_matrix_tests() {
+    assert_eq!(
+        locklab_drivers::ids(),
+        DRIVERS,
+        "update DRIVERS and the #[values] list of scenario_through_driver"
+    );
+}
+
+fn load(path: &Path) -> Scenario {
+    scenario::load_file(path).unwrap_or_else(|e| {
+        panic!(
+            "{}",
+            e.iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("\n")
+        )
+    })
+}
+
+#[rstest]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_through_driver(
+    #[files("../scenarios/*.yaml")] path: PathBuf,
+    #[values("tokio-postgres", "deadpool-fast", "deadpool-clean", "bb8", "sqlx")] driver: &str,
+) {
+    let scenario = load(&path);
+    let d = locklab_drivers::find(driver).unwrap();
+    let r = runner::run(server(), &scenario, d.as_ref()).await;
+    assert!(r.passed(), "{}", r.failure.as_deref().unwrap_or_default());
+    assert_observations_well_formed(
+        &scenario,
+        &r,
+        d.info().kind == locklab_drivers::DriverKind::Pooled,
+    );
+}
+
+fn assert_observations_well_formed(s: &Scenario, r: &RunResult, pooled: bool) {
+    for step in s.steps.iter().filter(|st| st.record.is_some()) {
+        let name = step.record.as_deref().unwrap();
+        let o = r
+            .observation(name)
+            .unwrap_or_else(|| panic!("observation {name} missing"));
+        assert_eq!(o.step, step.index + 1);
+        assert!(!o.display.is_empty(), "{name}: empty display");
+        let applies = match step.when {
+            Some(When::Pooled) => pooled,
+            Some(When::Direct) => !pooled,
+            None => true,
+        };
+        if !applies {
+            assert_eq!(
+                o.display, "n/a",
+                "{name}: a step that does not apply recorded {}",
+                o.display
+            );
+            continue;
+        }
+        match &step.kind {
+            StepKind::Observe(..) => {
+                let held = o
+                    .value
+                    .get("held")
+                    .and_then(|h| h.as_bool())
+                    .unwrap_or_else(|| panic!("{name}: no held flag in {}", o.value));
+                let holders = o.value["holders"].as_array().unwrap();
+                assert_eq!(
+                    held,
+                    !holders.is_empty(),
+                    "{name}: held flag disagrees with holders"
+                );
+                for h in holders {
+                    assert!(
+                        h["pid"].as_i64().is_some_and(|p| p > 0),
+                        "{name}: holder without pid: {h}"
+                    );
+                    assert!(h["state"].is_string(), "{name}: holder without state: {h}");
+                }
+            }
+            _ => {
+                let ms = o.elapsed_ms.unwrap_or_else(|| panic!("{name}: no timing"));
+                assert!(
+                    ms >= 0.0 && ms < step.deadline_ms as f64 + 1000.0,
+                    "{name}: elapsed {ms} ms outside the step deadline"
+                );
+                if let Some(code) = &o.sqlstate {
+                    assert_eq!(code.len(), 5, "{name}: SQLSTATE {code}");
+                }
+            }
+        }
+    }
+    // The Verify step ran: every lock left behind is a granted advisory lock.
+    for l in &r.locks_left {
+        assert!(l.granted && l.pid > 0, "odd leftover {l:?}");
+    }
+}
+
+async fn admin() -> DirectConn {
+    server().admin().await.expect("admin connection")
+}
+
+/// pg_locks decoding against the server itself: bigint keys above 2^32,
+/// negative and extreme keys, and two-int keys.
+#[tokio::test]
+async fn advisory_keys_decode_as_the_server_stores_them() {
+    let holder = admin().await;
+    let mut observer = admin().await;
+    let keys = [
+        AdvisoryKey::Big(7),
+        AdvisoryKey::Big(-1),
+        AdvisoryKey::Big(i64::MAX),
+        AdvisoryKey::Big(i64::MIN),
+        AdvisoryKey::Big((1 << 32) + 5),
+        AdvisoryKey::Pair(3, 4),
+        AdvisoryKey::Pair(-2, i32::MIN),
+    ];
+    for k in keys {
+        let sql = match k {
+            AdvisoryKey::Big(b) => format!("select pg_advisory_lock('{b}'::bigint)"),
+            AdvisoryKey::Pair(a, b) => format!("select pg_advisory_lock({a}, {b})"),
+        };
+        holder.client().simple_query(&sql).await.unwrap();
+    }
+    let pid: i32 = holder
+        .client()
+        .query_one("select pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let rows = observe::advisory_locks(&mut observer, None).await.unwrap();
+    let mut seen: Vec<AdvisoryKey> = rows
+        .iter()
+        .filter(|r| r.pid == pid)
+        .map(|r| r.key)
+        .collect();
+    seen.sort();
+    let mut want = keys.to_vec();
+    want.sort();
+    assert_eq!(seen, want);
+    let only = observe::advisory_locks(&mut observer, Some(AdvisoryKey::Big((1 << 32) + 5)))
+        .await
+        .unwrap();
+    assert_eq!(only.len(), 1);
+    assert_eq!(only[0].state.as_deref(), Some("idle"));
+    holder.close().await;
+}
+
+fn inline(text: &str) -> Scenario {
+    scenario::parse(Path::new("inline.yaml"), text).unwrap_or_else(|e| panic!("{e:?}"))
+}
+
+/// A step waiting on a lock nobody releases fails at its deadline, naming the
+/// scenario, the driver, the actor and the step; the run still cleans up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_past_its_deadline_fails_the_scenario_with_its_name() {
+    let s = inline(
+        "name: hangs\ndescription: b waits forever\nactors: { a: { via: pool }, b: { via: pool } }\nsteps:\n  - { actor: a, do: checkout }\n  - { actor: a, sql: select pg_advisory_lock(99) }\n  - { actor: b, do: checkout }\n  - { actor: b, sql: select pg_advisory_lock(99), deadline_ms: 300 }\n",
+    );
+    let d = locklab_drivers::find("deadpool-fast").unwrap();
+    let started = std::time::Instant::now();
+    let r = runner::run(server(), &s, d.as_ref()).await;
+    let msg = r.failure.expect("the hanging step must fail");
+    for part in [
+        "scenario 'hangs'",
+        "driver 'deadpool-fast'",
+        "step 4 (b: select pg_advisory_lock(99))",
+        "inline.yaml:8:",
+        "deadline of 300 ms exceeded",
+    ] {
+        assert!(msg.contains(part), "{part:?} not in: {msg}");
+    }
+    assert!(
+        started.elapsed().as_secs() < 10,
+        "the run did not stop at the deadline"
+    );
+}
+
+/// `blocked:` is decided by the server: a background step that does not block
+/// (the key is free) fails the assertion instead of passing it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_fails_when_the_step_is_not_blocked() {
+    let s = inline(
+        "name: not-blocked\ndescription: nothing holds key 5\nactors: { a: { via: pool }, observer: { via: direct } }\nsteps:\n  - { actor: a, do: checkout }\n  - { actor: a, id: t, sql: select pg_advisory_lock(5), background: true }\n  - { actor: observer, blocked: a, deadline_ms: 2000 }\n  - { await: t }\n",
+    );
+    let d = locklab_drivers::find("tokio-postgres").unwrap();
+    let r = runner::run(server(), &s, d.as_ref()).await;
+    let msg = r.failure.expect("blocked must fail when nothing blocks");
+    assert!(
+        msg.contains("instead of blocking") || msg.contains("was not blocked"),
+        "{msg}"
+    );
+}
+
+/// A fixed expectation that does not hold fails the run with both values.
+#[tokio::test]
+async fn a_wrong_expectation_fails_with_expected_and_actual() {
+    let s = inline(
+        "name: wrong\ndescription: the lock is free, so try returns true\nactors: { a: { via: pool } }\nsteps:\n  - { actor: a, do: checkout }\n  - { actor: a, sql: select pg_try_advisory_lock(6), expect: { value: false } }\n",
+    );
+    let d = locklab_drivers::find("bb8").unwrap();
+    let r = runner::run(server(), &s, d.as_ref()).await;
+    let msg = r.failure.expect("must fail");
+    assert!(msg.contains("expected false, got true"), "{msg}");
+    // The Verify step still ran after the failure and saw the session lock.
+    assert!(
+        r.locks_left.iter().any(|l| l.key == AdvisoryKey::Big(6)),
+        "{:?}",
+        r.locks_left
+    );
+}
+
+/// Each run gets its own database, dropped afterwards.
+#[tokio::test]
+async fn run_databases_are_dropped() {
+    let s = inline(
+        "name: tiny\ndescription: one step\nactors: { o: { via: direct } }\nsteps:\n  - { actor: o, sql: select 1 }\n",
+    );
+    let d = locklab_drivers::find("sqlx").unwrap();
+    let r = runner::run(server(), &s, d.as_ref()).await;
+    assert!(r.passed(), "{:?}", r.failure);
+    let mut a = admin().await;
+    let rows = a
+        .simple_query("select count(*) from pg_database where datname like 'll\\_tiny\\_%'")
+        .await
+        .unwrap();
+    assert_eq!(rows.first_value(), Some(Some("0")));
+}
