@@ -157,9 +157,25 @@ impl From<tokio_postgres::Error> for DriverError {
                 sqlstate: db.code().code().to_owned(),
                 message: db.message().to_owned(),
             }),
-            None => DriverError::Client(e.to_string()),
+            None => DriverError::Client(with_sources(&e)),
         }
     }
+}
+
+/// `error` followed by its chain of sources, `: `-separated (tokio-postgres puts
+/// the useful part, e.g. "Connection refused", in the source).
+pub fn with_sources(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut next = error.source();
+    while let Some(e) = next {
+        let s = e.to_string();
+        if !out.contains(&s) {
+            out.push_str(": ");
+            out.push_str(&s);
+        }
+        next = e.source();
+    }
+    out
 }
 
 /// Rows returned by a statement, every value in PostgreSQL's text format

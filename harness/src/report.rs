@@ -252,7 +252,6 @@ impl Report {
         let mut env = minijinja::Environment::new();
         env.set_syntax(
             minijinja::syntax::SyntaxConfig::builder()
-                .trim_blocks(true)
                 .keep_trailing_newline(true)
                 .build()?,
         );

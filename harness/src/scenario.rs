@@ -921,6 +921,14 @@ impl Validator<'_> {
                 );
             }
         }
+        if s.when.is_some()
+            && !(matches!(kind, StepKind::Sql(_) | StepKind::Observe(..)) && !s.background)
+        {
+            self.err(
+                pos,
+                format!("step {n}: 'when' applies to foreground 'sql' and 'observe' steps only"),
+            );
+        }
         let expect = match s.expect {
             Some(e) => self.expect(n, e, &kind, s.background, saved),
             None => None,

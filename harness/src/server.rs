@@ -138,10 +138,13 @@ impl Server {
             }
         };
         let admin = server.admin().await.with_context(|| {
-            format!(
-                "cannot connect to PostgreSQL at {}",
-                server.spec("", "").redacted()
-            )
+            let at = server.spec(&server.admin_db, "").redacted();
+            match server.backend {
+                Backend::External => {
+                    format!("cannot connect to PostgreSQL at {at} (check --dsn / LOCKLAB_DSN)")
+                }
+                Backend::Local => format!("cannot connect to the local cluster at {at}"),
+            }
         })?;
         let rows = locklab_drivers::simple_query_rows(admin.client(), "select version()").await?;
         server.version = rows.first_value().flatten().unwrap_or("unknown").to_owned();
@@ -245,7 +248,9 @@ pub fn resolve_binaries(opts: &ServerOptions) -> Result<PathBuf> {
             .map(PathBuf::from)
     });
     if let Some(dir) = given {
-        check_bin(&dir).with_context(|| format!("LOCKLAB_PG_BIN/--pg-bin = {}", dir.display()))?;
+        check_bin(&dir).with_context(|| {
+            format!("LOCKLAB_PG_BIN/--pg-bin = {} is not a PostgreSQL bin directory (unset it to install binaries automatically)", dir.display())
+        })?;
         return Ok(dir);
     }
     let major = opts.pg_major.unwrap_or(DEFAULT_PG_MAJOR);

@@ -262,3 +262,49 @@ async fn run_databases_are_dropped() {
         .unwrap();
     assert_eq!(rows.first_value(), Some(Some("0")));
 }
+
+/// `locklab report` end to end, minus the files: every scenario × driver runs
+/// concurrently, and the Markdown and JSON name every cell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_report_has_a_cell_for_every_observation_and_driver() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let scenarios = scenario::load_dir(&root.join("scenarios")).unwrap();
+    let drivers = locklab_drivers::registry();
+    let runs = locklab::matrix::run_all(server(), &scenarios, &drivers, 8, |_| {}).await;
+    assert_eq!(runs.len(), scenarios.len() * drivers.len());
+    let report = locklab::report::Report::new(server(), &scenarios, &drivers, runs, 0.0);
+
+    let json: serde_json::Value = serde_json::from_str(&report.to_json().unwrap()).unwrap();
+    assert_eq!(json["schema_version"], 1);
+    assert!(
+        json["server"]["version"]
+            .as_str()
+            .unwrap()
+            .starts_with("PostgreSQL ")
+    );
+    for d in json["drivers"].as_array().unwrap() {
+        assert_ne!(d["crate_version"], "unknown", "{d}");
+    }
+    assert_eq!(
+        json["runs"].as_array().unwrap().len(),
+        scenarios.len() * drivers.len()
+    );
+
+    let md = report.to_markdown().unwrap();
+    for s in &scenarios {
+        assert!(
+            md.contains(&format!("## {}\n", s.name)),
+            "no section for {}",
+            s.name
+        );
+        for name in s.steps.iter().filter_map(|st| st.record.as_deref()) {
+            let row = md
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{name}` |")))
+                .unwrap_or_else(|| panic!("no row {name}"));
+            // one cell per driver, none missing
+            assert_eq!(row.matches(" | ").count(), drivers.len(), "{row}");
+            assert!(!row.contains('—'), "missing cell in {row}");
+        }
+    }
+}

@@ -1,0 +1,30 @@
+# locklab tasks. Install just with `pip install rust-just` (or use the cargo
+# commands in the README, which need nothing but the Rust toolchain).
+
+# List the recipes.
+default:
+    @just --list
+
+# Install the PostgreSQL 17 binaries into .cache/postgres/17 (the harness also does this on first use).
+setup major="17":
+    bash harness/scripts/install-postgres.sh {{major}}
+
+# Run every scenario × driver and rewrite reports/matrix.md and reports/matrix.json.
+report *args:
+    cargo run --release --quiet -p locklab -- report {{args}}
+
+# Run scenarios × drivers and print the results (e.g. just run -s lock-timeout-200ms -d sqlx).
+run *args:
+    cargo run --release --quiet -p locklab -- run {{args}}
+
+# Check scenario files (default: all of scenarios/).
+validate *files:
+    cargo run --quiet -p locklab -- validate {{files}}
+
+# List scenarios and drivers.
+list:
+    cargo run --quiet -p locklab -- list
+
+# The test suite (the same command CI runs).
+test:
+    cargo test
