@@ -6,9 +6,10 @@ use bb8::{PooledConnection, RunError};
 use bb8_postgres::PostgresConnectionManager;
 use tokio_postgres::NoTls;
 
+use crate::direct::{ClientGuard, DropReturns};
 use crate::{
-    Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, Returned,
-    Rows, crate_version, simple_query_rows,
+    Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions,
+    crate_version,
 };
 
 type Manager = PostgresConnectionManager<NoTls>;
@@ -18,7 +19,12 @@ pub struct Bb8Postgres;
 
 struct Bb8Pool(bb8::Pool<Manager>);
 
-struct Bb8Conn(PooledConnection<'static, Manager>);
+impl ClientGuard for PooledConnection<'static, Manager> {
+    // PooledConnection::drop calls put_back synchronously (bb8 src/api.rs).
+    fn client(&self) -> &tokio_postgres::Client {
+        self
+    }
+}
 
 fn run_error(e: RunError<tokio_postgres::Error>) -> DriverError {
     match e {
@@ -28,22 +34,9 @@ fn run_error(e: RunError<tokio_postgres::Error>) -> DriverError {
 }
 
 #[async_trait]
-impl Conn for Bb8Conn {
-    async fn simple_query(&mut self, sql: &str) -> Result<Rows, DriverError> {
-        simple_query_rows(&self.0, sql).await
-    }
-
-    async fn give_back(self: Box<Self>) -> Returned {
-        // PooledConnection::drop calls put_back synchronously.
-        drop(self.0);
-        Returned::ToPool
-    }
-}
-
-#[async_trait]
 impl Pool for Bb8Pool {
     async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError> {
-        Ok(Box::new(Bb8Conn(
+        Ok(Box::new(DropReturns(
             self.0.get_owned().await.map_err(run_error)?,
         )))
     }

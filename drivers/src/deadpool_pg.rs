@@ -5,9 +5,10 @@ use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Object, RecyclingMethod};
 use tokio_postgres::NoTls;
 
+use crate::direct::{ClientGuard, DropReturns};
 use crate::{
-    Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, Returned,
-    Rows, crate_version, simple_query_rows,
+    Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions,
+    crate_version,
 };
 
 /// deadpool-postgres with one [`RecyclingMethod`].
@@ -40,7 +41,13 @@ impl Deadpool {
 
 struct DeadpoolPool(deadpool_postgres::Pool);
 
-struct DeadpoolConn(Object);
+impl ClientGuard for Object {
+    // Dropping an Object puts it back into the pool's slots synchronously;
+    // recycling happens on the next checkout (deadpool src/managed/mod.rs).
+    fn client(&self) -> &tokio_postgres::Client {
+        self
+    }
+}
 
 fn pool_error(e: deadpool_postgres::PoolError) -> DriverError {
     match e {
@@ -50,22 +57,9 @@ fn pool_error(e: deadpool_postgres::PoolError) -> DriverError {
 }
 
 #[async_trait]
-impl Conn for DeadpoolConn {
-    async fn simple_query(&mut self, sql: &str) -> Result<Rows, DriverError> {
-        simple_query_rows(&self.0, sql).await
-    }
-
-    async fn give_back(self: Box<Self>) -> Returned {
-        // Dropping the Object puts it back into the pool's slots synchronously.
-        drop(self.0);
-        Returned::ToPool
-    }
-}
-
-#[async_trait]
 impl Pool for DeadpoolPool {
     async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError> {
-        Ok(Box::new(DeadpoolConn(
+        Ok(Box::new(DropReturns(
             self.0.get().await.map_err(pool_error)?,
         )))
     }

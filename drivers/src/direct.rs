@@ -80,6 +80,28 @@ impl Conn for DirectConn {
     }
 }
 
+/// A pooled tokio-postgres client (deadpool's `Object`, bb8's `PooledConnection`).
+pub(crate) trait ClientGuard: Send + 'static {
+    /// The client behind the guard.
+    fn client(&self) -> &Client;
+}
+
+/// A checked-out pooled client whose return to its pool happens synchronously
+/// when the guard is dropped, as in application code.
+pub(crate) struct DropReturns<G>(pub(crate) G);
+
+#[async_trait]
+impl<G: ClientGuard> Conn for DropReturns<G> {
+    async fn simple_query(&mut self, sql: &str) -> Result<Rows, DriverError> {
+        simple_query_rows(self.0.client(), sql).await
+    }
+
+    async fn give_back(self: Box<Self>) -> Returned {
+        drop(self);
+        Returned::ToPool
+    }
+}
+
 /// `tokio-postgres`, no pool: checkout connects, return disconnects.
 pub struct TokioPostgresDirect;
 

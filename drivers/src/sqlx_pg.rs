@@ -81,7 +81,7 @@ impl Conn for SqlxConn {
                 tracing::warn!("sqlx: connection not back in the pool after 10 s");
                 return Returned::ToPool;
             }
-            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
 }

@@ -921,9 +921,9 @@ impl Validator<'_> {
                 );
             }
         }
-        if s.when.is_some()
-            && !(matches!(kind, StepKind::Sql(_) | StepKind::Observe(..)) && !s.background)
-        {
+        let foreground_sql_or_observe =
+            matches!(kind, StepKind::Sql(_) | StepKind::Observe(..)) && !s.background;
+        if s.when.is_some() && !foreground_sql_or_observe {
             self.err(
                 pos,
                 format!("step {n}: 'when' applies to foreground 'sql' and 'observe' steps only"),
