@@ -7,10 +7,7 @@ use bb8_postgres::PostgresConnectionManager;
 use tokio_postgres::NoTls;
 
 use crate::direct::{ClientGuard, DropReturns};
-use crate::{
-    Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions,
-    crate_version,
-};
+use crate::{Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, crate_version};
 
 type Manager = PostgresConnectionManager<NoTls>;
 
@@ -36,9 +33,7 @@ fn run_error(e: RunError<tokio_postgres::Error>) -> DriverError {
 #[async_trait]
 impl Pool for Bb8Pool {
     async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError> {
-        Ok(Box::new(DropReturns(
-            self.0.get_owned().await.map_err(run_error)?,
-        )))
+        Ok(Box::new(DropReturns(self.0.get_owned().await.map_err(run_error)?)))
     }
 
     async fn close(&self) {}
@@ -50,21 +45,13 @@ impl Driver for Bb8Postgres {
         DriverInfo {
             id: "bb8",
             crate_name: "bb8-postgres",
-            crate_version: format!(
-                "{} (bb8 {})",
-                crate_version("bb8-postgres"),
-                crate_version("bb8")
-            ),
+            crate_version: format!("{} (bb8 {})", crate_version("bb8-postgres"), crate_version("bb8")),
             configuration: "Builder defaults (test_on_check_out = true)",
             kind: DriverKind::Pooled,
         }
     }
 
-    async fn pool(
-        &self,
-        spec: &ConnectSpec,
-        opts: PoolOptions,
-    ) -> Result<Box<dyn Pool>, DriverError> {
+    async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
         let manager = PostgresConnectionManager::new(spec.tokio_postgres_config(), NoTls);
         let pool = bb8::Pool::builder()
             .max_size(opts.max_size)

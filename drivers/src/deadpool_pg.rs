@@ -6,10 +6,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, RecyclingMethod};
 use tokio_postgres::NoTls;
 
 use crate::direct::{ClientGuard, DropReturns};
-use crate::{
-    Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions,
-    crate_version,
-};
+use crate::{Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, crate_version};
 
 /// deadpool-postgres with one [`RecyclingMethod`].
 pub struct Deadpool {
@@ -59,9 +56,7 @@ fn pool_error(e: deadpool_postgres::PoolError) -> DriverError {
 #[async_trait]
 impl Pool for DeadpoolPool {
     async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError> {
-        Ok(Box::new(DropReturns(
-            self.0.get().await.map_err(pool_error)?,
-        )))
+        Ok(Box::new(DropReturns(self.0.get().await.map_err(pool_error)?)))
     }
 
     async fn close(&self) {
@@ -81,11 +76,7 @@ impl Driver for Deadpool {
         }
     }
 
-    async fn pool(
-        &self,
-        spec: &ConnectSpec,
-        opts: PoolOptions,
-    ) -> Result<Box<dyn Pool>, DriverError> {
+    async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
         let manager = Manager::from_config(
             spec.tokio_postgres_config(),
             NoTls,

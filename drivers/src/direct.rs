@@ -5,8 +5,7 @@ use tokio::task::JoinHandle;
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
 use crate::{
-    Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, Returned,
-    Rows, crate_version,
+    Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, Returned, Rows, crate_version,
 };
 
 /// Runs `sql` on a tokio-postgres client with the simple query protocol and
@@ -22,11 +21,8 @@ pub async fn simple_query_rows(client: &Client, sql: &str) -> Result<Rows, Drive
                 out.columns = cols.iter().map(|c| c.name().to_owned()).collect();
             }
             SimpleQueryMessage::Row(row) => {
-                out.rows.push(
-                    (0..row.len())
-                        .map(|i| row.get(i).map(str::to_owned))
-                        .collect(),
-                );
+                out.rows
+                    .push((0..row.len()).map(|i| row.get(i).map(str::to_owned)).collect());
             }
             _ => {}
         }
@@ -130,11 +126,7 @@ impl Driver for TokioPostgresDirect {
         }
     }
 
-    async fn pool(
-        &self,
-        spec: &ConnectSpec,
-        _opts: PoolOptions,
-    ) -> Result<Box<dyn Pool>, DriverError> {
+    async fn pool(&self, spec: &ConnectSpec, _opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
         Ok(Box::new(DirectFactory { spec: spec.clone() }))
     }
 }

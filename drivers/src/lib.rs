@@ -192,9 +192,7 @@ impl Rows {
     /// First column of the first row: `None` when there is no row,
     /// `Some(None)` for SQL NULL.
     pub fn first_value(&self) -> Option<Option<&str>> {
-        self.rows
-            .first()
-            .map(|r| r.first().and_then(|v| v.as_deref()))
+        self.rows.first().map(|r| r.first().and_then(|v| v.as_deref()))
     }
 }
 
@@ -249,11 +247,7 @@ pub trait Driver: Send + Sync {
     ///
     /// # Errors
     /// [`DriverError`] when the pool cannot be built or its first connection fails.
-    async fn pool(
-        &self,
-        spec: &ConnectSpec,
-        opts: PoolOptions,
-    ) -> Result<Box<dyn Pool>, DriverError>;
+    async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError>;
 }
 
 /// Every driver configuration, in report column order. Adding a driver is one line here.

@@ -11,8 +11,8 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Column, Either, Postgres, Row, ValueRef};
 
 use crate::{
-    Conn, ConnectSpec, DbError, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions,
-    Returned, Rows, crate_version,
+    Conn, ConnectSpec, DbError, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, Returned, Rows,
+    crate_version,
 };
 
 /// sqlx `PgPool` with `PgPoolOptions` defaults apart from the size.
@@ -39,8 +39,7 @@ fn sqlx_error(e: sqlx::Error) -> DriverError {
 impl Conn for SqlxConn {
     async fn simple_query(&mut self, sql: &str) -> Result<Rows, DriverError> {
         let mut out = Rows::default();
-        let mut stream =
-            sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned())).fetch_many(&mut *self.conn);
+        let mut stream = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned())).fetch_many(&mut *self.conn);
         while let Some(item) = stream.try_next().await.map_err(sqlx_error)? {
             if let Either::Right(row) = item {
                 out.columns = row.columns().iter().map(|c| c.name().to_owned()).collect();
@@ -50,9 +49,7 @@ impl Conn for SqlxConn {
                     if raw.is_null() {
                         values.push(None);
                     } else {
-                        let text = raw
-                            .as_str()
-                            .map_err(|e| DriverError::Client(e.to_string()))?;
+                        let text = raw.as_str().map_err(|e| DriverError::Client(e.to_string()))?;
                         values.push(Some(text.to_owned()));
                     }
                 }
@@ -113,11 +110,7 @@ impl Driver for SqlxPgPool {
         }
     }
 
-    async fn pool(
-        &self,
-        spec: &ConnectSpec,
-        opts: PoolOptions,
-    ) -> Result<Box<dyn Pool>, DriverError> {
+    async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
         let mut options = PgConnectOptions::new()
             .host(&spec.host)
             .port(spec.port)

@@ -30,12 +30,7 @@ mod tests {
 
     #[test]
     fn pool_crates_resolve_to_a_version() {
-        for name in [
-            "tokio-postgres",
-            "deadpool-postgres",
-            "bb8-postgres",
-            "sqlx",
-        ] {
+        for name in ["tokio-postgres", "deadpool-postgres", "bb8-postgres", "sqlx"] {
             let v = crate_version(name);
             assert!(v.split('.').count() >= 3, "{name} resolved to {v}");
         }

@@ -27,9 +27,7 @@ impl AdvisoryKey {
     /// `objsubid` other than 1 or 2.
     pub fn decode(classid: u32, objid: u32, objsubid: i16) -> Option<AdvisoryKey> {
         match objsubid {
-            1 => Some(AdvisoryKey::Big(
-                (((classid as u64) << 32) | objid as u64) as i64,
-            )),
+            1 => Some(AdvisoryKey::Big((((classid as u64) << 32) | objid as u64) as i64)),
             2 => Some(AdvisoryKey::Pair(classid as i32, objid as i32)),
             _ => None,
         }
@@ -62,12 +60,8 @@ impl<'de> Deserialize<'de> for AdvisoryKey {
                     .map_err(|_| E::custom(format!("key {v} does not fit in a bigint")))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<AdvisoryKey, A::Error> {
-                let a: i32 = seq
-                    .next_element()?
-                    .ok_or_else(|| de::Error::invalid_length(0, &self))?;
-                let b: i32 = seq
-                    .next_element()?
-                    .ok_or_else(|| de::Error::invalid_length(1, &self))?;
+                let a: i32 = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(0, &self))?;
+                let b: i32 = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(1, &self))?;
                 if seq.next_element::<i32>()?.is_some() {
                     return Err(de::Error::invalid_length(3, &self));
                 }
@@ -85,22 +79,13 @@ mod tests {
     #[test]
     fn bigint_keys_reassemble_from_both_halves() {
         assert_eq!(AdvisoryKey::decode(0, 43, 1), Some(AdvisoryKey::Big(43)));
-        assert_eq!(
-            AdvisoryKey::decode(1, 5, 1),
-            Some(AdvisoryKey::Big((1 << 32) | 5))
-        );
-        assert_eq!(
-            AdvisoryKey::decode(u32::MAX, u32::MAX, 1),
-            Some(AdvisoryKey::Big(-1))
-        );
+        assert_eq!(AdvisoryKey::decode(1, 5, 1), Some(AdvisoryKey::Big((1 << 32) | 5)));
+        assert_eq!(AdvisoryKey::decode(u32::MAX, u32::MAX, 1), Some(AdvisoryKey::Big(-1)));
         assert_eq!(
             AdvisoryKey::decode(0x7fff_ffff, u32::MAX, 1),
             Some(AdvisoryKey::Big(i64::MAX))
         );
-        assert_eq!(
-            AdvisoryKey::decode(0x8000_0000, 0, 1),
-            Some(AdvisoryKey::Big(i64::MIN))
-        );
+        assert_eq!(AdvisoryKey::decode(0x8000_0000, 0, 1), Some(AdvisoryKey::Big(i64::MIN)));
     }
 
     #[test]

@@ -50,10 +50,7 @@ order by l.granted desc, l.pid, l.classid, l.objid";
 ///
 /// # Errors
 /// A failed query, or a row that cannot be decoded.
-pub async fn advisory_locks(
-    observer: &mut dyn Conn,
-    key: Option<AdvisoryKey>,
-) -> Result<Vec<LockRow>, DriverError> {
+pub async fn advisory_locks(observer: &mut dyn Conn, key: Option<AdvisoryKey>) -> Result<Vec<LockRow>, DriverError> {
     let rows = observer.simple_query(ADVISORY_LOCKS_SQL).await?;
     let mut out = Vec::new();
     for r in rows.rows {
@@ -64,9 +61,7 @@ pub async fn advisory_locks(
                 .ok_or_else(|| DriverError::Client(format!("pg_locks: column {i} is not a number")))
         };
         let decoded = AdvisoryKey::decode(num(0)? as u32, num(1)? as u32, num(2)? as i16)
-            .ok_or_else(|| {
-                DriverError::Client("pg_locks: advisory row with objsubid other than 1 or 2".into())
-            })?;
+            .ok_or_else(|| DriverError::Client("pg_locks: advisory row with objsubid other than 1 or 2".into()))?;
         if key.is_some_and(|k| k != decoded) {
             continue;
         }

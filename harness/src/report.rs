@@ -115,9 +115,7 @@ impl Report {
         let passed = runs.iter().filter(|r| r.passed()).count();
         Report {
             schema_version: SCHEMA_VERSION,
-            generated_at: jiff::Timestamp::now()
-                .strftime("%Y-%m-%dT%H:%M:%SZ")
-                .to_string(),
+            generated_at: jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
             locklab_version: env!("CARGO_PKG_VERSION").to_owned(),
             server: ServerInfo {
                 version: server.version().to_owned(),
@@ -195,15 +193,13 @@ impl Report {
                 let cells = self
                     .drivers
                     .iter()
-                    .map(
-                        |d| match run_of(&s.name, &d.id).and_then(|r| r.observation(name)) {
-                            Some(o) => match o.elapsed_ms {
-                                Some(ms) => format!("{} ({ms:.1} ms)", esc(&o.display)),
-                                None => esc(&o.display),
-                            },
-                            None => "—".to_owned(),
+                    .map(|d| match run_of(&s.name, &d.id).and_then(|r| r.observation(name)) {
+                        Some(o) => match o.elapsed_ms {
+                            Some(ms) => format!("{} ({ms:.1} ms)", esc(&o.display)),
+                            None => esc(&o.display),
                         },
-                    )
+                        None => "—".to_owned(),
+                    })
                     .collect();
                 rows.push(Row {
                     name: format!("`{name}`"),
@@ -215,12 +211,7 @@ impl Report {
                 .iter()
                 .map(|d| match run_of(&s.name, &d.id) {
                     Some(r) if r.locks_left.is_empty() => "none".to_owned(),
-                    Some(r) => r
-                        .locks_left
-                        .iter()
-                        .map(|l| format!("key {} ({})", l.key, l.state.as_deref().unwrap_or("?")))
-                        .collect::<Vec<_>>()
-                        .join(", "),
+                    Some(r) => describe_locks_left(&r.locks_left),
                     None => "—".to_owned(),
                 })
                 .collect();
@@ -276,10 +267,17 @@ impl Report {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let json = dir.join("matrix.json");
         let md = dir.join("matrix.md");
-        std::fs::write(&json, self.to_json()?)
-            .with_context(|| format!("cannot write {}", json.display()))?;
-        std::fs::write(&md, self.to_markdown()?)
-            .with_context(|| format!("cannot write {}", md.display()))?;
+        std::fs::write(&json, self.to_json()?).with_context(|| format!("cannot write {}", json.display()))?;
+        std::fs::write(&md, self.to_markdown()?).with_context(|| format!("cannot write {}", md.display()))?;
         Ok(vec![json, md])
     }
+}
+
+/// `key 43 (idle), key (1, 2) (idle in transaction)`: the "locks left after run" cell.
+pub fn describe_locks_left(locks: &[crate::observe::LockRow]) -> String {
+    let each: Vec<String> = locks
+        .iter()
+        .map(|l| format!("key {} ({})", l.key, l.state.as_deref().unwrap_or("?")))
+        .collect();
+    each.join(", ")
 }

@@ -10,9 +10,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use locklab_drivers::{
-    Conn, DirectConn, Driver, DriverError, DriverInfo, DriverKind, PoolOptions, Returned, Rows,
-};
+use locklab_drivers::{Conn, DirectConn, Driver, DriverError, DriverInfo, DriverKind, PoolOptions, Returned, Rows};
 use serde::Serialize;
 use tokio::task::JoinHandle;
 
@@ -84,6 +82,10 @@ impl RunResult {
     }
 }
 
+/// Ends every other backend connected to the run's database.
+const TERMINATE_OTHERS_SQL: &str = "select pg_terminate_backend(pid) from pg_stat_activity \
+     where datname = current_database() and pid <> pg_backend_pid()";
+
 /// Checkout wait limit for pools, in s.
 const CHECKOUT_TIMEOUT_S: u64 = 10;
 
@@ -111,15 +113,8 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
             return result;
         }
     };
-    if let Err(e) = admin
-        .client()
-        .simple_query(&format!("create database \"{db}\""))
-        .await
-    {
-        result.failure = Some(fail(format!(
-            "cannot create database {db}: {}",
-            DriverError::from(e)
-        )));
+    if let Err(e) = admin.client().simple_query(&format!("create database \"{db}\"")).await {
+        result.failure = Some(fail(format!("cannot create database {db}: {}", DriverError::from(e))));
         admin.close().await;
         return result;
     }
@@ -206,9 +201,7 @@ struct Run<'a> {
 
 impl Run<'_> {
     async fn execute(&mut self, driver: &dyn Driver) -> Result<(), String> {
-        let spec = self
-            .server
-            .spec(self.db, &format!("locklab-{}", self.info.id));
+        let spec = self.server.spec(self.db, &format!("locklab-{}", self.info.id));
         let opts = PoolOptions {
             max_size: self.scenario.pool_max_size,
             checkout_timeout: Duration::from_secs(CHECKOUT_TIMEOUT_S),
@@ -225,17 +218,9 @@ impl Run<'_> {
         for (i, actor) in self.scenario.actors.iter().enumerate() {
             self.slots.push(Slot::Empty);
             if actor.via == Via::Direct {
-                match DirectConn::connect(
-                    &self
-                        .server
-                        .spec(self.db, &format!("locklab-{}", actor.name)),
-                )
-                .await
-                {
+                match DirectConn::connect(&self.server.spec(self.db, &format!("locklab-{}", actor.name))).await {
                     Ok(c) => self.slots[i] = Slot::Ready(Box::new(c)),
-                    Err(e) => {
-                        outcome = Err(format!("cannot connect direct actor '{}': {e}", actor.name))
-                    }
+                    Err(e) => outcome = Err(format!("cannot connect direct actor '{}': {e}", actor.name)),
                 }
                 if outcome.is_ok() {
                     outcome = self.learn_pid(i).await;
@@ -307,6 +292,12 @@ impl Run<'_> {
             Err(e) => {
                 outcome = outcome.and(Err(format!("cannot read pg_locks after the run: {e}")));
             }
+        }
+        if outcome.is_err() {
+            // A failed run may have left backends waiting on locks or mid-query
+            // (a missed deadline): end them, so that neither the pool's close
+            // nor a pool's return-time check waits on them.
+            let _ = monitor.simple_query(TERMINATE_OTHERS_SQL).await;
         }
         for slot in self.slots.drain(..) {
             match slot {
@@ -393,9 +384,7 @@ impl Run<'_> {
             StepKind::Sql(sql) => {
                 let sql = self.substitute(sql);
                 if step.background {
-                    let Slot::Ready(mut conn) =
-                        std::mem::replace(&mut self.slots[actor], Slot::Empty)
-                    else {
+                    let Slot::Ready(mut conn) = std::mem::replace(&mut self.slots[actor], Slot::Empty) else {
                         return Err(format!("actor '{name}' has no idle connection"));
                     };
                     let started = Instant::now();
@@ -427,8 +416,7 @@ impl Run<'_> {
                 self.learn_pid(actor).await
             }
             StepKind::Do(Action::Return) => {
-                let Slot::Ready(conn) = std::mem::replace(&mut self.slots[actor], Slot::Empty)
-                else {
+                let Slot::Ready(conn) = std::mem::replace(&mut self.slots[actor], Slot::Empty) else {
                     return Err(format!("actor '{name}' has no connection to return"));
                 };
                 let returned = tokio::time::timeout(deadline, conn.give_back())
@@ -438,8 +426,7 @@ impl Run<'_> {
                     // The backend exits asynchronously after the socket closes; wait
                     // until the server has let it go (and with it its locks).
                     if let Some(&pid) = self.pids.get(&actor) {
-                        self.wait_gone(monitor, pid, Instant::now() + deadline)
-                            .await?;
+                        self.wait_gone(monitor, pid, Instant::now() + deadline).await?;
                     }
                 }
                 Ok(())
@@ -455,27 +442,21 @@ impl Run<'_> {
             }
             StepKind::Observe(_, key) => {
                 let conn = self.conn(actor)?;
-                let rows =
-                    tokio::time::timeout(deadline, observe::advisory_locks(conn.as_mut(), *key))
-                        .await
-                        .map_err(|_| late())?
-                        .map_err(|e| format!("observe failed: {e}"))?;
+                let rows = tokio::time::timeout(deadline, observe::advisory_locks(conn.as_mut(), *key))
+                    .await
+                    .map_err(|_| late())?
+                    .map_err(|e| format!("observe failed: {e}"))?;
                 self.finish_observe(step, rows)
             }
             StepKind::Blocked(target) => {
                 let target = *target;
-                let pid = *self
-                    .pids
-                    .get(&target)
-                    .ok_or("blocked: the target has no backend pid")?;
+                let pid = *self.pids.get(&target).ok_or("blocked: the target has no backend pid")?;
                 let tname = self.scenario.actors[target].name.clone();
                 let polled = poll_until(Instant::now() + deadline, async || {
                     if let Slot::Busy { handle, .. } = &self.slots[target]
                         && handle.is_finished()
                     {
-                        return Err(format!(
-                            "'{tname}' finished its background step instead of blocking"
-                        ));
+                        return Err(format!("'{tname}' finished its background step instead of blocking"));
                     }
                     let conn = self.conn(actor)?;
                     observe::is_blocked(conn.as_mut(), pid)
@@ -503,8 +484,7 @@ impl Run<'_> {
                 };
                 debug_assert_eq!(s, *bg);
                 let bg_step = &self.scenario.steps[*bg];
-                let remaining =
-                    Duration::from_millis(bg_step.deadline_ms).saturating_sub(started.elapsed());
+                let remaining = Duration::from_millis(bg_step.deadline_ms).saturating_sub(started.elapsed());
                 let (conn, outcome) = match tokio::time::timeout(remaining, handle).await {
                     Ok(Ok(v)) => v,
                     Ok(Err(e)) => return Err(format!("background step {} panicked: {e}", bg + 1)),
@@ -523,16 +503,9 @@ impl Run<'_> {
         }
     }
 
-    async fn wait_gone(
-        &self,
-        monitor: &mut DirectConn,
-        pid: i32,
-        until: Instant,
-    ) -> Result<(), String> {
+    async fn wait_gone(&self, monitor: &mut DirectConn, pid: i32, until: Instant) -> Result<(), String> {
         let polled = poll_until(until, async || {
-            observe::backend_gone(&mut *monitor, pid)
-                .await
-                .map(|g| g.then_some(()))
+            observe::backend_gone(&mut *monitor, pid).await.map(|g| g.then_some(()))
         })
         .await
         .map_err(|e| e.to_string())?;
@@ -665,11 +638,14 @@ impl Run<'_> {
     }
 }
 
-/// `t`/`f` become booleans, integers become numbers, anything else stays text.
+/// `t`/`f` become booleans, integers become numbers, anything else stays text
+/// (an empty string shows as `(empty)`).
 fn typed(t: &str) -> (serde_json::Value, String, Option<String>) {
     match t {
         "t" => (true.into(), "true".into(), None),
         "f" => (false.into(), "false".into(), None),
+        // e.g. the result of a function returning void
+        "" => ("".into(), "(empty)".into(), None),
         _ => match t.parse::<i64>() {
             Ok(n) => (n.into(), t.to_owned(), None),
             Err(_) => (t.into(), t.to_owned(), None),
@@ -681,11 +657,7 @@ fn typed(t: &str) -> (serde_json::Value, String, Option<String>) {
 ///
 /// # Errors
 /// A sentence saying what was expected and what happened.
-pub fn check_sql(
-    e: &Expect,
-    result: &Result<Rows, DriverError>,
-    elapsed_ms: f64,
-) -> Result<(), String> {
+pub fn check_sql(e: &Expect, result: &Result<Rows, DriverError>, elapsed_ms: f64) -> Result<(), String> {
     match (&e.error, result) {
         (Some(code), Err(err)) if err.sqlstate() == Some(code.as_str()) => {}
         (Some(code), Err(err)) => return Err(format!("expected SQLSTATE {code}, got {err}")),
@@ -700,9 +672,7 @@ pub fn check_sql(
             if let Some(want) = &e.value {
                 match rows.first_value() {
                     None => {
-                        return Err(format!(
-                            "expected {want}, but the statement returned no row"
-                        ));
+                        return Err(format!("expected {want}, but the statement returned no row"));
                     }
                     Some(got) if !want.matches(got) => {
                         return Err(format!("expected {want}, got {}", show_first(rows)));
@@ -720,9 +690,7 @@ pub fn check_sql(
     if let Some(b) = e.elapsed_ms {
         let (min, max) = (b.min.unwrap_or(0.0), b.max.unwrap_or(f64::INFINITY));
         if elapsed_ms < min || elapsed_ms > max {
-            return Err(format!(
-                "took {elapsed_ms:.1} ms, expected between {min} and {max} ms"
-            ));
+            return Err(format!("took {elapsed_ms:.1} ms, expected between {min} and {max} ms"));
         }
     }
     Ok(())

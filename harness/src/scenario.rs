@@ -312,6 +312,8 @@ pub struct Scenario {
     pub source: Option<String>,
     /// The file it was loaded from.
     pub file: PathBuf,
+    /// Where `name:` is in the file.
+    pub name_pos: Pos,
     /// Maximum pool size for pooled actors (connections).
     pub pool_max_size: u32,
     /// Actors in file order.
@@ -382,12 +384,7 @@ impl Step {
             StepKind::Blocked(t) => format!("blocked: {}", actors[*t].name),
             StepKind::Await(s) => format!("await step {}", s + 1),
         };
-        format!(
-            "step {} ({}: {})",
-            self.index + 1,
-            actors[self.actor].name,
-            what
-        )
+        format!("step {} ({}: {})", self.index + 1, actors[self.actor].name, what)
     }
 }
 
@@ -410,6 +407,16 @@ pub struct Expect {
     pub holder_state: Option<String>,
 }
 
+/// Values of `pg_stat_activity.state` (PostgreSQL docs, "pg_stat_activity").
+const STATES: &[&str] = &[
+    "active",
+    "idle",
+    "idle in transaction",
+    "idle in transaction (aborted)",
+    "fastpath function call",
+    "disabled",
+];
+
 /// SQLSTATE condition names accepted in `expect.error` (PostgreSQL docs, Appendix A).
 const CONDITIONS: &[(&str, &str)] = &[
     ("lock_not_available", "55P03"),
@@ -424,16 +431,10 @@ const CONDITIONS: &[(&str, &str)] = &[
 ];
 
 fn sqlstate_of(s: &str) -> Option<String> {
-    if s.len() == 5
-        && s.chars()
-            .all(|c| c.is_ascii_digit() || c.is_ascii_uppercase())
-    {
+    if s.len() == 5 && s.chars().all(|c| c.is_ascii_digit() || c.is_ascii_uppercase()) {
         return Some(s.to_owned());
     }
-    CONDITIONS
-        .iter()
-        .find(|(n, _)| *n == s)
-        .map(|(_, c)| (*c).to_owned())
+    CONDITIONS.iter().find(|(n, _)| *n == s).map(|(_, c)| (*c).to_owned())
 }
 
 // ---------------------------------------------------------------------------
@@ -441,6 +442,7 @@ fn sqlstate_of(s: &str) -> Option<String> {
 // ---------------------------------------------------------------------------
 
 /// Loads and validates every `*.yaml` file in `dir`, sorted by file name.
+/// Other files are ignored.
 ///
 /// # Errors
 /// Every problem found, across all files (an unreadable directory is one error
@@ -455,7 +457,7 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
     })?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
     files.sort();
     let mut out = Vec::new();
@@ -472,19 +474,11 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
             errors.push(ScenarioError {
                 file: s.file.clone(),
                 pos: Pos { line: 1, column: 1 },
-                message: format!(
-                    "scenario name '{}' is also used by {}",
-                    s.name,
-                    first.display()
-                ),
+                message: format!("scenario name '{}' is also used by {}", s.name, first.display()),
             });
         }
     }
-    if errors.is_empty() {
-        Ok(out)
-    } else {
-        Err(errors)
-    }
+    if errors.is_empty() { Ok(out) } else { Err(errors) }
 }
 
 /// Loads and validates one scenario file.
@@ -500,10 +494,23 @@ pub fn load_file(path: &Path) -> Result<Scenario, Vec<ScenarioError>> {
             message: format!("cannot read file: {e}"),
         }]
     })?;
-    parse(path, &text)
+    let scenario = parse(path, &text)?;
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+    if scenario.name != stem {
+        return Err(vec![ScenarioError {
+            file: path.to_owned(),
+            pos: scenario.name_pos,
+            message: format!(
+                "scenario name '{}' differs from the file name; rename one of them to match ('{stem}')",
+                scenario.name
+            ),
+        }]);
+    }
+    Ok(scenario)
 }
 
-/// Parses and validates scenario text; `path` is used in error messages only.
+/// Parses and validates scenario text; `path` is used in error messages only
+/// (so, unlike [`load_file`], the name is not compared with the file name).
 ///
 /// # Errors
 /// As [`load_file`].
@@ -574,12 +581,11 @@ impl Validator<'_> {
     fn run(mut self, raw: RawScenario) -> Result<Scenario, Vec<ScenarioError>> {
         let name_pos = Pos::of(&raw.name.referenced);
         let name = raw.name.value.trim().to_owned();
-        if name.is_empty()
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
-            self.err(name_pos, format!("scenario name '{name}' must be non-empty and use only letters, digits, '-' and '_'"));
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            self.err(
+                name_pos,
+                format!("scenario name '{name}' must be non-empty and use only letters, digits, '-' and '_'"),
+            );
         }
         let step_deadline = match &raw.step_deadline_ms {
             Some(d) => self.deadline(d),
@@ -607,10 +613,7 @@ impl Validator<'_> {
             })
             .collect();
         if actors.is_empty() {
-            self.err(
-                Pos::of(&raw.actors.referenced),
-                "a scenario needs at least one actor",
-            );
+            self.err(Pos::of(&raw.actors.referenced), "a scenario needs at least one actor");
         }
         if actors.len() > 64 {
             self.err(
@@ -618,16 +621,9 @@ impl Validator<'_> {
                 format!("{} actors; at most 64 are allowed", actors.len()),
             );
         }
-        let actor_index: HashMap<&str, usize> = actors
-            .iter()
-            .enumerate()
-            .map(|(i, a)| (a.name.as_str(), i))
-            .collect();
+        let actor_index: HashMap<&str, usize> = actors.iter().enumerate().map(|(i, a)| (a.name.as_str(), i)).collect();
         if raw.steps.value.is_empty() {
-            self.err(
-                Pos::of(&raw.steps.referenced),
-                "a scenario needs at least one step",
-            );
+            self.err(Pos::of(&raw.steps.referenced), "a scenario needs at least one step");
         }
 
         let mut steps = Vec::new();
@@ -662,23 +658,17 @@ impl Validator<'_> {
         }
         for (i, st) in state.iter().enumerate() {
             if let Conn::Busy(b) = st {
-                let pos = steps
-                    .iter()
-                    .find(|s| s.index == *b)
-                    .map(|s| s.pos)
-                    .unwrap_or_default();
+                let pos = steps.iter().find(|s| s.index == *b).map(|s| s.pos).unwrap_or_default();
                 self.err(
                     pos,
-                    format!(
-                        "background step of actor '{}' is never awaited",
-                        actors[i].name
-                    ),
+                    format!("background step of actor '{}' is never awaited", actors[i].name),
                 );
             }
         }
         if self.errors.is_empty() {
             Ok(Scenario {
                 name,
+                name_pos,
                 description: raw.description.trim().to_owned(),
                 source: raw.source,
                 file: self.file.to_owned(),
@@ -731,7 +721,10 @@ impl Validator<'_> {
         ];
         let count = kinds.iter().filter(|k| **k).count();
         if count != 1 {
-            self.err(pos, format!("step {n} must have exactly one of 'sql', 'do', 'observe', 'blocked', 'await' (found {count})"));
+            self.err(
+                pos,
+                format!("step {n} must have exactly one of 'sql', 'do', 'observe', 'blocked', 'await' (found {count})"),
+            );
             return None;
         }
         let deadline_ms = match &s.deadline_ms {
@@ -739,24 +732,21 @@ impl Validator<'_> {
             None => step_deadline,
         };
         if s.key.is_some() && s.observe.is_none() {
-            self.err(
-                pos,
-                format!("step {n}: 'key' only applies to 'observe' steps"),
-            );
+            self.err(pos, format!("step {n}: 'key' only applies to 'observe' steps"));
         }
 
         // Resolve the actor.
         let actor = if let Some(aw) = &s.await_step {
             if s.actor.is_some() {
-                self.err(pos, format!("step {n}: an 'await' step takes the actor of the awaited step; remove 'actor'"));
+                self.err(
+                    pos,
+                    format!("step {n}: an 'await' step takes the actor of the awaited step; remove 'actor'"),
+                );
             }
             let Some(&target) = ids.get(&aw.value) else {
                 self.err(
                     Pos::of(&aw.referenced),
-                    format!(
-                        "step {n} awaits '{}', which is not the id of an earlier step",
-                        aw.value
-                    ),
+                    format!("step {n} awaits '{}', which is not the id of an earlier step", aw.value),
                 );
                 return None;
             };
@@ -800,10 +790,7 @@ impl Validator<'_> {
             }
             for var in placeholders(&sql) {
                 if !saved.contains(&var) {
-                    self.err(
-                        pos,
-                        format!("step {n}: '${{{var}}}' is not saved by an earlier step"),
-                    );
+                    self.err(pos, format!("step {n}: '${{{var}}}' is not saved by an earlier step"));
                 }
             }
             StepKind::Sql(sql)
@@ -841,7 +828,13 @@ impl Validator<'_> {
         match (&kind, state[actor]) {
             (StepKind::Await(_), _) => state[actor] = Conn::Ready,
             (_, Conn::Busy(b)) => {
-                self.err(pos, format!("step {n}: actor '{an}' is still running background step {} (await it first)", b + 1));
+                self.err(
+                    pos,
+                    format!(
+                        "step {n}: actor '{an}' is still running background step {} (await it first)",
+                        b + 1
+                    ),
+                );
             }
             (StepKind::Do(Action::Checkout), Conn::Ready) => {
                 let msg = if actors[actor].via == Via::Direct {
@@ -862,29 +855,27 @@ impl Validator<'_> {
             }
             (StepKind::Do(Action::Return), Conn::Ready) => state[actor] = Conn::None,
             (_, Conn::None) => {
-                self.err(pos, format!("step {n}: actor '{an}' has no connection (add a 'do: checkout' step before it)"));
+                self.err(
+                    pos,
+                    format!("step {n}: actor '{an}' has no connection (add a 'do: checkout' step before it)"),
+                );
             }
             (_, Conn::Ready) => {}
         }
         if s.background {
             match kind {
                 StepKind::Sql(_) => state[actor] = Conn::Busy(index),
-                _ => self.err(
-                    pos,
-                    format!("step {n}: only 'sql' steps can run in the background"),
-                ),
+                _ => self.err(pos, format!("step {n}: only 'sql' steps can run in the background")),
             }
             if s.id.is_none() {
-                self.err(
-                    pos,
-                    format!("step {n}: a background step needs an 'id' to await it by"),
-                );
+                self.err(pos, format!("step {n}: a background step needs an 'id' to await it by"));
             }
         }
-        if matches!(kind, StepKind::Observe(..) | StepKind::Blocked(_))
-            && actors[actor].via != Via::Direct
-        {
-            self.err(pos, format!("step {n}: observations run on a direct actor (the observer), not on pool actor '{an}'"));
+        if matches!(kind, StepKind::Observe(..) | StepKind::Blocked(_)) && actors[actor].via != Via::Direct {
+            self.err(
+                pos,
+                format!("step {n}: observations run on a direct actor (the observer), not on pool actor '{an}'"),
+            );
         }
         if let Some(id) = &s.id
             && ids.insert(id.value.clone(), index).is_some()
@@ -909,7 +900,10 @@ impl Validator<'_> {
                 StepKind::Do(Action::Checkout | Action::Return) | StepKind::Blocked(_)
             ) || s.background
             {
-                self.err(Pos::of(&r.referenced), format!("step {n}: 'record' works on 'sql', 'observe', 'await' and transaction steps"));
+                self.err(
+                    Pos::of(&r.referenced),
+                    format!("step {n}: 'record' works on 'sql', 'observe', 'await' and transaction steps"),
+                );
             }
             if let Some(first) = records.insert(r.value.clone(), Pos::of(&r.referenced)) {
                 self.err(
@@ -921,8 +915,7 @@ impl Validator<'_> {
                 );
             }
         }
-        let foreground_sql_or_observe =
-            matches!(kind, StepKind::Sql(_) | StepKind::Observe(..)) && !s.background;
+        let foreground_sql_or_observe = matches!(kind, StepKind::Sql(_) | StepKind::Observe(..)) && !s.background;
         if s.when.is_some() && !foreground_sql_or_observe {
             self.err(
                 pos,
@@ -962,9 +955,7 @@ impl Validator<'_> {
         let is_observe = matches!(kind, StepKind::Observe(..));
         let runs_sql = matches!(
             kind,
-            StepKind::Sql(_)
-                | StepKind::Await(_)
-                | StepKind::Do(Action::Begin | Action::Commit | Action::Rollback)
+            StepKind::Sql(_) | StepKind::Await(_) | StepKind::Do(Action::Begin | Action::Commit | Action::Rollback)
         );
         if background {
             self.err(
@@ -976,7 +967,10 @@ impl Validator<'_> {
         let observe_keys = e.held.is_some() || e.holders.is_some();
         let sql_keys = e.value.is_some() || e.rows.is_some() || e.error.is_some();
         if !observe_keys && !sql_keys && e.elapsed_ms.is_none() {
-            self.err(pos, format!("step {n}: 'expect' is empty; give one of value, rows, error, elapsed_ms, held, holders"));
+            self.err(
+                pos,
+                format!("step {n}: 'expect' is empty; give one of value, rows, error, elapsed_ms, held, holders"),
+            );
             return None;
         }
         if observe_keys && !is_observe {
@@ -992,10 +986,7 @@ impl Validator<'_> {
             );
         }
         if e.elapsed_ms.is_some() && !runs_sql {
-            self.err(
-                pos,
-                format!("step {n}: 'elapsed_ms' applies to steps that run SQL"),
-            );
+            self.err(pos, format!("step {n}: 'elapsed_ms' applies to steps that run SQL"));
         }
         if e.error.is_some() && (e.value.is_some() || e.rows.is_some()) {
             self.err(
@@ -1006,16 +997,16 @@ impl Validator<'_> {
         if let Some(b) = e.elapsed_ms {
             let (min, max) = (b.min.unwrap_or(0.0), b.max.unwrap_or(f64::INFINITY));
             if min < 0.0 || max < min || (b.min.is_none() && b.max.is_none()) {
-                self.err(
-                    pos,
-                    format!("step {n}: elapsed_ms needs 0 ≤ min ≤ max (ms)"),
-                );
+                self.err(pos, format!("step {n}: elapsed_ms needs 0 ≤ min ≤ max (ms)"));
             }
         }
         if let Some(Scalar::Text(t)) = &e.value {
             for var in placeholders(t) {
                 if !saved.contains(&var) {
-                    self.err(pos, format!("step {n}: '${{{var}}}' in 'expect.value' is not saved by an earlier step"));
+                    self.err(
+                        pos,
+                        format!("step {n}: '${{{var}}}' in 'expect.value' is not saved by an earlier step"),
+                    );
                 }
             }
         }
@@ -1038,6 +1029,17 @@ impl Validator<'_> {
                     self.err(
                         pos,
                         format!("step {n}: holders.pid names '{p}', which no earlier step saves"),
+                    );
+                }
+                if let Some(st) = &h.state
+                    && !STATES.contains(&st.as_str())
+                {
+                    self.err(
+                        pos,
+                        format!(
+                            "step {n}: holders.state '{st}' is not a pg_stat_activity state ({})",
+                            STATES.join(", ")
+                        ),
                     );
                 }
                 if h.pid.is_none() && h.state.is_none() {

@@ -104,9 +104,7 @@ impl Server {
     pub fn start(opts: &ServerOptions) -> Result<Server> {
         let opts = opts.clone();
         std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             rt.block_on(Server::start_async(opts))
         })
         .join()
@@ -148,6 +146,20 @@ impl Server {
         })?;
         let rows = locklab_drivers::simple_query_rows(admin.client(), "select version()").await?;
         server.version = rows.first_value().flatten().unwrap_or("unknown").to_owned();
+        let may_create = locklab_drivers::simple_query_rows(
+            admin.client(),
+            "select rolsuper or rolcreatedb, current_user from pg_roles where rolname = current_user",
+        )
+        .await?;
+        if may_create.first_value().flatten() != Some("t") {
+            let role = may_create
+                .rows
+                .first()
+                .and_then(|r| r.get(1).cloned().flatten())
+                .unwrap_or_default();
+            admin.close().await;
+            bail!("role '{role}' may not create databases; locklab creates one per run (grant it CREATEDB)");
+        }
         admin.close().await;
         server.startup = began.elapsed();
         Ok(server)
@@ -212,9 +224,7 @@ fn external(dsn: &str) -> Result<Server> {
         host,
         port: cfg.get_ports().first().copied().unwrap_or(5432),
         user: cfg.get_user().unwrap_or("postgres").to_owned(),
-        password: cfg
-            .get_password()
-            .map(|p| String::from_utf8_lossy(p).into_owned()),
+        password: cfg.get_password().map(|p| String::from_utf8_lossy(p).into_owned()),
         admin_db: cfg.get_dbname().unwrap_or("postgres").to_owned(),
         version: String::new(),
         startup: Duration::ZERO,
@@ -254,9 +264,7 @@ pub fn resolve_binaries(opts: &ServerOptions) -> Result<PathBuf> {
         return Ok(dir);
     }
     let major = opts.pg_major.unwrap_or(DEFAULT_PG_MAJOR);
-    let dest = workspace_root()
-        .join(".cache/postgres")
-        .join(major.to_string());
+    let dest = workspace_root().join(".cache/postgres").join(major.to_string());
     let bin = dest.join("bin");
     if check_bin(&bin).is_ok() {
         return Ok(bin);

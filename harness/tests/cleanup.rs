@@ -29,14 +29,9 @@ fn start() -> (Child, PathBuf, i32, std::thread::JoinHandle<String>) {
         seen.push_str(&line);
         seen.push('\n');
         if let Some(rest) = line.split_once("(local cluster in ").map(|(_, r)| r) {
-            let (dir, pid) = rest
-                .trim_end_matches(')')
-                .split_once(", postmaster pid ")
-                .unwrap();
+            let (dir, pid) = rest.trim_end_matches(')').split_once(", postmaster pid ").unwrap();
             // Keep draining stderr so the child never blocks on a full pipe.
-            let drain = std::thread::spawn(move || {
-                lines.map_while(Result::ok).collect::<Vec<_>>().join("\n")
-            });
+            let drain = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"));
             return (child, PathBuf::from(dir), pid.parse().unwrap(), drain);
         }
     }

@@ -26,13 +26,7 @@ fn server() -> &'static Server {
 }
 
 /// The driver ids this file tests; must equal the registry (checked below).
-const DRIVERS: [&str; 5] = [
-    "tokio-postgres",
-    "deadpool-fast",
-    "deadpool-clean",
-    "bb8",
-    "sqlx",
-];
+const DRIVERS: [&str; 5] = ["tokio-postgres", "deadpool-fast", "deadpool-clean", "bb8", "sqlx"];
 
 #[test]
 fn every_registered_driver_is_in_the_matrix_tests() {
@@ -44,15 +38,8 @@ fn every_registered_driver_is_in_the_matrix_tests() {
 }
 
 fn load(path: &Path) -> Scenario {
-    scenario::load_file(path).unwrap_or_else(|e| {
-        panic!(
-            "{}",
-            e.iter()
-                .map(|e| e.to_string())
-                .collect::<Vec<_>>()
-                .join("\n")
-        )
-    })
+    scenario::load_file(path)
+        .unwrap_or_else(|e| panic!("{}", e.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")))
 }
 
 #[rstest]
@@ -65,11 +52,7 @@ async fn scenario_through_driver(
     let d = locklab_drivers::find(driver).unwrap();
     let r = runner::run(server(), &scenario, d.as_ref()).await;
     assert!(r.passed(), "{}", r.failure.as_deref().unwrap_or_default());
-    assert_observations_well_formed(
-        &scenario,
-        &r,
-        d.info().kind == locklab_drivers::DriverKind::Pooled,
-    );
+    assert_observations_well_formed(&scenario, &r, d.info().kind == locklab_drivers::DriverKind::Pooled);
 }
 
 fn assert_observations_well_formed(s: &Scenario, r: &RunResult, pooled: bool) {
@@ -101,11 +84,7 @@ fn assert_observations_well_formed(s: &Scenario, r: &RunResult, pooled: bool) {
                     .and_then(|h| h.as_bool())
                     .unwrap_or_else(|| panic!("{name}: no held flag in {}", o.value));
                 let holders = o.value["holders"].as_array().unwrap();
-                assert_eq!(
-                    held,
-                    !holders.is_empty(),
-                    "{name}: held flag disagrees with holders"
-                );
+                assert_eq!(held, !holders.is_empty(), "{name}: held flag disagrees with holders");
                 for h in holders {
                     assert!(
                         h["pid"].as_i64().is_some_and(|p| p > 0),
@@ -165,11 +144,7 @@ async fn advisory_keys_decode_as_the_server_stores_them() {
         .unwrap()
         .get(0);
     let rows = observe::advisory_locks(&mut observer, None).await.unwrap();
-    let mut seen: Vec<AdvisoryKey> = rows
-        .iter()
-        .filter(|r| r.pid == pid)
-        .map(|r| r.key)
-        .collect();
+    let mut seen: Vec<AdvisoryKey> = rows.iter().filter(|r| r.pid == pid).map(|r| r.key).collect();
     seen.sort();
     let mut want = keys.to_vec();
     want.sort();
@@ -187,29 +162,32 @@ fn inline(text: &str) -> Scenario {
 }
 
 /// A step waiting on a lock nobody releases fails at its deadline, naming the
-/// scenario, the driver, the actor and the step; the run still cleans up.
+/// scenario, the driver, the actor and the step; the run then ends the stuck
+/// backends and cleans up promptly, whatever the pool.
+#[rstest]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_step_past_its_deadline_fails_the_scenario_with_its_name() {
+async fn a_step_past_its_deadline_fails_the_scenario_with_its_name(
+    #[values("tokio-postgres", "deadpool-fast", "deadpool-clean", "bb8", "sqlx")] driver: &str,
+) {
     let s = inline(
         "name: hangs\ndescription: b waits forever\nactors: { a: { via: pool }, b: { via: pool } }\nsteps:\n  - { actor: a, do: checkout }\n  - { actor: a, sql: select pg_advisory_lock(99) }\n  - { actor: b, do: checkout }\n  - { actor: b, sql: select pg_advisory_lock(99), deadline_ms: 300 }\n",
     );
-    let d = locklab_drivers::find("deadpool-fast").unwrap();
+    let d = locklab_drivers::find(driver).unwrap();
     let started = std::time::Instant::now();
     let r = runner::run(server(), &s, d.as_ref()).await;
     let msg = r.failure.expect("the hanging step must fail");
     for part in [
-        "scenario 'hangs'",
-        "driver 'deadpool-fast'",
-        "step 4 (b: select pg_advisory_lock(99))",
-        "inline.yaml:8:",
-        "deadline of 300 ms exceeded",
+        "scenario 'hangs'".to_owned(),
+        format!("driver '{driver}'"),
+        "step 4 (b: select pg_advisory_lock(99))".to_owned(),
+        "inline.yaml:8:".to_owned(),
+        "deadline of 300 ms exceeded".to_owned(),
     ] {
-        assert!(msg.contains(part), "{part:?} not in: {msg}");
+        assert!(msg.contains(&part), "{part:?} not in: {msg}");
     }
-    assert!(
-        started.elapsed().as_secs() < 10,
-        "the run did not stop at the deadline"
-    );
+    // Bound, not a timing measurement: cleanup must not wait out pool timeouts (10 s).
+    let took = started.elapsed();
+    assert!(took.as_secs() < 8, "the failed run took {took:?} to clean up");
 }
 
 /// `blocked:` is decided by the server: a background step that does not block
@@ -276,27 +254,15 @@ async fn the_report_has_a_cell_for_every_observation_and_driver() {
 
     let json: serde_json::Value = serde_json::from_str(&report.to_json().unwrap()).unwrap();
     assert_eq!(json["schema_version"], 1);
-    assert!(
-        json["server"]["version"]
-            .as_str()
-            .unwrap()
-            .starts_with("PostgreSQL ")
-    );
+    assert!(json["server"]["version"].as_str().unwrap().starts_with("PostgreSQL "));
     for d in json["drivers"].as_array().unwrap() {
         assert_ne!(d["crate_version"], "unknown", "{d}");
     }
-    assert_eq!(
-        json["runs"].as_array().unwrap().len(),
-        scenarios.len() * drivers.len()
-    );
+    assert_eq!(json["runs"].as_array().unwrap().len(), scenarios.len() * drivers.len());
 
     let md = report.to_markdown().unwrap();
     for s in &scenarios {
-        assert!(
-            md.contains(&format!("## {}\n", s.name)),
-            "no section for {}",
-            s.name
-        );
+        assert!(md.contains(&format!("## {}\n", s.name)), "no section for {}", s.name);
         for name in s.steps.iter().filter_map(|st| st.record.as_deref()) {
             let row = md
                 .lines()

@@ -7,10 +7,7 @@ use locklab::scenario::{self, Scalar, StepKind};
 use rstest::rstest;
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
 #[test]
@@ -18,11 +15,7 @@ fn shipped_scenarios_validate() {
     let scenarios = scenario::load_dir(&root().join("scenarios")).unwrap_or_else(|errors| {
         panic!(
             "{}",
-            errors
-                .iter()
-                .map(|e| e.to_string())
-                .collect::<Vec<_>>()
-                .join("\n")
+            errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")
         )
     });
     let names: Vec<&str> = scenarios.iter().map(|s| s.name.as_str()).collect();
@@ -31,10 +24,7 @@ fn shipped_scenarios_validate() {
         "lock-timeout-200ms",
         "session-lock-pool-return",
     ] {
-        assert!(
-            names.contains(&required),
-            "missing scenario {required}; have {names:?}"
-        );
+        assert!(names.contains(&required), "missing scenario {required}; have {names:?}");
     }
     for s in &scenarios {
         let stem = s.file.file_stem().unwrap().to_str().unwrap();
@@ -44,9 +34,7 @@ fn shipped_scenarios_validate() {
 
 /// Each fixture's first line is `# expect: LINE:COLUMN message-prefix`.
 #[rstest]
-fn broken_fixture_reports_its_error_and_location(
-    #[files("tests/fixtures/invalid/*.yaml")] path: PathBuf,
-) {
+fn broken_fixture_reports_its_error_and_location(#[files("tests/fixtures/invalid/*.yaml")] path: PathBuf) {
     let text = std::fs::read_to_string(&path).unwrap();
     let header = text
         .lines()
@@ -132,10 +120,7 @@ steps:
     assert_eq!(s.steps[3].kind, StepKind::Blocked(0));
     assert_eq!(s.steps[4].kind, StepKind::Await(2));
     assert_eq!(s.steps[4].actor, 0);
-    assert_eq!(
-        s.steps[4].expect.as_ref().unwrap().value,
-        Some(Scalar::Null)
-    );
+    assert_eq!(s.steps[4].expect.as_ref().unwrap().value, Some(Scalar::Null));
     assert_eq!(
         s.steps[5].kind,
         StepKind::Observe(
@@ -143,10 +128,7 @@ steps:
             Some(locklab::keys::AdvisoryKey::Pair(1, -2))
         )
     );
-    assert_eq!(
-        s.steps[6].expect.as_ref().unwrap().error.as_deref(),
-        Some("55P03")
-    );
+    assert_eq!(s.steps[6].expect.as_ref().unwrap().error.as_deref(), Some("55P03"));
     assert_eq!((s.steps[6].pos.line, s.steps[6].pos.column), (27, 5));
 }
 
@@ -154,10 +136,7 @@ steps:
 fn condition_names_map_to_sqlstates() {
     let text = "name: c\ndescription: d\nactors: { a: { via: pool } }\nsteps:\n  - { actor: a, do: checkout }\n  - { actor: a, sql: select 1, expect: { error: deadlock_detected } }\n";
     let s = scenario::parse(Path::new("c.yaml"), text).unwrap();
-    assert_eq!(
-        s.steps[1].expect.as_ref().unwrap().error.as_deref(),
-        Some("40P01")
-    );
+    assert_eq!(s.steps[1].expect.as_ref().unwrap().error.as_deref(), Some("40P01"));
 }
 
 #[test]
