@@ -9,6 +9,8 @@
 //! Adding a driver: write one module with a type implementing [`Driver`] and add
 //! one line to [`registry`].
 
+#![warn(missing_docs)]
+
 mod bb8_pg;
 mod deadpool_pg;
 mod direct;

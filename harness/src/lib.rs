@@ -6,6 +6,8 @@
 //! (`locklab-drivers`) against a [`server::Server`], [`observe`] reads the
 //! server's view, and [`report`] turns the results into the driver matrix.
 
+#![warn(missing_docs)]
+
 pub mod keys;
 pub mod matrix;
 pub mod observe;
