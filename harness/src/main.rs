@@ -1,5 +1,6 @@
 //! `locklab`: run advisory-lock scenarios through Rust pools and write the driver matrix.
 
+use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -10,7 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use locklab::matrix::{self, DEFAULT_JOBS};
 use locklab::report::{Report, describe_locks_left};
-use locklab::runner::RunResult;
+use locklab::runner::{self, RunResult};
 use locklab::scenario::{self, Scenario};
 use locklab::server::{self, Server, ServerOptions};
 
@@ -21,8 +22,8 @@ use locklab::server::{self, Server, ServerOptions};
     about = "Behavioural conformance suite for PostgreSQL advisory locks through Rust connection pools"
 )]
 struct Cli {
-    /// Directory of scenario files (*.yaml); default: scenarios/ of this repository.
-    #[arg(long, global = true, env = "LOCKLAB_SCENARIOS")]
+    /// Directory of scenario files (*.yaml) [env: LOCKLAB_SCENARIOS; default: scenarios/ of this repository]
+    #[arg(long, global = true)]
     scenarios: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
@@ -57,11 +58,11 @@ struct RunArgs {
     /// Only these drivers (repeatable; default: all).
     #[arg(short, long = "driver")]
     driver: Vec<String>,
-    /// Use this running server instead of starting a local one (the role needs CREATEDB).
-    #[arg(long, env = "LOCKLAB_DSN", hide_env_values = true)]
+    /// Use this running server instead of starting a local one; the role needs CREATEDB [env: LOCKLAB_DSN]
+    #[arg(long)]
     dsn: Option<String>,
-    /// Directory with postgres and initdb for the local server.
-    #[arg(long, env = "LOCKLAB_PG_BIN")]
+    /// Directory with postgres and initdb for the local server [env: LOCKLAB_PG_BIN]
+    #[arg(long)]
     pg_bin: Option<PathBuf>,
     /// Scenario × driver runs in flight at once (1-256).
     #[arg(long, default_value_t = DEFAULT_JOBS as u16, value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -91,9 +92,17 @@ fn main() -> ExitCode {
     }
 }
 
+/// A non-empty environment variable (empty counts as unset).
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
 fn real_main(cli: Cli) -> Result<ExitCode> {
-    let dir = cli
+    let custom_dir = cli
         .scenarios
+        .clone()
+        .or_else(|| env_var("LOCKLAB_SCENARIOS").map(PathBuf::from));
+    let dir = custom_dir
         .clone()
         .unwrap_or_else(|| server::workspace_root().join("scenarios"));
     match cli.command {
@@ -102,54 +111,68 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
         Command::Run(args) => {
             let report = execute(&dir, &args)?;
             if args.json {
-                print_summary(&report.runs, &mut std::io::stderr());
-                print!("{}", report.to_json()?);
+                eprint!("{}", summary(&report.runs));
+                emit(&report.to_json()?)?;
             } else {
-                print_summary(&report.runs, &mut std::io::stdout());
+                emit(&summary(&report.runs))?;
             }
             Ok(exit_for(&report.runs))
         }
         Command::Report { run, out } => {
             let out = match out {
                 Some(out) => out,
-                None if !run.scenario.is_empty() || !run.driver.is_empty() => bail!(
-                    "`report --scenario/--driver` would replace the full matrix in reports/ with a \
-                     partial one; give --out DIR for a partial report, or use `run`"
+                None if !run.scenario.is_empty() || !run.driver.is_empty() || custom_dir.is_some() => bail!(
+                    "`report` with --scenario, --driver or another scenario directory would replace \
+                     the full matrix in reports/ with a partial one; give --out DIR, or use `run`"
                 ),
                 None => server::workspace_root().join("reports"),
             };
             let report = execute(&dir, &run)?;
+            let mut text = String::new();
             for p in report.write(&out)? {
-                println!("wrote {}", p.display());
+                let _ = writeln!(text, "wrote {}", p.display());
             }
-            print_summary(&report.runs, &mut std::io::stdout());
+            text.push_str(&summary(&report.runs));
+            emit(&text)?;
             Ok(exit_for(&report.runs))
         }
     }
 }
 
 fn list(dir: &Path) -> Result<ExitCode> {
-    println!("scenarios ({}):", dir.display());
+    let mut text = format!("scenarios ({}):\n", dir.display());
     let loaded = load(dir);
     for s in loaded.as_deref().unwrap_or_default() {
-        println!("  {:<28} {}", s.name, first_sentence(&s.description));
+        let _ = writeln!(text, "  {:<28} {}", s.name, first_sentence(&s.description));
     }
     if let Err(e) = &loaded {
-        println!("  (not listed: {e:#})");
+        let _ = writeln!(text, "  (not listed: {e:#})");
     }
-    println!("drivers:");
+    text.push_str("drivers:\n");
     for d in locklab_drivers::registry() {
         let i = d.info();
-        println!(
+        let _ = writeln!(
+            text,
             "  {:<28} {} {} — {}",
             i.id, i.crate_name, i.crate_version, i.configuration
         );
     }
+    emit(&text)?;
     Ok(if loaded.is_ok() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Writes `text` to stdout. A reader that went away (`locklab list | head -1`)
+/// is not an error; any other write failure is.
+fn emit(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("cannot write to stdout"),
+        _ => Ok(()),
+    }
 }
 
 fn validate(dir: &Path, paths: &[PathBuf]) -> Result<ExitCode> {
@@ -171,7 +194,7 @@ fn validate(dir: &Path, paths: &[PathBuf]) -> Result<ExitCode> {
         }
     }
     if errors.is_empty() {
-        println!("{valid} scenario file(s) valid");
+        emit(&format!("{valid} scenario file(s) valid\n"))?;
         return Ok(ExitCode::SUCCESS);
     }
     for e in &errors {
@@ -214,7 +237,11 @@ fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
         "driver",
     )?;
     let opts = ServerOptions {
-        dsn: args.dsn.clone(),
+        dsn: args
+            .dsn
+            .clone()
+            .filter(|d| !d.is_empty())
+            .or_else(|| env_var("LOCKLAB_DSN")),
         pg_bin: args.pg_bin.clone(),
         pg_major: None,
     };
@@ -244,24 +271,57 @@ fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
     let bar = ProgressBar::new((scenarios.len() * drivers.len()) as u64);
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} runs {msg}").expect("static template"));
     let began = Instant::now();
-    let runs = rt.block_on(matrix::run_all(
-        &server,
-        &scenarios,
-        &drivers,
-        args.jobs.into(),
-        |r: &RunResult| {
-            bar.set_message(format!("{} × {}", r.scenario, r.driver));
-            bar.inc(1);
-        },
-    ));
+    let progress = |r: &RunResult| {
+        bar.set_message(format!("{} × {}", r.scenario, r.driver));
+        bar.inc(1);
+    };
+    let runs = rt.block_on(async {
+        tokio::select! {
+            runs = matrix::run_all(&server, &scenarios, &drivers, args.jobs.into(), progress) => Ok(runs),
+            signal = interrupted() => Err(signal),
+        }
+    });
     bar.finish_and_clear();
+    let runs = match runs {
+        Ok(runs) => runs,
+        Err((what, code)) => {
+            // The runs in flight were cancelled mid-way: drop their databases
+            // (this matters on an external server), then stop the local one.
+            eprintln!("locklab: {what}: cleaning up");
+            let dropped = rt.block_on(async {
+                tokio::time::timeout(std::time::Duration::from_secs(20), runner::drop_own_databases(&server)).await
+            });
+            if let Ok(Ok(n)) = dropped
+                && n > 0
+            {
+                eprintln!("locklab: dropped {n} run database(s)");
+            }
+            drop(rt);
+            drop(server);
+            std::process::exit(code);
+        }
+    };
     let report = Report::new(&server, &scenarios, &drivers, runs, began.elapsed().as_secs_f64() * 1e3);
     drop(rt);
     drop(server);
     Ok(report)
 }
 
-fn print_summary(runs: &[RunResult], w: &mut dyn Write) {
+/// Resolves on SIGINT or SIGTERM with a description and the exit code a shell
+/// reports for that signal (128 + its number).
+async fn interrupted() -> (&'static str, i32) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => ("interrupted (SIGINT)", 130),
+        _ = term.recv() => ("terminated (SIGTERM)", 143),
+    }
+}
+
+/// The per-run summary printed by `run` and `report`.
+fn summary(runs: &[RunResult]) -> String {
     let mut lines = Vec::new();
     for r in runs {
         let status = if r.passed() { "pass" } else { "FAIL" };
@@ -288,7 +348,7 @@ fn print_summary(runs: &[RunResult], w: &mut dyn Write) {
     }
     let failed = runs.iter().filter(|r| !r.passed()).count();
     lines.push(format!("{} passed, {} failed", runs.len() - failed, failed));
-    let _ = writeln!(w, "{}", lines.join("\n"));
+    lines.join("\n") + "\n"
 }
 
 fn exit_for(runs: &[RunResult]) -> ExitCode {

@@ -63,8 +63,10 @@ pub struct RunResult {
     pub observations: Vec<Observation>,
     /// Every step.
     pub steps: Vec<StepReport>,
-    /// Advisory locks still held in the run's database after the last step,
-    /// once every pool actor has returned its connection (the pool still open).
+    /// Advisory locks held in the run's database (granted rows of `pg_locks`):
+    /// for a passed run, after the last step once every pool actor has returned
+    /// its connection (a closed one: once its backend has exited) with the pool
+    /// still open; for a failed run, when it failed.
     pub locks_left: Vec<LockRow>,
     /// Wall time of the whole run in ms, database creation and drop included.
     pub elapsed_ms: f64,
@@ -127,6 +129,7 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
         result: &mut result,
         slots: Vec::new(),
         pids: HashMap::new(),
+        last_user: HashMap::new(),
         vars: HashMap::new(),
     };
     let outcome = run.execute(driver).await;
@@ -163,6 +166,7 @@ fn database_name(scenario: &str, driver: &str) -> String {
     };
     let mut name = format!("ll_{}_{}", clean(scenario), clean(driver));
     name.truncate(40);
+    // The pid lets an interrupted process find its own databases (drop_own_databases).
     format!("{name}_{}_{n}", std::process::id())
 }
 
@@ -193,8 +197,11 @@ struct Run<'a> {
     db: &'a str,
     result: &'a mut RunResult,
     slots: Vec<Slot>,
-    /// Backend pid of each actor's current connection.
+    /// Backend pid of each actor's current connection (absent when the actor
+    /// has none, or the pid could not be read).
     pids: HashMap<usize, i32>,
+    /// For each backend pid, the actor that most recently checked it out.
+    last_user: HashMap<i32, usize>,
     /// Saved values (`save:`), text as the server sent it; `None` for NULL.
     vars: HashMap<String, Option<String>>,
 }
@@ -223,7 +230,7 @@ impl Run<'_> {
                     Err(e) => outcome = Err(format!("cannot connect direct actor '{}': {e}", actor.name)),
                 }
                 if outcome.is_ok() {
-                    outcome = self.learn_pid(i).await;
+                    self.learn_pid(i).await;
                 }
             }
         }
@@ -272,21 +279,26 @@ impl Run<'_> {
             }
         }
 
-        // Every pool actor is done: its connection goes back to the pool, as
-        // application code would. Then the guide's Verify step.
-        let clean = outcome.is_ok();
-        for i in 0..self.slots.len() {
-            if self.scenario.actors[i].via == Via::Direct {
-                continue;
-            }
-            match std::mem::replace(&mut self.slots[i], Slot::Empty) {
-                Slot::Ready(c) if clean => {
-                    let _ = tokio::time::timeout(Duration::from_secs(10), c.give_back()).await;
+        if outcome.is_ok() {
+            // Every pool actor is done: its connection goes back to the pool, as
+            // application code would (a closed one: until its backend is gone).
+            // Then the guide's Verify step.
+            for i in 0..self.slots.len() {
+                if self.scenario.actors[i].via == Via::Pool
+                    && let Slot::Ready(c) = std::mem::replace(&mut self.slots[i], Slot::Empty)
+                {
+                    let pid = self.pids.remove(&i);
+                    let returned = tokio::time::timeout(Duration::from_secs(10), c.give_back()).await;
+                    if let (Ok(Returned::Closed), Some(pid)) = (returned, pid) {
+                        let until = Instant::now() + Duration::from_secs(10);
+                        if let Err(e) = self.wait_gone(&mut monitor, pid, until).await {
+                            outcome = Err(format!("after the last step: {e}"));
+                        }
+                    }
                 }
-                Slot::Busy { handle, .. } => handle.abort(),
-                _ => {}
             }
         }
+        // On failure this is what was held when the run failed.
         match observe::advisory_locks(&mut monitor, None).await {
             Ok(rows) => self.result.locks_left = rows.into_iter().filter(|r| r.granted).collect(),
             Err(e) => {
@@ -339,35 +351,54 @@ impl Run<'_> {
         }
     }
 
-    async fn learn_pid(&mut self, actor: usize) -> Result<(), String> {
-        let conn = self.conn(actor)?;
-        let rows = conn
-            .simple_query("select pg_backend_pid()")
-            .await
-            .map_err(|e| format!("cannot read the backend pid: {e}"))?;
-        let pid = rows
-            .first_value()
-            .flatten()
-            .and_then(|v| v.parse().ok())
-            .ok_or("pg_backend_pid() returned no number")?;
-        self.pids.insert(actor, pid);
-        Ok(())
-    }
-
-    /// The actor whose connection has (or last had) backend `pid`.
-    fn actor_of(&self, pid: i32) -> Option<&str> {
-        self.pids
-            .iter()
-            .find(|(_, p)| **p == pid)
-            .map(|(a, _)| self.scenario.actors[*a].name.as_str())
-    }
-
-    fn substitute(&self, sql: &str) -> String {
-        let mut out = sql.to_owned();
-        for (k, v) in &self.vars {
-            out = out.replace(&format!("${{{k}}}"), v.as_deref().unwrap_or("NULL"));
+    /// Reads the backend pid of `actor`'s new connection with
+    /// `select pg_backend_pid()`, the one statement the harness adds to a
+    /// checkout. When it fails (e.g. the pool handed out a connection in an
+    /// aborted transaction) the pid stays unknown; only steps that need it fail.
+    async fn learn_pid(&mut self, actor: usize) {
+        self.pids.remove(&actor);
+        let Ok(conn) = self.conn(actor) else { return };
+        let Ok(rows) = conn.simple_query("select pg_backend_pid()").await else {
+            return;
+        };
+        if let Some(pid) = rows.first_value().flatten().and_then(|v| v.parse().ok()) {
+            self.pids.insert(actor, pid);
+            self.last_user.insert(pid, actor);
         }
-        out
+    }
+
+    fn pid_of(&self, actor: usize) -> Result<i32, String> {
+        self.pids.get(&actor).copied().ok_or_else(|| {
+            format!(
+                "the backend pid of '{}' is unknown (`select pg_backend_pid()` failed after its checkout)",
+                self.scenario.actors[actor].name
+            )
+        })
+    }
+
+    /// The actor that most recently checked out the connection of backend `pid`.
+    fn actor_of(&self, pid: i32) -> Option<&str> {
+        self.last_user.get(&pid).map(|a| self.scenario.actors[*a].name.as_str())
+    }
+
+    /// Replaces each `${name}` with its saved value (`NULL` for SQL NULL), in
+    /// one left-to-right pass.
+    fn substitute(&self, text: &str) -> Result<String, String> {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(i) = rest.find("${") {
+            let Some(j) = rest[i + 2..].find('}') else { break };
+            let name = &rest[i + 2..i + 2 + j];
+            let value = self
+                .vars
+                .get(name)
+                .ok_or_else(|| format!("'${{{name}}}' has no saved value"))?;
+            out.push_str(&rest[..i]);
+            out.push_str(value.as_deref().unwrap_or("NULL"));
+            rest = &rest[i + 3 + j..];
+        }
+        out.push_str(rest);
+        Ok(out)
     }
 
     async fn step(
@@ -382,7 +413,7 @@ impl Run<'_> {
         let late = || format!("deadline of {} ms exceeded", step.deadline_ms);
         match &step.kind {
             StepKind::Sql(sql) => {
-                let sql = self.substitute(sql);
+                let sql = self.substitute(sql)?;
                 if step.background {
                     let Slot::Ready(mut conn) = std::mem::replace(&mut self.slots[actor], Slot::Empty) else {
                         return Err(format!("actor '{name}' has no idle connection"));
@@ -413,7 +444,8 @@ impl Run<'_> {
                     .map_err(|_| late())?
                     .map_err(|e| format!("checkout failed: {e}"))?;
                 self.slots[actor] = Slot::Ready(conn);
-                self.learn_pid(actor).await
+                self.learn_pid(actor).await;
+                Ok(())
             }
             StepKind::Do(Action::Return) => {
                 let Slot::Ready(conn) = std::mem::replace(&mut self.slots[actor], Slot::Empty) else {
@@ -422,12 +454,12 @@ impl Run<'_> {
                 let returned = tokio::time::timeout(deadline, conn.give_back())
                     .await
                     .map_err(|_| late())?;
+                let pid = self.pids.remove(&actor);
                 if returned == Returned::Closed {
                     // The backend exits asynchronously after the socket closes; wait
                     // until the server has let it go (and with it its locks).
-                    if let Some(&pid) = self.pids.get(&actor) {
-                        self.wait_gone(monitor, pid, Instant::now() + deadline).await?;
-                    }
+                    let pid = pid.ok_or_else(|| self.pid_of(actor).unwrap_err())?;
+                    self.wait_gone(monitor, pid, Instant::now() + deadline).await?;
                 }
                 Ok(())
             }
@@ -450,7 +482,7 @@ impl Run<'_> {
             }
             StepKind::Blocked(target) => {
                 let target = *target;
-                let pid = *self.pids.get(&target).ok_or("blocked: the target has no backend pid")?;
+                let pid = self.pid_of(target)?;
                 let tname = self.scenario.actors[target].name.clone();
                 let polled = poll_until(Instant::now() + deadline, async || {
                     if let Slot::Busy { handle, .. } = &self.slots[target]
@@ -485,10 +517,12 @@ impl Run<'_> {
                 debug_assert_eq!(s, *bg);
                 let bg_step = &self.scenario.steps[*bg];
                 let remaining = Duration::from_millis(bg_step.deadline_ms).saturating_sub(started.elapsed());
-                let (conn, outcome) = match tokio::time::timeout(remaining, handle).await {
+                let mut handle = handle;
+                let (conn, outcome) = match tokio::time::timeout(remaining, &mut handle).await {
                     Ok(Ok(v)) => v,
                     Ok(Err(e)) => return Err(format!("background step {} panicked: {e}", bg + 1)),
                     Err(_) => {
+                        handle.abort();
                         return Err(format!(
                             "background step {} ({}) exceeded its deadline of {} ms",
                             bg + 1,
@@ -522,7 +556,7 @@ impl Run<'_> {
         if let Some(e) = &step.expect {
             let mut e = e.clone();
             if let Some(Scalar::Text(t)) = &e.value {
-                e.value = Some(Scalar::Text(self.substitute(t)));
+                e.value = Some(Scalar::Text(self.substitute(t)?));
             }
             check_sql(&e, &result, elapsed)?;
         } else if let Err(e) = &result {
@@ -576,7 +610,7 @@ impl Run<'_> {
                 ));
             }
             if let Some(var) = &e.holder_pid {
-                let want = self.vars.get(var).cloned().flatten().unwrap_or_default();
+                let want = self.substitute(&format!("${{{var}}}"))?;
                 if let Some(r) = holders.iter().find(|r| r.pid.to_string() != want) {
                     return Err(format!(
                         "expected every holder to be backend {want} (${{{var}}}), but backend {} holds {}",
@@ -702,4 +736,36 @@ fn show_first(rows: &Rows) -> String {
         Some(None) => "NULL".into(),
         Some(Some(v)) => typed(v).1,
     }
+}
+
+/// Drops every database this process created for its runs (`ll_…_<pid>_<n>`),
+/// with `(force)`; used when a run is interrupted before its own cleanup.
+/// Returns how many were dropped.
+///
+/// # Errors
+/// Connecting to the server or listing databases failed.
+pub async fn drop_own_databases(server: &Server) -> Result<usize, DriverError> {
+    let admin = server
+        .admin()
+        .await
+        .map_err(|e| DriverError::Client(format!("{e:#}")))?;
+    let pattern = format!("ll\\_%\\_{}\\_%", std::process::id());
+    let rows = locklab_drivers::simple_query_rows(
+        admin.client(),
+        &format!("select datname from pg_database where datname like '{pattern}'"),
+    )
+    .await?;
+    let mut dropped = 0;
+    for name in rows.rows.iter().filter_map(|r| r.first().cloned().flatten()) {
+        if admin
+            .client()
+            .simple_query(&format!("drop database if exists \"{name}\" with (force)"))
+            .await
+            .is_ok()
+        {
+            dropped += 1;
+        }
+    }
+    admin.close().await;
+    Ok(dropped)
 }

@@ -728,6 +728,15 @@ impl Validator<'_> {
             return None;
         }
         let deadline_ms = match &s.deadline_ms {
+            Some(d) if s.await_step.is_some() => {
+                self.err(
+                    Pos::of(&d.referenced),
+                    format!(
+                        "step {n}: an 'await' step runs within the background step's deadline; set 'deadline_ms' there"
+                    ),
+                );
+                step_deadline
+            }
             Some(d) => self.deadline(d),
             None => step_deadline,
         };
@@ -892,6 +901,19 @@ impl Validator<'_> {
                     format!("step {n}: 'save' works on foreground 'sql' steps only"),
                 );
             }
+            // Later steps rely on the value: the step must run everywhere and succeed.
+            if s.when.is_some() {
+                self.err(
+                    Pos::of(&v.referenced),
+                    format!("step {n}: 'save' cannot be combined with 'when'"),
+                );
+            }
+            if s.expect.as_ref().is_some_and(|e| e.value.error.is_some()) {
+                self.err(
+                    Pos::of(&v.referenced),
+                    format!("step {n}: 'save' on a step expected to fail saves nothing"),
+                );
+            }
             saved.push(v.value.clone());
         }
         if let Some(r) = &s.record {
@@ -996,7 +1018,8 @@ impl Validator<'_> {
         }
         if let Some(b) = e.elapsed_ms {
             let (min, max) = (b.min.unwrap_or(0.0), b.max.unwrap_or(f64::INFINITY));
-            if min < 0.0 || max < min || (b.min.is_none() && b.max.is_none()) {
+            let finite = !min.is_nan() && !max.is_nan() && min.is_finite() && (b.max.is_none() || max.is_finite());
+            if !finite || min < 0.0 || max < min || (b.min.is_none() && b.max.is_none()) {
                 self.err(pos, format!("step {n}: elapsed_ms needs 0 ≤ min ≤ max (ms)"));
             }
         }

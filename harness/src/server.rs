@@ -9,10 +9,11 @@
 //! Cleanup: [`Server`]'s `Drop` stops the postmaster (fast shutdown) and deletes
 //! the directory. For the cases where `Drop` never runs (a panic that aborts,
 //! SIGINT, SIGKILL, a test process that exits with statics alive) a small
-//! watchdog process holds a pipe from us: when our process is gone the pipe
-//! reaches end-of-file and the watchdog stops the postmaster and deletes the
-//! directory. Both the postmaster and the watchdog run in their own process
-//! group, so a Ctrl-C on the terminal reaches only us.
+//! watchdog process, started as soon as the directory exists, holds a pipe from
+//! us: when our process is gone the pipe reaches end-of-file and the watchdog
+//! stops `initdb` or the postmaster and deletes the directory. The watchdog,
+//! `initdb` and the postmaster share a process group of their own, so a Ctrl-C
+//! on the terminal reaches only us.
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -332,22 +333,76 @@ fn command(program: &Path, who: &Option<RunAs>) -> Command {
     c
 }
 
+/// The cleanup watchdog (POSIX sh). It leads a process group that `initdb` and
+/// the postmaster join, and waits for end-of-file on its stdin, which comes when
+/// our process ends or drops the [`Watchdog`]. Then it sends SIGINT to the
+/// group (the postmaster does a fast shutdown, an unfinished `initdb` aborts),
+/// waits up to 10 s for the postmaster (`postmaster.pid` names it), kills it if
+/// need be, and removes the directory. `$1` is the cluster directory. (dash's
+/// `kill` takes no `--`, so the group is named as `-PGID` directly.)
 const WATCHDOG: &str = r#"
+trap '' INT TERM HUP
 read -r _ || true
-if kill -0 "$1" 2>/dev/null; then
-  kill -INT "$1" 2>/dev/null
-  n=0
-  while kill -0 "$1" 2>/dev/null && [ "$n" -lt 100 ]; do sleep 0.1; n=$((n+1)); done
-  kill -KILL "$1" 2>/dev/null
+kill -INT "-$$" 2>/dev/null
+pidfile="$1/data/postmaster.pid"
+n=0
+while [ -f "$pidfile" ] && [ "$n" -lt 100 ]; do
+  pid=$(head -n 1 "$pidfile" 2>/dev/null)
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || break
+  sleep 0.1
+  n=$((n+1))
+done
+if [ -f "$pidfile" ]; then
+  pid=$(head -n 1 "$pidfile" 2>/dev/null)
+  [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
 fi
-rm -rf "$2"
+# An aborting initdb may still be writing: retry until the directory is gone.
+n=0
+while [ -e "$1" ] && [ "$n" -lt 50 ]; do
+  rm -rf "$1" 2>/dev/null
+  [ -e "$1" ] && sleep 0.1
+  n=$((n+1))
+done
 "#;
+
+/// The running watchdog; dropping it starts the cleanup and waits for it.
+struct Watchdog(Child);
+
+impl Watchdog {
+    fn start(dir: &Path) -> Result<Watchdog> {
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(WATCHDOG)
+            .arg("locklab-watchdog")
+            .arg(dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .context("cannot start the cleanup watchdog (sh)")?;
+        Ok(Watchdog(child))
+    }
+
+    /// The process group that `initdb` and `postgres` join.
+    fn group(&self) -> i32 {
+        self.0.id() as i32
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        drop(self.0.stdin.take());
+        let _ = self.0.wait();
+    }
+}
 
 struct LocalCluster {
     dir: PathBuf,
     port: u16,
     postgres: Child,
-    watchdog: Child,
+    /// Held for its `Drop`, which runs after ours: the last-resort cleanup.
+    _watchdog: Watchdog,
 }
 
 /// The postmaster could not bind its port (another process took it between
@@ -374,7 +429,14 @@ impl LocalCluster {
             .tempdir()
             .context("cannot create a temporary directory")?
             .keep();
-        let mut guard = DirGuard(Some(dir.clone()));
+        // From here on, whatever happens to us, the watchdog removes `dir`.
+        let watchdog = match Watchdog::start(&dir) {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
         let mut bin = bin.to_path_buf();
         if let Some(u) = &who {
             nix::unistd::chown(&dir, Some(u.uid.into()), Some(u.gid.into()))?;
@@ -408,6 +470,7 @@ impl LocalCluster {
                 "--no-sync",
                 "--no-instructions",
             ])
+            .process_group(watchdog.group())
             .output()
             .with_context(|| format!("cannot run {}", bin.join("initdb").display()))?;
         if !out.status.success() {
@@ -445,37 +508,14 @@ impl LocalCluster {
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
-            .process_group(0)
+            .process_group(watchdog.group())
             .spawn()
             .with_context(|| format!("cannot run {}", bin.join("postgres").display()))?;
-        let watchdog = Command::new("sh")
-            .arg("-c")
-            .arg(WATCHDOG)
-            .arg("locklab-watchdog")
-            .arg(postgres.id().to_string())
-            .arg(&dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn();
-        // From here on the cluster (its Drop) owns the directory and the postmaster.
-        guard.0 = None;
-        let watchdog = match watchdog {
-            Ok(w) => w,
-            Err(e) => {
-                let mut pg = postgres;
-                let _ = pg.kill();
-                let _ = pg.wait();
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(anyhow!(e).context("cannot start the cleanup watchdog (sh)"));
-            }
-        };
         let mut cluster = LocalCluster {
             dir,
             port,
             postgres,
-            watchdog,
+            _watchdog: watchdog,
         };
         if let Err(e) = cluster.wait_ready(&log_path).await {
             let log = tail(&log_path, 15);
@@ -546,21 +586,7 @@ impl Drop for LocalCluster {
     fn drop(&mut self) {
         self.stop_postmaster();
         let _ = std::fs::remove_dir_all(&self.dir);
-        // End of file on its stdin: the watchdog finds the postmaster gone,
-        // removes the (already removed) directory and exits.
-        drop(self.watchdog.stdin.take());
-        let _ = self.watchdog.wait();
-    }
-}
-
-/// Removes a directory on early return during start-up.
-struct DirGuard(Option<PathBuf>);
-
-impl Drop for DirGuard {
-    fn drop(&mut self) {
-        if let Some(d) = self.0.take() {
-            let _ = std::fs::remove_dir_all(d);
-        }
+        // The watchdog (dropped after this) finds nothing left to do and exits.
     }
 }
 

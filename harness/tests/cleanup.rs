@@ -1,8 +1,10 @@
 //! Nothing the harness starts outlives it: the `locklab` binary is run as a
 //! child process and stopped normally, by SIGINT, by SIGTERM and by SIGKILL
-//! (no destructor runs at all); afterwards its cluster directory and its
-//! postmaster must be gone. Waiting is done by watching the file system and
-//! the process table, with a deadline.
+//! (no destructor runs at all), also while its cluster is still starting;
+//! afterwards its cluster directory and its postmaster must be gone. Against an
+//! external server, an interrupted run drops the databases it created. Waiting
+//! is done by watching the file system, the process table or the server, with a
+//! deadline.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -84,4 +86,111 @@ fn a_signalled_run_leaves_no_server_behind(#[case] signal: Signal) {
     let status = child.wait().unwrap();
     assert!(!status.success());
     wait_until_gone(&dir, pid);
+}
+
+/// A temporary directory the unprivileged cluster user can traverse, used as
+/// the child's TMPDIR so that its cluster directory can be found early.
+fn private_tmpdir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::Builder::new().prefix("locklab-test-tmp-").tempdir().unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    d
+}
+
+/// Processes whose command line mentions `needle` (e.g. a postmaster or initdb
+/// working in a given directory).
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) && !cmd.contains("locklab-watchdog") {
+                found.push(cmd);
+            }
+        }
+    }
+    found
+}
+
+/// Killed while the cluster directory exists but the server is not up yet
+/// (initdb or start-up): the watchdog still removes everything.
+#[rstest]
+#[case::sigkill(Signal::SIGKILL)]
+#[case::sigint(Signal::SIGINT)]
+fn a_run_killed_during_server_start_leaves_nothing(#[case] signal: Signal) {
+    let tmp = private_tmpdir();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args(["run", "--scenario", "xact-lock-competition"])
+        .env_remove("LOCKLAB_DSN")
+        .env("TMPDIR", tmp.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_dir(tmp.path()).unwrap().next().is_none() {
+        assert!(Instant::now() < deadline, "no cluster directory appeared");
+        assert!(child.try_wait().unwrap().is_none(), "locklab exited before creating its cluster");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    kill(Pid::from_raw(child.id() as i32), signal).unwrap();
+    child.wait().unwrap();
+    let needle = tmp.path().to_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().map(|e| e.path()).collect();
+        let procs = processes_mentioning(&needle);
+        if left.is_empty() && procs.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "after 30 s: left {left:?}, processes {procs:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Against an external server (here: one this test starts), an interrupted run
+/// drops the per-run databases it had created.
+#[test]
+fn an_interrupted_run_on_an_external_server_drops_its_databases() {
+    let server = locklab::server::Server::start(&locklab::server::ServerOptions::default()).unwrap();
+    let spec = server.spec("postgres", "");
+    let dsn = format!("postgresql://{}@{}:{}/postgres", spec.user, spec.host, spec.port);
+    let scenarios = tempfile::tempdir().unwrap();
+    std::fs::write(
+        scenarios.path().join("slow.yaml"),
+        "name: slow\ndescription: holds the run open\nactors: { o: { via: direct } }\nsteps:\n  - { actor: o, sql: select pg_sleep(60) }\n",
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args(["run", "--scenarios"])
+        .arg(scenarios.path())
+        .env("LOCKLAB_DSN", &dsn)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let count = || {
+        rt.block_on(async {
+            let admin = server.admin().await.unwrap();
+            let n: i64 = admin
+                .client()
+                .query_one("select count(*) from pg_database where datname like 'll\\_slow\\_%'", &[])
+                .await
+                .unwrap()
+                .get(0);
+            admin.close().await;
+            n
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while count() < 5 {
+        assert!(Instant::now() < deadline, "the run databases never appeared");
+        assert!(child.try_wait().unwrap().is_none(), "locklab exited early");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "exit status after SIGINT");
+    assert_eq!(count(), 0, "run databases left on the server");
 }
