@@ -17,7 +17,7 @@
 
 use std::io::Read;
 use std::net::TcpListener;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -424,19 +424,14 @@ impl LocalCluster {
 
     async fn start_once(bin: &Path) -> Result<LocalCluster> {
         let who = run_as()?;
-        let dir = tempfile::Builder::new()
-            .prefix("locklab-pg-")
-            .tempdir()
-            .context("cannot create a temporary directory")?
-            .keep();
-        // From here on, whatever happens to us, the watchdog removes `dir`.
-        let watchdog = match Watchdog::start(&dir) {
-            Ok(w) => w,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e);
-            }
-        };
+        // The watchdog starts before the directory exists, so that there is no
+        // moment in which the directory exists and nothing would remove it.
+        let dir = cluster_dir_name();
+        let watchdog = Watchdog::start(&dir)?;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
         let mut bin = bin.to_path_buf();
         if let Some(u) = &who {
             nix::unistd::chown(&dir, Some(u.uid.into()), Some(u.gid.into()))?;
@@ -622,6 +617,18 @@ fn chown_tree(dir: &Path, u: &RunAs) -> Result<()> {
         bail!("chown of {} failed", dir.display());
     }
     Ok(())
+}
+
+/// A new path `$TMPDIR/locklab-pg-<pid>-<n>` that does not exist yet.
+fn cluster_dir_name() -> PathBuf {
+    static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    loop {
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("locklab-pg-{}-{n}", std::process::id()));
+        if !dir.exists() {
+            return dir;
+        }
+    }
 }
 
 fn free_port() -> Result<u16> {

@@ -112,12 +112,14 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
     found
 }
 
-/// Killed while the cluster directory exists but the server is not up yet
-/// (initdb or start-up): the watchdog still removes everything.
+/// Killed while the cluster is still being set up: as soon as its directory
+/// exists, once `initdb` is writing `data/`, and once the postmaster has been
+/// started (its log file exists): the watchdog still removes everything.
 #[rstest]
-#[case::sigkill(Signal::SIGKILL)]
-#[case::sigint(Signal::SIGINT)]
-fn a_run_killed_during_server_start_leaves_nothing(#[case] signal: Signal) {
+fn a_run_killed_during_server_start_leaves_nothing(
+    #[values(Signal::SIGKILL, Signal::SIGINT)] signal: Signal,
+    #[values("", "data", "postgres.log")] stage: &str,
+) {
     let tmp = private_tmpdir();
     let mut child = Command::new(env!("CARGO_BIN_EXE_locklab"))
         .args(["run", "--scenario", "xact-lock-competition"])
@@ -128,9 +130,20 @@ fn a_run_killed_during_server_start_leaves_nothing(#[case] signal: Signal) {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while std::fs::read_dir(tmp.path()).unwrap().next().is_none() {
-        assert!(Instant::now() < deadline, "no cluster directory appeared");
-        assert!(child.try_wait().unwrap().is_none(), "locklab exited before creating its cluster");
+    loop {
+        let cluster = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .next()
+            .map(|e| e.path());
+        if cluster.is_some_and(|c| c.join(stage).exists()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "stage {stage:?} never reached");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "locklab exited before stage {stage:?}"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     kill(Pid::from_raw(child.id() as i32), signal).unwrap();
@@ -138,12 +151,19 @@ fn a_run_killed_during_server_start_leaves_nothing(#[case] signal: Signal) {
     let needle = tmp.path().to_str().unwrap().to_owned();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().flatten().map(|e| e.path()).collect();
+        let left: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
         let procs = processes_mentioning(&needle);
         if left.is_empty() && procs.is_empty() {
             break;
         }
-        assert!(Instant::now() < deadline, "after 30 s: left {left:?}, processes {procs:?}");
+        assert!(
+            Instant::now() < deadline,
+            "after 30 s: left {left:?}, processes {procs:?}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -169,13 +189,19 @@ fn an_interrupted_run_on_an_external_server_drops_its_databases() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let count = || {
         rt.block_on(async {
             let admin = server.admin().await.unwrap();
             let n: i64 = admin
                 .client()
-                .query_one("select count(*) from pg_database where datname like 'll\\_slow\\_%'", &[])
+                .query_one(
+                    "select count(*) from pg_database where datname like 'll\\_slow\\_%'",
+                    &[],
+                )
                 .await
                 .unwrap()
                 .get(0);

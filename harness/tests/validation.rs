@@ -26,10 +26,6 @@ fn shipped_scenarios_validate() {
     ] {
         assert!(names.contains(&required), "missing scenario {required}; have {names:?}");
     }
-    for s in &scenarios {
-        let stem = s.file.file_stem().unwrap().to_str().unwrap();
-        assert_eq!(stem, s.name, "scenario name and file name differ");
-    }
 }
 
 /// Each fixture's first line is `# expect: LINE:COLUMN message-prefix`.
