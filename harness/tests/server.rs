@@ -157,6 +157,12 @@ fn inline(text: &str) -> Scenario {
     scenario::parse(Path::new("inline.yaml"), text).unwrap_or_else(|e| panic!("{e:?}"))
 }
 
+/// Parses `text` (reported as `inline.yaml`) and runs it through `driver`.
+async fn run_inline(text: &str, driver: &str) -> RunResult {
+    let d = locklab_drivers::find(driver).unwrap();
+    runner::run(server(), &inline(text), d.as_ref()).await
+}
+
 /// A step waiting on a lock nobody releases fails at its deadline, naming the
 /// scenario, the driver, the actor and the step; the run then ends the stuck
 /// backends and cleans up promptly, whatever the pool.
@@ -165,12 +171,12 @@ fn inline(text: &str) -> Scenario {
 async fn a_step_past_its_deadline_fails_the_scenario_with_its_name(
     #[values("tokio-postgres", "deadpool-fast", "deadpool-clean", "bb8", "sqlx")] driver: &str,
 ) {
-    let s = inline(
-        "name: hangs\ndescription: b waits forever\nactors: { a: { via: pool }, b: { via: pool } }\nsteps:\n  - { actor: a, do: checkout }\n  - { actor: a, sql: select pg_advisory_lock(99) }\n  - { actor: b, do: checkout }\n  - { actor: b, sql: select pg_advisory_lock(99), deadline_ms: 300 }\n",
-    );
-    let d = locklab_drivers::find(driver).unwrap();
     let started = std::time::Instant::now();
-    let r = runner::run(server(), &s, d.as_ref()).await;
+    let r = run_inline(
+        "name: hangs\ndescription: b waits forever\nactors: { a: { via: pool }, b: { via: pool } }\nsteps:\n  - { actor: a, do: checkout }\n  - { actor: a, sql: select pg_advisory_lock(99) }\n  - { actor: b, do: checkout }\n  - { actor: b, sql: select pg_advisory_lock(99), deadline_ms: 300 }\n",
+        driver,
+    )
+    .await;
     let msg = r.failure.expect("the hanging step must fail");
     for part in [
         "scenario 'hangs'".to_owned(),
@@ -190,11 +196,11 @@ async fn a_step_past_its_deadline_fails_the_scenario_with_its_name(
 /// (the key is free) fails the assertion instead of passing it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blocked_fails_when_the_step_is_not_blocked() {
-    let s = inline(
+    let r = run_inline(
         "name: not-blocked\ndescription: nothing holds key 5\nactors: { a: { via: pool }, observer: { via: direct } }\nsteps:\n  - { actor: a, do: checkout }\n  - { actor: a, id: t, sql: select pg_advisory_lock(5), background: true }\n  - { actor: observer, blocked: a, deadline_ms: 2000 }\n  - { await: t }\n",
-    );
-    let d = locklab_drivers::find("tokio-postgres").unwrap();
-    let r = runner::run(server(), &s, d.as_ref()).await;
+        "tokio-postgres",
+    )
+    .await;
     let msg = r.failure.expect("blocked must fail when nothing blocks");
     assert!(
         msg.contains("instead of blocking") || msg.contains("was not blocked"),
@@ -205,11 +211,11 @@ async fn blocked_fails_when_the_step_is_not_blocked() {
 /// A fixed expectation that does not hold fails the run with both values.
 #[tokio::test]
 async fn a_wrong_expectation_fails_with_expected_and_actual() {
-    let s = inline(
+    let r = run_inline(
         "name: wrong\ndescription: the lock is free, so try returns true\nactors: { a: { via: pool } }\nsteps:\n  - { actor: a, do: checkout }\n  - { actor: a, sql: select pg_try_advisory_lock(6), expect: { value: false } }\n",
-    );
-    let d = locklab_drivers::find("bb8").unwrap();
-    let r = runner::run(server(), &s, d.as_ref()).await;
+        "bb8",
+    )
+    .await;
     let msg = r.failure.expect("must fail");
     assert!(msg.contains("expected false, got true"), "{msg}");
     // The Verify step still ran after the failure and saw the session lock that
@@ -224,11 +230,11 @@ async fn a_wrong_expectation_fails_with_expected_and_actual() {
 /// Each run gets its own database, dropped afterwards.
 #[tokio::test]
 async fn run_databases_are_dropped() {
-    let s = inline(
+    let r = run_inline(
         "name: tiny\ndescription: one step\nactors: { o: { via: direct } }\nsteps:\n  - { actor: o, sql: select 1 }\n",
-    );
-    let d = locklab_drivers::find("sqlx").unwrap();
-    let r = runner::run(server(), &s, d.as_ref()).await;
+        "sqlx",
+    )
+    .await;
     assert!(r.passed(), "{:?}", r.failure);
     let mut a = admin().await;
     let rows = a
@@ -301,11 +307,11 @@ async fn locks_left_waits_for_closed_connections_to_be_released() {
 async fn holders_are_named_after_the_latest_actor_on_that_backend(
     #[values("tokio-postgres", "deadpool-fast", "deadpool-clean", "bb8", "sqlx")] driver: &str,
 ) {
-    let s = inline(
+    let r = run_inline(
         "name: reuse\ndescription: two actors on one pooled connection\npool: { max_size: 1 }\nactors: { first: { via: pool }, second: { via: pool }, o: { via: direct } }\nsteps:\n  - { actor: first, do: checkout }\n  - { actor: first, sql: select pg_advisory_lock(1) }\n  - { actor: first, do: return }\n  - { actor: second, do: checkout }\n  - { actor: second, sql: select pg_advisory_lock(2) }\n  - { actor: o, observe: advisory_locks, key: 2, record: who_holds_2 }\n",
-    );
-    let d = locklab_drivers::find(driver).unwrap();
-    let r = runner::run(server(), &s, d.as_ref()).await;
+        driver,
+    )
+    .await;
     assert!(r.passed(), "{:?}", r.failure);
     let o = r.observation("who_holds_2").unwrap();
     assert!(o.display.starts_with("held by second ("), "{}", o.display);
@@ -319,11 +325,11 @@ async fn holders_are_named_after_the_latest_actor_on_that_backend(
 async fn a_connection_returned_in_an_aborted_transaction_is_recorded_not_fatal(
     #[values("tokio-postgres", "deadpool-fast", "deadpool-clean", "bb8", "sqlx")] driver: &str,
 ) {
-    let s = inline(
+    let r = run_inline(
         "name: aborted\ndescription: return in an aborted transaction\npool: { max_size: 1 }\nactors: { w: { via: pool } }\nsteps:\n  - { actor: w, do: checkout }\n  - { actor: w, do: begin }\n  - { actor: w, sql: select 1/0, expect: { error: \"22012\" } }\n  - { actor: w, do: return }\n  - { actor: w, do: checkout }\n  - { actor: w, sql: select 1, record: first_query_after_checkout }\n",
-    );
-    let d = locklab_drivers::find(driver).unwrap();
-    let r = runner::run(server(), &s, d.as_ref()).await;
+        driver,
+    )
+    .await;
     assert!(r.passed(), "{:?}", r.failure);
     let o = r.observation("first_query_after_checkout").unwrap();
     assert!(o.display == "1" || o.sqlstate.is_some(), "{o:?}");
