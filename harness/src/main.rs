@@ -237,17 +237,13 @@ fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
         "driver",
     )?;
     let opts = ServerOptions {
-        dsn: args
-            .dsn
-            .clone()
-            .filter(|d| !d.is_empty())
-            .or_else(|| env_var("LOCKLAB_DSN")),
+        dsn: args.dsn.clone(),
         pg_bin: args.pg_bin.clone(),
         pg_major: None,
     };
     eprintln!(
         "locklab: {}",
-        if opts.dsn.is_some() {
+        if opts.external_dsn().is_some() {
             "connecting to PostgreSQL (external server)"
         } else {
             "starting PostgreSQL (throw-away local cluster)"

@@ -285,16 +285,10 @@ impl Run<'_> {
             // Then the guide's Verify step.
             for i in 0..self.slots.len() {
                 if self.scenario.actors[i].via == Via::Pool
-                    && let Slot::Ready(c) = std::mem::replace(&mut self.slots[i], Slot::Empty)
+                    && matches!(self.slots[i], Slot::Ready(_))
+                    && let Err(e) = self.give_back(i, &mut monitor, Duration::from_secs(10)).await
                 {
-                    let pid = self.pids.remove(&i);
-                    let returned = tokio::time::timeout(Duration::from_secs(10), c.give_back()).await;
-                    if let (Ok(Returned::Closed), Some(pid)) = (returned, pid) {
-                        let until = Instant::now() + Duration::from_secs(10);
-                        if let Err(e) = self.wait_gone(&mut monitor, pid, until).await {
-                            outcome = Err(format!("after the last step: {e}"));
-                        }
-                    }
+                    outcome = Err(format!("after the last step: {e}"));
                 }
             }
         }
@@ -447,22 +441,7 @@ impl Run<'_> {
                 self.learn_pid(actor).await;
                 Ok(())
             }
-            StepKind::Do(Action::Return) => {
-                let Slot::Ready(conn) = std::mem::replace(&mut self.slots[actor], Slot::Empty) else {
-                    return Err(format!("actor '{name}' has no connection to return"));
-                };
-                let returned = tokio::time::timeout(deadline, conn.give_back())
-                    .await
-                    .map_err(|_| late())?;
-                let pid = self.pids.remove(&actor);
-                if returned == Returned::Closed {
-                    // The backend exits asynchronously after the socket closes; wait
-                    // until the server has let it go (and with it its locks).
-                    let pid = pid.ok_or_else(|| self.pid_of(actor).unwrap_err())?;
-                    self.wait_gone(monitor, pid, Instant::now() + deadline).await?;
-                }
-                Ok(())
-            }
+            StepKind::Do(Action::Return) => self.give_back(actor, monitor, deadline).await,
             StepKind::Do(action) => {
                 let sql = action.transaction_sql().unwrap_or("select 1");
                 let conn = self.conn(actor)?;
@@ -535,6 +514,27 @@ impl Run<'_> {
                 self.finish_sql(step, outcome)
             }
         }
+    }
+
+    /// Gives `actor`'s connection back with no cleanup. When the return closes
+    /// it (direct driver), waits until the server has let its backend go, and
+    /// with it its locks: the backend exits asynchronously after the socket closes.
+    async fn give_back(&mut self, actor: usize, monitor: &mut DirectConn, deadline: Duration) -> Result<(), String> {
+        let Slot::Ready(conn) = std::mem::replace(&mut self.slots[actor], Slot::Empty) else {
+            return Err(format!(
+                "actor '{}' has no connection to return",
+                self.scenario.actors[actor].name
+            ));
+        };
+        let pid = self.pid_of(actor);
+        self.pids.remove(&actor);
+        let returned = tokio::time::timeout(deadline, conn.give_back())
+            .await
+            .map_err(|_| format!("deadline of {} ms exceeded", deadline.as_millis()))?;
+        if returned == Returned::Closed {
+            self.wait_gone(monitor, pid?, Instant::now() + deadline).await?;
+        }
+        Ok(())
     }
 
     async fn wait_gone(&self, monitor: &mut DirectConn, pid: i32, until: Instant) -> Result<(), String> {

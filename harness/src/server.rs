@@ -49,6 +49,17 @@ pub struct ServerOptions {
     pub pg_major: Option<u32>,
 }
 
+impl ServerOptions {
+    /// The existing server to use, if any: [`ServerOptions::dsn`], else a
+    /// non-empty `LOCKLAB_DSN`.
+    pub fn external_dsn(&self) -> Option<String> {
+        self.dsn
+            .clone()
+            .filter(|d| !d.is_empty())
+            .or_else(|| std::env::var("LOCKLAB_DSN").ok().filter(|s| !s.is_empty()))
+    }
+}
+
 /// Which kind of server is in use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
@@ -114,11 +125,7 @@ impl Server {
 
     async fn start_async(opts: ServerOptions) -> Result<Server> {
         let began = Instant::now();
-        let dsn = opts
-            .dsn
-            .clone()
-            .or_else(|| std::env::var("LOCKLAB_DSN").ok().filter(|s| !s.is_empty()));
-        let mut server = match dsn {
+        let mut server = match opts.external_dsn() {
             Some(dsn) => external(&dsn)?,
             None => {
                 let bin = resolve_binaries(&opts)?;
@@ -323,7 +330,7 @@ fn run_as() -> Result<Option<RunAs>> {
     }))
 }
 
-fn command(program: &Path, who: &Option<RunAs>) -> Command {
+fn command(program: &Path, who: Option<&RunAs>) -> Command {
     let mut c = Command::new(program);
     if let Some(u) = who {
         // std clears root's supplementary groups when it sets the uid.
@@ -453,7 +460,7 @@ impl LocalCluster {
             }
         }
         let data = dir.join("data");
-        let out = command(&bin.join("initdb"), &who)
+        let out = command(&bin.join("initdb"), who.as_ref())
             .arg("-D")
             .arg(&data)
             .args([
@@ -479,7 +486,7 @@ impl LocalCluster {
         let log_path = dir.join("postgres.log");
         let port = free_port()?;
         let log = std::fs::File::create(&log_path)?;
-        let postgres = command(&bin.join("postgres"), &who)
+        let postgres = command(&bin.join("postgres"), who.as_ref())
             .arg("-D")
             .arg(&data)
             .arg("-p")
@@ -586,12 +593,7 @@ impl Drop for LocalCluster {
 }
 
 fn runs_as(bin: &Path, u: &RunAs) -> bool {
-    let who = Some(RunAs {
-        uid: u.uid,
-        gid: u.gid,
-        name: u.name.clone(),
-    });
-    command(&bin.join("postgres"), &who)
+    command(&bin.join("postgres"), Some(u))
         .arg("--version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
