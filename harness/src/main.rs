@@ -13,7 +13,7 @@ use locklab::matrix::{self, DEFAULT_JOBS};
 use locklab::report::{Report, describe_locks_left};
 use locklab::runner::{self, RunResult};
 use locklab::scenario::{self, Scenario};
-use locklab::server::{self, Server, ServerOptions};
+use locklab::server::{self, Backend, BackendChoice, DEFAULT_PG_MAJOR, DEFAULT_START_TIMEOUT, Server, ServerOptions};
 
 #[derive(Parser)]
 #[command(
@@ -58,10 +58,26 @@ struct RunArgs {
     /// Only these drivers (repeatable; default: all).
     #[arg(short, long = "driver")]
     driver: Vec<String>,
-    /// Use this running server instead of starting a local one; the role needs CREATEDB [env: LOCKLAB_DSN]
+    /// Where PostgreSQL runs: a container (testcontainers), a local cluster from
+    /// binaries, an external server (--dsn), or auto: external with a DSN, else
+    /// container when a Docker engine answers, else local.
+    #[arg(long, value_enum, env = "LOCKLAB_BACKEND", default_value_t = BackendChoice::Auto)]
+    backend: BackendChoice,
+    /// PostgreSQL major versions, comma-separated (14-18); each is a column group
+    /// in the report [default: 17]
+    #[arg(long = "pg", env = "LOCKLAB_PG", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(14..=18))]
+    pg: Vec<u32>,
+    /// Container image; `{major}` is replaced by the version [env: LOCKLAB_PG_IMAGE]
+    /// [default: postgres:{major}, else a local locklab/postgres:{major}]
+    #[arg(long)]
+    image: Option<String>,
+    /// Seconds a server may take to start and accept connections (1-3600).
+    #[arg(long, default_value_t = DEFAULT_START_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..=3600))]
+    start_timeout: u64,
+    /// Use this running server instead of starting one; the role needs CREATEDB [env: LOCKLAB_DSN]
     #[arg(long)]
     dsn: Option<String>,
-    /// Directory with postgres and initdb for the local server [env: LOCKLAB_PG_BIN]
+    /// Directory with postgres and initdb for the local backend [env: LOCKLAB_PG_BIN]
     #[arg(long)]
     pg_bin: Option<PathBuf>,
     /// Scenario × driver runs in flight at once (1-256).
@@ -236,44 +252,18 @@ fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
         |d| d.info().id.to_owned(),
         "driver",
     )?;
-    let opts = ServerOptions {
-        dsn: args.dsn.clone(),
-        pg_bin: args.pg_bin.clone(),
-        pg_major: None,
-    };
-    eprintln!(
-        "locklab: {}",
-        if opts.external_dsn().is_some() {
-            "connecting to PostgreSQL (external server)"
-        } else {
-            "starting PostgreSQL (throw-away local cluster)"
-        }
-    );
-    let server = Server::start(&opts).context("no PostgreSQL server")?;
-    match (server.data_dir(), server.postmaster_pid()) {
-        (Some(dir), Some(pid)) => eprintln!(
-            "locklab: {} ready in {} ms (local cluster in {}, postmaster pid {pid})",
-            server.version(),
-            server.startup().as_millis(),
-            dir.display()
-        ),
-        _ => eprintln!(
-            "locklab: {} ready in {} ms",
-            server.version(),
-            server.startup().as_millis()
-        ),
-    }
+    let servers = start_servers(args)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let bar = ProgressBar::new((scenarios.len() * drivers.len()) as u64);
+    let bar = ProgressBar::new((servers.len() * scenarios.len() * drivers.len()) as u64);
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} runs {msg}").expect("static template"));
     let began = Instant::now();
     let progress = |r: &RunResult| {
-        bar.set_message(format!("{} × {}", r.scenario, r.driver));
+        bar.set_message(format!("{} × {} × {}", r.server, r.scenario, r.driver));
         bar.inc(1);
     };
     let runs = rt.block_on(async {
         tokio::select! {
-            runs = matrix::run_all(&server, &scenarios, &drivers, args.jobs.into(), progress) => Ok(runs),
+            runs = matrix::run_all(&servers, &scenarios, &drivers, args.jobs.into(), progress) => Ok(runs),
             signal = interrupted() => Err(signal),
         }
     });
@@ -284,23 +274,80 @@ fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
             // The runs in flight were cancelled mid-way: drop their databases
             // (this matters on an external server), then stop the local one.
             eprintln!("locklab: {what}: cleaning up");
-            let dropped = rt.block_on(async {
-                tokio::time::timeout(std::time::Duration::from_secs(20), runner::drop_own_databases(&server)).await
-            });
-            if let Ok(Ok(n)) = dropped
-                && n > 0
-            {
-                eprintln!("locklab: dropped {n} run database(s)");
+            for server in &servers {
+                let dropped = rt.block_on(async {
+                    tokio::time::timeout(std::time::Duration::from_secs(20), runner::drop_own_databases(server)).await
+                });
+                if let Ok(Ok(n)) = dropped
+                    && n > 0
+                {
+                    eprintln!("locklab: dropped {n} run database(s) on {}", server.id());
+                }
             }
             drop(rt);
-            drop(server);
+            drop(servers);
             std::process::exit(code);
         }
     };
-    let report = Report::new(&server, &scenarios, &drivers, runs, began.elapsed().as_secs_f64() * 1e3);
+    let report = Report::new(&servers, &scenarios, &drivers, runs, began.elapsed().as_secs_f64() * 1e3);
     drop(rt);
-    drop(server);
+    drop(servers);
     Ok(report)
+}
+
+/// Resolves the backend once, then starts one server per `--pg` version
+/// (concurrently), printing what it does.
+fn start_servers(args: &RunArgs) -> Result<Vec<Server>> {
+    let mut majors: Vec<u32> = Vec::new();
+    for m in &args.pg {
+        if !majors.contains(m) {
+            majors.push(*m);
+        }
+    }
+    let base = ServerOptions {
+        backend: args.backend,
+        dsn: args.dsn.clone(),
+        pg_bin: args.pg_bin.clone(),
+        pg_major: None,
+        image: args.image.clone(),
+        start_timeout: std::time::Duration::from_secs(args.start_timeout),
+    };
+    let backend = base.resolve_backend()?;
+    if backend == Backend::External && !majors.is_empty() {
+        bail!("--pg / LOCKLAB_PG picks versions for the container and local backends; an external server (--dsn / LOCKLAB_DSN) is whatever version it runs");
+    }
+    if majors.is_empty() {
+        majors.push(DEFAULT_PG_MAJOR);
+    }
+    if majors.len() > 1 && backend == Backend::Local && (base.pg_bin.is_some() || env_var("LOCKLAB_PG_BIN").is_some()) {
+        bail!("--pg-bin / LOCKLAB_PG_BIN names the binaries of one version; give a single --pg with it");
+    }
+    let versions: Vec<String> = majors.iter().map(u32::to_string).collect();
+    eprintln!(
+        "locklab: {} PostgreSQL {} ({} backend{})",
+        if backend == Backend::External { "connecting to" } else { "starting" },
+        if backend == Backend::External { "(external server)".to_owned() } else { versions.join(", ") },
+        backend.as_str(),
+        if args.backend == BackendChoice::Auto { ", chosen by --backend auto" } else { "" }
+    );
+    let choice = match backend {
+        Backend::Container => BackendChoice::Container,
+        Backend::Local => BackendChoice::Local,
+        Backend::External => BackendChoice::External,
+    };
+    let opts: Vec<ServerOptions> = majors
+        .iter()
+        .map(|m| ServerOptions {
+            backend: choice,
+            pg_major: Some(*m),
+            ..base.clone()
+        })
+        .collect();
+    let servers = server::start_all(&opts).context("no PostgreSQL server")?;
+    for s in &servers {
+        eprintln!("locklab: {}", s.describe());
+    }
+    Ok(servers)
 }
 
 /// Resolves on SIGINT or SIGTERM with a description and the exit code a shell

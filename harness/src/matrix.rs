@@ -1,4 +1,4 @@
-//! Runs many scenario × driver pairs concurrently, each in its own database.
+//! Runs many server × scenario × driver triples concurrently, each in its own database.
 
 use futures::StreamExt;
 use locklab_drivers::Driver;
@@ -7,27 +7,28 @@ use crate::runner::{self, RunResult};
 use crate::scenario::Scenario;
 use crate::server::Server;
 
-/// Default number of scenario × driver runs in flight at once.
+/// Default number of runs in flight at once.
 pub const DEFAULT_JOBS: usize = 8;
 
-/// Runs every scenario with every driver, at most `jobs` at a time, calling
-/// `on_done` as each finishes. Results come back in scenario-major,
-/// driver-minor order regardless of completion order.
+/// Runs every scenario with every driver on every server, at most `jobs` at a
+/// time, calling `on_done` as each finishes. Results come back server-major,
+/// then scenario, then driver, regardless of completion order.
 pub async fn run_all(
-    server: &Server,
+    servers: &[Server],
     scenarios: &[Scenario],
     drivers: &[Box<dyn Driver>],
     jobs: usize,
     mut on_done: impl FnMut(&RunResult),
 ) -> Vec<RunResult> {
-    let pairs: Vec<(usize, &Scenario, &dyn Driver)> = scenarios
+    let triples: Vec<(usize, &Server, &Scenario, &dyn Driver)> = servers
         .iter()
-        .flat_map(|s| drivers.iter().map(move |d| (s, d.as_ref())))
+        .flat_map(|v| scenarios.iter().map(move |s| (v, s)))
+        .flat_map(|(v, s)| drivers.iter().map(move |d| (v, s, d.as_ref())))
         .enumerate()
-        .map(|(i, (s, d))| (i, s, d))
+        .map(|(i, (v, s, d))| (i, v, s, d))
         .collect();
-    let mut stream = futures::stream::iter(pairs)
-        .map(|(i, s, d)| async move { (i, runner::run(server, s, d).await) })
+    let mut stream = futures::stream::iter(triples)
+        .map(|(i, v, s, d)| async move { (i, runner::run(v, s, d).await) })
         .buffer_unordered(jobs.max(1));
     let mut out: Vec<(usize, RunResult)> = Vec::new();
     while let Some((i, r)) = stream.next().await {

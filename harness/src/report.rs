@@ -1,18 +1,21 @@
 //! The driver matrix report: `reports/matrix.json` (schema below) and
 //! `reports/matrix.md` (rendered from `templates/matrix.md.j2`).
 //!
-//! `matrix.json`, schema version 1:
-//! - `schema_version` (1), `generated_at` (RFC 3339), `locklab_version`
-//! - `server`: `version` (PostgreSQL `version()`), `backend` (`local`/`external`), `startup_ms`
+//! `matrix.json`, schema version 2:
+//! - `schema_version` (2), `generated_at` (RFC 3339), `locklab_version`
+//! - `servers[]`: one per PostgreSQL version, in column-group order: `id` (`pg17`),
+//!   `major` (17), `version` (PostgreSQL `version()`), `backend` (`container`/`local`/`external`),
+//!   `image` (the container image, else null), `startup_ms`
 //! - `drivers[]`: `id`, `crate_name`, `crate_version` (from Cargo.lock), `configuration`, `kind` (`direct`/`pooled`)
 //! - `scenarios[]`: `name`, `description`, `source`, `file`, `observations` (record names in step order)
-//! - `runs[]`: one per scenario × driver: `scenario`, `driver`, `failure` (null when passed),
+//! - `runs[]`: one per server × scenario × driver: `server` (a `servers[].id`), `scenario`,
+//!   `driver`, `failure` (null when passed),
 //!   `observations[]` (`name`, `step`, `value`, `display`, `sqlstate`, `elapsed_ms`),
 //!   `steps[]` (`step`, `label`, `elapsed_ms`, `outcome`), `locks_left[]` (`key`, `mode`,
 //!   `granted`, `pid`, `state`, `application_name`), `elapsed_ms`
 //! - `summary`: `runs`, `passed`, `failed`, `elapsed_ms`
 //!
-//! All times are in ms.
+//! All times are in ms. Version 1 had a single `server` object and no `runs[].server`.
 
 use std::path::{Path, PathBuf};
 
@@ -25,7 +28,7 @@ use crate::scenario::Scenario;
 use crate::server::Server;
 
 /// Version of the `matrix.json` layout; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Everything one `locklab report` produced.
 #[derive(Debug, Serialize)]
@@ -36,8 +39,8 @@ pub struct Report {
     pub generated_at: String,
     /// Version of the locklab harness.
     pub locklab_version: String,
-    /// The server the runs used.
-    pub server: ServerInfo,
+    /// The servers the runs used, one per PostgreSQL version (column groups).
+    pub servers: Vec<ServerInfo>,
     /// Driver columns, in order.
     pub drivers: Vec<DriverColumn>,
     /// Scenarios, in order.
@@ -48,15 +51,36 @@ pub struct Report {
     pub summary: Summary,
 }
 
-/// The server in the report header.
+/// A server (column group) in the report header.
 #[derive(Debug, Serialize)]
 pub struct ServerInfo {
+    /// Column-group id, e.g. `pg17`.
+    pub id: String,
+    /// Major version, e.g. 17.
+    pub major: u32,
     /// PostgreSQL `version()`.
     pub version: String,
-    /// `local` or `external`.
+    /// `container`, `local` or `external`.
     pub backend: String,
-    /// Start-up time of the server in ms (0 for an external one: connect time).
+    /// The container image (as given to Docker), for the container backend.
+    pub image: Option<String>,
+    /// Start-up time of the server in ms, from the start request until it
+    /// answered `select version()` (for an external one: the connect time).
     pub startup_ms: f64,
+}
+
+impl ServerInfo {
+    /// The header entry for a running server.
+    pub fn of(server: &Server) -> ServerInfo {
+        ServerInfo {
+            id: server.id(),
+            major: server.major(),
+            version: server.version().to_owned(),
+            backend: server.backend().as_str().to_owned(),
+            image: server.image().map(str::to_owned),
+            startup_ms: server.startup().as_secs_f64() * 1e3,
+        }
+    }
 }
 
 /// A driver column.
@@ -105,7 +129,7 @@ pub struct Summary {
 impl Report {
     /// Assembles a report. `elapsed_ms` is the wall time of the whole matrix.
     pub fn new(
-        server: &Server,
+        servers: &[Server],
         scenarios: &[Scenario],
         drivers: &[Box<dyn Driver>],
         runs: Vec<RunResult>,
@@ -117,11 +141,7 @@ impl Report {
             schema_version: SCHEMA_VERSION,
             generated_at: jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
             locklab_version: env!("CARGO_PKG_VERSION").to_owned(),
-            server: ServerInfo {
-                version: server.version().to_owned(),
-                backend: server.backend().as_str().to_owned(),
-                startup_ms: server.startup().as_secs_f64() * 1e3,
-            },
+            servers: servers.iter().map(ServerInfo::of).collect(),
             drivers: drivers
                 .iter()
                 .map(|d| {
@@ -167,7 +187,10 @@ impl Report {
         Ok(serde_json::to_string_pretty(self)? + "\n")
     }
 
-    /// The report as GitHub-flavoured Markdown.
+    /// The report as GitHub-flavoured Markdown: per scenario, one row per
+    /// recorded observation and one column per server × driver (server-major).
+    /// With several servers, a row whose value differs between server versions
+    /// for the same driver is marked.
     ///
     /// # Errors
     /// A template error (a bug).
@@ -184,16 +207,43 @@ impl Report {
             source: Option<&'a str>,
             rows: Vec<Row>,
         }
-        let run_of = |s: &str, d: &str| self.runs.iter().find(|r| r.scenario == s && r.driver == d);
+        let several = self.servers.len() > 1;
+        let columns: Vec<(&str, &str)> = self
+            .servers
+            .iter()
+            .flat_map(|v| self.drivers.iter().map(move |d| (v.id.as_str(), d.id.as_str())))
+            .collect();
+        let headers: Vec<String> = columns
+            .iter()
+            .map(|(v, d)| if several { format!("{v} · {d}") } else { (*d).to_owned() })
+            .collect();
+        let run_of = |v: &str, s: &str, d: &str| {
+            self.runs
+                .iter()
+                .find(|r| r.server == v && r.scenario == s && r.driver == d)
+        };
         let esc = |s: &str| s.replace('|', "\\|").replace('\n', " ");
+        // Marks a row whose values (without timings) differ between servers for a driver.
+        let differs = |values: &dyn Fn(&str, &str) -> Option<String>| {
+            several
+                && self.drivers.iter().any(|d| {
+                    let mut seen = self.servers.iter().map(|v| values(&v.id, &d.id));
+                    let first = seen.next().flatten();
+                    seen.any(|x| x != first)
+                })
+        };
         let mut tables = Vec::new();
         for s in &self.scenarios {
             let mut rows = Vec::new();
             for name in &s.observations {
-                let cells = self
-                    .drivers
+                let value = |v: &str, d: &str| {
+                    run_of(v, &s.name, d)
+                        .and_then(|r| r.observation(name))
+                        .map(|o| o.display.clone())
+                };
+                let cells = columns
                     .iter()
-                    .map(|d| match run_of(&s.name, &d.id).and_then(|r| r.observation(name)) {
+                    .map(|(v, d)| match run_of(v, &s.name, d).and_then(|r| r.observation(name)) {
                         Some(o) => match o.elapsed_ms {
                             Some(ms) => format!("{} ({ms:.1} ms)", esc(&o.display)),
                             None => esc(&o.display),
@@ -201,36 +251,39 @@ impl Report {
                         None => "—".to_owned(),
                     })
                     .collect();
+                let mark = if differs(&value) { " ⚠ differs by version" } else { "" };
                 rows.push(Row {
-                    name: format!("`{name}`"),
+                    name: format!("`{name}`{mark}"),
                     cells,
                 });
             }
-            let left = self
-                .drivers
-                .iter()
-                .map(|d| match run_of(&s.name, &d.id) {
-                    Some(r) if r.locks_left.is_empty() => "none".to_owned(),
-                    Some(r) => describe_locks_left(&r.locks_left),
-                    None => "—".to_owned(),
+            let left_of = |v: &str, d: &str| {
+                run_of(v, &s.name, d).map(|r| {
+                    if r.locks_left.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        describe_locks_left(&r.locks_left)
+                    }
                 })
-                .collect();
+            };
+            let mark = if differs(&left_of) { " ⚠ differs by version" } else { "" };
             rows.push(Row {
-                name: "locks left after run".into(),
-                cells: left,
+                name: format!("locks left after run{mark}"),
+                cells: columns
+                    .iter()
+                    .map(|(v, d)| left_of(v, d).unwrap_or_else(|| "—".to_owned()))
+                    .collect(),
             });
-            let result = self
-                .drivers
-                .iter()
-                .map(|d| match run_of(&s.name, &d.id) {
-                    Some(r) if r.passed() => "pass".to_owned(),
-                    Some(_) => "**FAIL**".to_owned(),
-                    None => "—".to_owned(),
-                })
-                .collect();
             rows.push(Row {
                 name: "expectations".into(),
-                cells: result,
+                cells: columns
+                    .iter()
+                    .map(|(v, d)| match run_of(v, &s.name, d) {
+                        Some(r) if r.passed() => "pass".to_owned(),
+                        Some(_) => "**FAIL**".to_owned(),
+                        None => "—".to_owned(),
+                    })
+                    .collect(),
             });
             tables.push(Table {
                 name: &s.name,
@@ -249,9 +302,10 @@ impl Report {
         env.add_template("matrix.md", include_str!("../templates/matrix.md.j2"))?;
         let out = env.get_template("matrix.md")?.render(minijinja::context! {
             generated_at => &self.generated_at,
-            server => minijinja::value::Serde(&self.server),
+            servers => minijinja::value::Serde(&self.servers),
             summary => minijinja::value::Serde(&self.summary),
             drivers => minijinja::value::Serde(&self.drivers),
+            headers => headers,
             tables => minijinja::value::Serde(&tables),
             failures => failures,
         })?;

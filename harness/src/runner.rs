@@ -52,6 +52,8 @@ pub struct StepReport {
 /// The result of one scenario × driver run.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunResult {
+    /// Server column group ([`Server::id`], e.g. `pg17`).
+    pub server: String,
     /// Scenario name.
     pub scenario: String,
     /// Driver id.
@@ -97,6 +99,7 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
     let info = driver.info();
     let began = Instant::now();
     let mut result = RunResult {
+        server: server.id(),
         scenario: scenario.name.clone(),
         driver: info.id.to_owned(),
         failure: None,
@@ -106,7 +109,13 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
         elapsed_ms: 0.0,
     };
     let db = database_name(&scenario.name, info.id);
-    let fail = |what: String| format!("scenario '{}', driver '{}': {what}", scenario.name, info.id);
+    let server_id = server.id();
+    let fail = |what: String| {
+        format!(
+            "{server_id}: scenario '{}', driver '{}': {what}",
+            scenario.name, info.id
+        )
+    };
 
     let admin = match server.admin().await {
         Ok(a) => a,

@@ -1,19 +1,18 @@
-//! The PostgreSQL server scenarios run against: a throw-away local cluster
-//! (default) or an existing server (`--dsn` / `LOCKLAB_DSN`).
+//! The `local` backend: a throw-away cluster from PostgreSQL binaries.
 //!
-//! The local cluster is `initdb` into a temporary directory and `postgres`
-//! listening on 127.0.0.1 only, on a free port, with trust authentication. When
-//! the harness runs as root, both run as an unprivileged user (`nobody`, or
-//! `LOCKLAB_PG_USER`), since PostgreSQL refuses to run as root.
+//! `initdb` into a temporary directory and `postgres` listening on 127.0.0.1
+//! only, on a free port, with trust authentication. When the harness runs as
+//! root, both run as an unprivileged user (`nobody`, or `LOCKLAB_PG_USER`),
+//! since PostgreSQL refuses to run as root.
 //!
-//! Cleanup: [`Server`]'s `Drop` stops the postmaster (fast shutdown) and deletes
-//! the directory. For the cases where `Drop` never runs (a panic that aborts,
-//! SIGINT, SIGKILL, a test process that exits with statics alive) a small
-//! watchdog process, started as soon as the directory exists, holds a pipe from
-//! us: when our process is gone the pipe reaches end-of-file and the watchdog
-//! stops `initdb` or the postmaster and deletes the directory. The watchdog,
-//! `initdb` and the postmaster share a process group of their own, so a Ctrl-C
-//! on the terminal reaches only us.
+//! Cleanup: [`LocalCluster`]'s `Drop` stops the postmaster (fast shutdown) and
+//! deletes the directory. For the cases where `Drop` never runs (a panic that
+//! aborts, SIGINT, SIGKILL, a test process that exits with statics alive) a
+//! small watchdog process, started before the directory exists, holds a pipe
+//! from us: when our process is gone the pipe reaches end-of-file and the
+//! watchdog stops `initdb` or the postmaster and deletes the directory. The
+//! watchdog, `initdb` and the postmaster share a process group of their own, so
+//! a Ctrl-C on the terminal reaches only us.
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -21,232 +20,16 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use locklab_drivers::{ConnectSpec, DirectConn};
 
+use super::{DEFAULT_PG_MAJOR, ServerOptions, workspace_root};
 use crate::observe::{Polled, poll_until};
 
-/// The PostgreSQL major version the local backend installs by default.
-pub const DEFAULT_PG_MAJOR: u32 = 17;
-
 /// The role the local cluster is initialised with (a superuser).
-const LOCAL_SUPERUSER: &str = "locklab";
-
-/// How to get a server.
-#[derive(Clone, Debug, Default)]
-pub struct ServerOptions {
-    /// Use this existing server instead of starting one (a libpq connection
-    /// string or URL; its database is used for administration, and the role must
-    /// be allowed to create and drop databases).
-    pub dsn: Option<String>,
-    /// Directory holding `postgres` and `initdb` (overrides the cache and the
-    /// automatic install; also `LOCKLAB_PG_BIN`).
-    pub pg_bin: Option<PathBuf>,
-    /// Major version to install when no binaries are given (default 17).
-    pub pg_major: Option<u32>,
-}
-
-impl ServerOptions {
-    /// The existing server to use, if any: [`ServerOptions::dsn`], else a
-    /// non-empty `LOCKLAB_DSN`.
-    pub fn external_dsn(&self) -> Option<String> {
-        self.dsn
-            .clone()
-            .filter(|d| !d.is_empty())
-            .or_else(|| std::env::var("LOCKLAB_DSN").ok().filter(|s| !s.is_empty()))
-    }
-}
-
-/// Which kind of server is in use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backend {
-    /// A throw-away cluster started by the harness.
-    Local,
-    /// An existing server given by DSN.
-    External,
-}
-
-impl Backend {
-    /// `"local"` or `"external"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::Local => "local",
-            Backend::External => "external",
-        }
-    }
-}
-
-/// A running server the harness can create databases on.
-pub struct Server {
-    backend: Backend,
-    host: String,
-    port: u16,
-    user: String,
-    password: Option<String>,
-    admin_db: String,
-    version: String,
-    startup: Duration,
-    local: Option<LocalCluster>,
-}
-
-impl std::fmt::Debug for Server {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Server({} {}:{} {})",
-            self.backend.as_str(),
-            self.host,
-            self.port,
-            self.version
-        )
-    }
-}
-
-impl Server {
-    /// Starts (or connects to) the server. Blocks until it accepts connections;
-    /// safe to call from inside or outside a tokio runtime.
-    ///
-    /// # Errors
-    /// Binaries that cannot be found or installed, `initdb` or `postgres`
-    /// failing (with the end of the server log), a server that is not ready
-    /// within 60 s, or an external server that refuses the connection.
-    pub fn start(opts: &ServerOptions) -> Result<Server> {
-        let opts = opts.clone();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            rt.block_on(Server::start_async(opts))
-        })
-        .join()
-        .map_err(|_| anyhow!("server start-up thread panicked"))?
-    }
-
-    async fn start_async(opts: ServerOptions) -> Result<Server> {
-        let began = Instant::now();
-        let mut server = match opts.external_dsn() {
-            Some(dsn) => external(&dsn)?,
-            None => {
-                let bin = resolve_binaries(&opts)?;
-                let cluster = LocalCluster::start(&bin).await?;
-                Server {
-                    backend: Backend::Local,
-                    host: "127.0.0.1".into(),
-                    port: cluster.port,
-                    user: LOCAL_SUPERUSER.into(),
-                    password: None,
-                    admin_db: "postgres".into(),
-                    version: String::new(),
-                    startup: Duration::ZERO,
-                    local: Some(cluster),
-                }
-            }
-        };
-        let admin = server.admin().await.with_context(|| {
-            let at = server.spec(&server.admin_db, "").redacted();
-            match server.backend {
-                Backend::External => {
-                    format!("cannot connect to PostgreSQL at {at} (check --dsn / LOCKLAB_DSN)")
-                }
-                Backend::Local => format!("cannot connect to the local cluster at {at}"),
-            }
-        })?;
-        let rows = locklab_drivers::simple_query_rows(admin.client(), "select version()").await?;
-        server.version = rows.first_value().flatten().unwrap_or("unknown").to_owned();
-        let may_create = locklab_drivers::simple_query_rows(
-            admin.client(),
-            "select rolsuper or rolcreatedb, current_user from pg_roles where rolname = current_user",
-        )
-        .await?;
-        if may_create.first_value().flatten() != Some("t") {
-            let role = may_create
-                .rows
-                .first()
-                .and_then(|r| r.get(1).cloned().flatten())
-                .unwrap_or_default();
-            admin.close().await;
-            bail!("role '{role}' may not create databases; locklab creates one per run (grant it CREATEDB)");
-        }
-        admin.close().await;
-        server.startup = began.elapsed();
-        Ok(server)
-    }
-
-    /// Connection settings for database `dbname` with `application_name`.
-    pub fn spec(&self, dbname: &str, application_name: &str) -> ConnectSpec {
-        ConnectSpec {
-            host: self.host.clone(),
-            port: self.port,
-            user: self.user.clone(),
-            password: self.password.clone(),
-            dbname: dbname.to_owned(),
-            application_name: application_name.to_owned(),
-        }
-    }
-
-    /// A new connection to the administration database.
-    ///
-    /// # Errors
-    /// The connection error.
-    pub async fn admin(&self) -> Result<DirectConn> {
-        Ok(DirectConn::connect(&self.spec(&self.admin_db, "locklab-admin")).await?)
-    }
-
-    /// The server's `version()` string.
-    pub fn version(&self) -> &str {
-        &self.version
-    }
-
-    /// Local or external.
-    pub fn backend(&self) -> Backend {
-        self.backend
-    }
-
-    /// Time from the start request until the server answered `select version()`.
-    pub fn startup(&self) -> Duration {
-        self.startup
-    }
-
-    /// Data directory of a local cluster (for tests of cleanup).
-    pub fn data_dir(&self) -> Option<&Path> {
-        self.local.as_ref().map(|c| c.dir.as_path())
-    }
-
-    /// The postmaster's process id of a local cluster.
-    pub fn postmaster_pid(&self) -> Option<u32> {
-        self.local.as_ref().map(|c| c.postgres.id())
-    }
-}
-
-fn external(dsn: &str) -> Result<Server> {
-    let cfg = tokio_postgres::Config::from_str(dsn)
-        .map_err(|e| anyhow!("--dsn/LOCKLAB_DSN is not a valid connection string: {e}"))?;
-    let host = match cfg.get_hosts().first() {
-        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
-        Some(_) => bail!("--dsn/LOCKLAB_DSN: only TCP hosts are supported"),
-        None => "127.0.0.1".into(),
-    };
-    Ok(Server {
-        backend: Backend::External,
-        host,
-        port: cfg.get_ports().first().copied().unwrap_or(5432),
-        user: cfg.get_user().unwrap_or("postgres").to_owned(),
-        password: cfg.get_password().map(|p| String::from_utf8_lossy(p).into_owned()),
-        admin_db: cfg.get_dbname().unwrap_or("postgres").to_owned(),
-        version: String::new(),
-        startup: Duration::ZERO,
-        local: None,
-    })
-}
-
-/// The workspace root (where `Cargo.toml`, `scenarios/` and `.cache/` are).
-pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."))
-}
+pub(super) const LOCAL_SUPERUSER: &str = "locklab";
 
 /// The install script shared by the harness and `just setup`.
 pub fn install_script() -> PathBuf {
@@ -404,10 +187,11 @@ impl Drop for Watchdog {
     }
 }
 
-struct LocalCluster {
-    dir: PathBuf,
-    port: u16,
-    postgres: Child,
+/// A running throw-away cluster.
+pub(super) struct LocalCluster {
+    pub(super) dir: PathBuf,
+    pub(super) port: u16,
+    pub(super) postgres: Child,
     /// Held for its `Drop`, which runs after ours: the last-resort cleanup.
     _watchdog: Watchdog,
 }
@@ -419,17 +203,18 @@ struct LocalCluster {
 struct PortClash(u16);
 
 impl LocalCluster {
-    async fn start(bin: &Path) -> Result<LocalCluster> {
+    /// Starts a cluster from the binaries in `bin`; ready within `timeout`.
+    pub(super) async fn start(bin: &Path, timeout: Duration) -> Result<LocalCluster> {
         let mut attempt = 0;
         loop {
-            match LocalCluster::start_once(bin).await {
+            match LocalCluster::start_once(bin, timeout).await {
                 Err(e) if e.is::<PortClash>() && attempt < 3 => attempt += 1,
                 other => return other,
             }
         }
     }
 
-    async fn start_once(bin: &Path) -> Result<LocalCluster> {
+    async fn start_once(bin: &Path, timeout: Duration) -> Result<LocalCluster> {
         let who = run_as()?;
         // The watchdog starts before the directory exists, so that there is no
         // moment in which the directory exists and nothing would remove it.
@@ -519,7 +304,7 @@ impl LocalCluster {
             postgres,
             _watchdog: watchdog,
         };
-        if let Err(e) = cluster.wait_ready(&log_path).await {
+        if let Err(e) = cluster.wait_ready(&log_path, timeout).await {
             let log = tail(&log_path, 15);
             if log.contains("could not bind") || log.contains("already in use") {
                 return Err(PortClash(port).into());
@@ -529,8 +314,8 @@ impl LocalCluster {
         Ok(cluster)
     }
 
-    async fn wait_ready(&mut self, log_path: &Path) -> Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(60);
+    async fn wait_ready(&mut self, log_path: &Path, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
         let spec = ConnectSpec {
             host: "127.0.0.1".into(),
             port: self.port,
@@ -562,7 +347,8 @@ impl LocalCluster {
         match polled {
             Polled::Done(()) => Ok(()),
             Polled::TimedOut => bail!(
-                "PostgreSQL was not ready within 60 s (last error: {last_error}); end of its log:\n{}",
+                "PostgreSQL was not ready within {} s (last error: {last_error}); end of its log:\n{}",
+                timeout.as_secs(),
                 tail(log_path, 15)
             ),
         }

