@@ -1,7 +1,58 @@
 // The scenario × driver tests are generated from the files in scenarios/ when
 // the tests are compiled (rstest `#[files]`): rebuild when that directory changes,
 // so a new, renamed or deleted scenario is picked up by the next `cargo test`.
+//
+// Tests that need Docker are compiled as `#[ignore]`d ("skipped", by name, in
+// cargo test's output) unless a Docker engine answers `GET /_ping` now: this
+// sets `cfg(locklab_docker)` when it does. LOCKLAB_DOCKER_TESTS=0 forces the
+// skip, =1 forces the tests on (they then fail clearly without an engine).
+use std::io::{Read, Write};
+use std::time::Duration;
+
 fn main() {
     println!("cargo:rerun-if-changed=../scenarios");
     println!("cargo:rerun-if-changed=tests/fixtures");
+    println!("cargo:rerun-if-env-changed=DOCKER_HOST");
+    println!("cargo:rerun-if-env-changed=LOCKLAB_DOCKER_TESTS");
+    println!("cargo::rustc-check-cfg=cfg(locklab_docker)");
+    let host = std::env::var("DOCKER_HOST")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
+    if let Some(path) = host.strip_prefix("unix://") {
+        // Re-probe when the engine (re)creates its socket.
+        println!("cargo:rerun-if-changed={path}");
+    }
+    let docker = match std::env::var("LOCKLAB_DOCKER_TESTS").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => ping(&host),
+    };
+    if docker {
+        println!("cargo:rustc-cfg=locklab_docker");
+    } else {
+        println!("cargo:warning=no Docker engine answered at {host}: the container tests are compiled as ignored (skipped)");
+    }
+}
+
+fn ping(host: &str) -> bool {
+    let timeout = Some(Duration::from_secs(3));
+    let request = b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n";
+    let mut reply = Vec::new();
+    let ok = if let Some(path) = host.strip_prefix("unix://") {
+        std::os::unix::net::UnixStream::connect(path).and_then(|mut s| {
+            s.set_read_timeout(timeout)?;
+            s.write_all(request)?;
+            s.take(1024).read_to_end(&mut reply)
+        })
+    } else if let Some(addr) = host.strip_prefix("tcp://") {
+        std::net::TcpStream::connect(addr).and_then(|mut s| {
+            s.set_read_timeout(timeout)?;
+            s.write_all(request)?;
+            s.take(1024).read_to_end(&mut reply)
+        })
+    } else {
+        return false;
+    };
+    ok.is_ok() && reply.starts_with(b"HTTP/1.") && reply.get(9..12) == Some(b"200")
 }

@@ -1,4 +1,5 @@
-//! Nothing the harness starts outlives it: the `locklab` binary is run as a
+//! Nothing the harness starts outlives it (local backend; the container
+//! backend's equivalents are in `container.rs`): the `locklab` binary is run as a
 //! child process and stopped normally, by SIGINT, by SIGTERM and by SIGKILL
 //! (no destructor runs at all), also while its cluster is still starting;
 //! afterwards its cluster directory and its postmaster must be gone. Against an
@@ -18,7 +19,7 @@ use rstest::rstest;
 /// Starts `locklab run` and reads its stderr until the local cluster is up.
 fn start() -> (Child, PathBuf, i32, std::thread::JoinHandle<String>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_locklab"))
-        .args(["run", "--scenario", "lock-timeout-200ms"])
+        .args(["run", "--backend", "local", "--scenario", "lock-timeout-200ms"])
         .env_remove("LOCKLAB_DSN")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -122,7 +123,7 @@ fn a_run_killed_during_server_start_leaves_nothing(
 ) {
     let tmp = private_tmpdir();
     let mut child = Command::new(env!("CARGO_BIN_EXE_locklab"))
-        .args(["run", "--scenario", "xact-lock-competition"])
+        .args(["run", "--backend", "local", "--scenario", "xact-lock-competition"])
         .env_remove("LOCKLAB_DSN")
         .env("TMPDIR", tmp.path())
         .stdout(Stdio::null())
@@ -172,7 +173,8 @@ fn a_run_killed_during_server_start_leaves_nothing(
 /// drops the per-run databases it had created.
 #[test]
 fn an_interrupted_run_on_an_external_server_drops_its_databases() {
-    let server = locklab::server::Server::start(&locklab::server::ServerOptions::default()).unwrap();
+    use locklab::server::{BackendChoice, Server, ServerOptions};
+    let server = Server::start(&ServerOptions::new(BackendChoice::Local, 17)).unwrap();
     let spec = server.spec("postgres", "");
     let dsn = format!("postgresql://{}@{}:{}/postgres", spec.user, spec.host, spec.port);
     let scenarios = tempfile::tempdir().unwrap();

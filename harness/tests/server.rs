@@ -1,5 +1,8 @@
-//! Tests against a real PostgreSQL server: one throw-away local cluster per
-//! test process (or `LOCKLAB_DSN`), shared by every test here.
+//! Tests against real PostgreSQL servers, each started once per test process
+//! and shared by every test here: a throw-away local cluster (or the server
+//! `LOCKLAB_DSN` names) for everything, and a PostgreSQL 17 container started
+//! with testcontainers for the scenario × driver matrix (skipped, as ignored
+//! tests, when no Docker engine answered at build time).
 //!
 //! The scenario × driver matrix is one test case per pair: the fixed
 //! expectations written in the scenario file are asserted by the runner; the
@@ -13,16 +16,34 @@ use locklab::keys::AdvisoryKey;
 use locklab::observe;
 use locklab::runner::{self, RunResult};
 use locklab::scenario::{self, Scenario, StepKind, When};
-use locklab::server::{Server, ServerOptions};
+use locklab::server::{BackendChoice, Server, ServerOptions};
 use locklab_drivers::{Conn, DirectConn};
 use rstest::rstest;
 
+/// The local cluster (PostgreSQL 17), or the server `LOCKLAB_DSN` names.
 fn server() -> &'static Server {
     static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
+    let backend = if ServerOptions::default().external_dsn().is_some() {
+        BackendChoice::External
+    } else {
+        BackendChoice::Local
+    };
     SERVER
-        .get_or_init(|| Server::start(&ServerOptions::default()).map_err(|e| format!("{e:#}")))
+        .get_or_init(|| Server::start(&ServerOptions::new(backend, 17)).map_err(|e| format!("{e:#}")))
         .as_ref()
         .unwrap_or_else(|e| panic!("no PostgreSQL server for the tests: {e}"))
+}
+
+/// A PostgreSQL 17 container (testcontainers), removed when the test process
+/// ends (by the container watchdog: statics are never dropped).
+fn container_server() -> &'static Server {
+    static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
+    SERVER
+        .get_or_init(|| {
+            Server::start(&ServerOptions::new(BackendChoice::Container, 17)).map_err(|e| format!("{e:#}"))
+        })
+        .as_ref()
+        .unwrap_or_else(|e| panic!("no PostgreSQL container for the tests: {e}"))
 }
 
 /// The driver ids this file tests; must equal the registry (checked below).
@@ -52,6 +73,28 @@ async fn scenario_through_driver(
     let d = locklab_drivers::find(driver).unwrap();
     let r = runner::run(server(), &scenario, d.as_ref()).await;
     assert!(r.passed(), "{}", r.failure.as_deref().unwrap_or_default());
+    assert_observations_well_formed(&scenario, &r, d.info().kind == locklab_drivers::DriverKind::Pooled);
+}
+
+/// The same matrix against a PostgreSQL 17 container started by testcontainers.
+#[rstest]
+#[cfg_attr(
+    not(locklab_docker),
+    ignore = "needs Docker: no Docker engine answered when the tests were built"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_through_driver_in_container(
+    #[files("../scenarios/*.yaml")] path: PathBuf,
+    #[values("tokio-postgres", "deadpool-fast", "deadpool-clean", "bb8", "sqlx")] driver: &str,
+) {
+    let scenario = load(&path);
+    let d = locklab_drivers::find(driver).unwrap();
+    let server = container_server();
+    assert_eq!(server.backend(), locklab::server::Backend::Container);
+    assert_eq!(server.major(), 17, "{}", server.version());
+    let r = runner::run(server, &scenario, d.as_ref()).await;
+    assert!(r.passed(), "{}", r.failure.as_deref().unwrap_or_default());
+    assert_eq!(r.server, "pg17");
     assert_observations_well_formed(&scenario, &r, d.info().kind == locklab_drivers::DriverKind::Pooled);
 }
 
@@ -251,13 +294,15 @@ async fn the_report_has_a_cell_for_every_observation_and_driver() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let scenarios = scenario::load_dir(&root.join("scenarios")).unwrap();
     let drivers = locklab_drivers::registry();
-    let runs = locklab::matrix::run_all(server(), &scenarios, &drivers, 8, |_| {}).await;
+    let servers = std::slice::from_ref(server());
+    let runs = locklab::matrix::run_all(servers, &scenarios, &drivers, 8, |_| {}).await;
     assert_eq!(runs.len(), scenarios.len() * drivers.len());
-    let report = locklab::report::Report::new(server(), &scenarios, &drivers, runs, 0.0);
+    let report = locklab::report::Report::new(servers, &scenarios, &drivers, runs, 0.0);
 
     let json: serde_json::Value = serde_json::from_str(&report.to_json().unwrap()).unwrap();
-    assert_eq!(json["schema_version"], 1);
-    assert!(json["server"]["version"].as_str().unwrap().starts_with("PostgreSQL "));
+    assert_eq!(json["schema_version"], locklab::report::SCHEMA_VERSION);
+    assert!(json["servers"][0]["version"].as_str().unwrap().starts_with("PostgreSQL "));
+    assert_eq!(json["servers"][0]["id"], server().id());
     for d in json["drivers"].as_array().unwrap() {
         assert_ne!(d["crate_version"], "unknown", "{d}");
     }
@@ -288,7 +333,7 @@ async fn locks_left_waits_for_closed_connections_to_be_released() {
     );
     let scenarios = vec![s; 10];
     let drivers = vec![locklab_drivers::find("tokio-postgres").unwrap()];
-    let runs = locklab::matrix::run_all(server(), &scenarios, &drivers, 10, |_| {}).await;
+    let runs = locklab::matrix::run_all(std::slice::from_ref(server()), &scenarios, &drivers, 10, |_| {}).await;
     for r in &runs {
         assert!(r.passed(), "{:?}", r.failure);
         assert!(

@@ -401,6 +401,17 @@ async fn resolve_image(docker: &Docker, given: Option<String>, major: u32) -> Re
     )
 }
 
+/// The image the container backend would run for `opts` (pulled or built
+/// first when needed; see the module documentation).
+///
+/// # Errors
+/// No Docker engine, or no image can be had.
+pub async fn image_for(opts: &ServerOptions) -> Result<String> {
+    docker_answers().context("the container backend needs a Docker engine (or use --backend local)")?;
+    let docker = Docker::connect_with_defaults().context("cannot reach the Docker engine")?;
+    resolve_image(&docker, opts.image.clone(), opts.major()).await
+}
+
 /// Removes every container labelled with this start's token (best effort).
 async fn remove_owned(token: &str) {
     let Ok(docker) = Docker::connect_with_defaults() else {

@@ -1,0 +1,381 @@
+//! The container backend against a real Docker engine, and the backend choice.
+//!
+//! Tests that need Docker are `#[ignore]`d — reported as skipped, by name — when
+//! no Docker engine answered when the tests were built (`cfg(locklab_docker)`,
+//! set by `build.rs`). Every container the harness creates carries the label
+//! `locklab.pid=<pid of the process that created it>`; "nothing left behind"
+//! means no container, running or stopped, with that label. Waiting is done by
+//! asking Docker, with a deadline.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use locklab::server::{Backend, BackendChoice, Server, ServerOptions, container::PID_LABEL};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use rstest::rstest;
+
+/// `docker` with `args`; its stdout (panics when the command fails).
+fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker").args(args).output().expect("the docker command");
+    assert!(
+        out.status.success(),
+        "docker {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Ids of containers (any state) created by process `pid`.
+fn containers_of(pid: u32) -> Vec<String> {
+    let filter = format!("label={PID_LABEL}={pid}");
+    docker(&["ps", "-aq", "--filter", &filter])
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Whether a container with this id still exists (any state).
+fn exists(id: &str) -> bool {
+    !docker(&["ps", "-aq", "--no-trunc", "--filter", &format!("id={id}")]).is_empty()
+}
+
+/// Waits up to 30 s for `check` to hold, asking Docker every 100 ms.
+fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !check() {
+        assert!(Instant::now() < deadline, "after 30 s: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn container_opts() -> ServerOptions {
+    ServerOptions::new(BackendChoice::Container, 17)
+}
+
+#[test]
+#[cfg_attr(
+    not(locklab_docker),
+    ignore = "needs Docker: no Docker engine answered when the tests were built"
+)]
+fn a_container_server_is_postgres_on_loopback_and_is_removed_on_drop() {
+    let server = Server::start(&container_opts()).unwrap();
+    assert_eq!(server.backend(), Backend::Container);
+    assert!(
+        server.version().starts_with("PostgreSQL 17."),
+        "{}",
+        server.version()
+    );
+    assert_eq!(server.id(), "pg17");
+    let image = server.image().expect("a container server names its image").to_owned();
+    assert!(image.ends_with(":17"), "{image}");
+    let id = server.container_id().unwrap().to_owned();
+    assert!(exists(&id));
+    // Published on loopback only.
+    let bindings = docker(&["port", &id, "5432/tcp"]);
+    assert!(
+        !bindings.is_empty() && bindings.lines().all(|l| l.starts_with("127.0.0.1:")),
+        "{bindings}"
+    );
+    // The configured role is a superuser that can create the run databases.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let admin = server.admin().await.unwrap();
+        let rows = locklab_drivers::simple_query_rows(admin.client(), "select current_setting('max_connections')")
+            .await
+            .unwrap();
+        assert_eq!(rows.first_value(), Some(Some("300")));
+        admin.close().await;
+    });
+    drop(server);
+    // Drop removes the container before returning.
+    assert!(!exists(&id), "container {id} left behind");
+}
+
+#[test]
+#[cfg_attr(
+    not(locklab_docker),
+    ignore = "needs Docker: no Docker engine answered when the tests were built"
+)]
+fn a_panic_while_a_container_runs_removes_it() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let joined = std::thread::spawn(move || {
+        let server = Server::start(&container_opts()).unwrap();
+        tx.send(server.container_id().unwrap().to_owned()).unwrap();
+        panic!("a step panicked");
+    })
+    .join();
+    assert!(joined.is_err(), "the thread was meant to panic");
+    let id = rx.recv().expect("the server started before the panic");
+    assert!(!exists(&id), "container {id} left behind after a panic");
+}
+
+#[test]
+#[cfg_attr(
+    not(locklab_docker),
+    ignore = "needs Docker: no Docker engine answered when the tests were built"
+)]
+fn a_missing_image_is_one_clear_error_and_leaves_nothing() {
+    let began = Instant::now();
+    let opts = ServerOptions {
+        image: Some("locklab-test/no-such-image:{major}".into()),
+        ..container_opts()
+    };
+    let err = format!("{:#}", Server::start(&opts).unwrap_err());
+    assert!(
+        err.contains("locklab-test/no-such-image:17") && err.contains("not present and cannot be pulled"),
+        "{err}"
+    );
+    assert!(began.elapsed() < Duration::from_secs(60), "took {:?}", began.elapsed());
+    assert!(
+        !docker(&["ps", "-a", "--format", "{{.Image}}"]).contains("no-such-image"),
+        "a container was left"
+    );
+}
+
+/// An image whose entrypoint prints a line and never starts PostgreSQL, made
+/// from the image the container backend uses (no registry needed).
+fn never_ready_image() -> String {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let server_image = rt
+        .block_on(locklab::server::container::image_for(&container_opts()))
+        .unwrap();
+    let tag = "locklab-test/never-ready:17";
+    let created = docker(&["create", &server_image]);
+    docker(&[
+        "commit",
+        "--change",
+        r#"ENTRYPOINT ["sh", "-c", "echo locklab-test: not starting postgres; exec sleep 600"]"#,
+        "--change",
+        "CMD []",
+        &created,
+        tag,
+    ]);
+    docker(&["rm", "-f", &created]);
+    tag.to_owned()
+}
+
+#[test]
+#[cfg_attr(
+    not(locklab_docker),
+    ignore = "needs Docker: no Docker engine answered when the tests were built"
+)]
+fn a_container_that_never_becomes_ready_times_out_with_its_log() {
+    let image = never_ready_image();
+    let opts = ServerOptions {
+        image: Some(image.clone()),
+        start_timeout: Duration::from_secs(3),
+        ..container_opts()
+    };
+    let began = Instant::now();
+    let err = format!("{:#}", Server::start(&opts).unwrap_err());
+    let took = began.elapsed();
+    assert!(err.contains("did not accept connections within 3 s"), "{err}");
+    assert!(err.contains("locklab-test: not starting postgres"), "no log lines in: {err}");
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    let ancestors = docker(&["ps", "-aq", "--filter", &format!("ancestor={image}")]);
+    assert!(ancestors.is_empty(), "containers left: {ancestors}");
+}
+
+/// Starts `locklab run --backend container` and reads its stderr until the
+/// container is up; returns the container id.
+fn start_child() -> (Child, String, std::thread::JoinHandle<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args(["run", "--backend", "container", "--scenario", "lock-timeout-200ms"])
+        .env_remove("LOCKLAB_DSN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("locklab binary");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        seen.push_str(&line);
+        seen.push('\n');
+        if let Some((_, rest)) = line.split_once(" ready in ").and_then(|(_, r)| r.split_once("(container ")) {
+            let short = rest.split_whitespace().next().unwrap().to_owned();
+            let drain = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"));
+            return (child, short, drain);
+        }
+    }
+    let _ = child.kill();
+    let status = child.wait();
+    panic!("locklab exited ({status:?}) before its container was ready:\n{seen}");
+}
+
+#[test]
+#[cfg_attr(
+    not(locklab_docker),
+    ignore = "needs Docker: no Docker engine answered when the tests were built"
+)]
+fn a_normal_run_removes_its_container_before_exiting() {
+    let (mut child, id, drain) = start_child();
+    let pid = child.id();
+    assert!(exists(&id));
+    let status = child.wait().unwrap();
+    let log = drain.join().unwrap();
+    assert!(status.success(), "locklab run failed: {log}");
+    assert!(containers_of(pid).is_empty(), "containers left: {:?}", containers_of(pid));
+}
+
+#[rstest]
+#[case::sigint(Signal::SIGINT)]
+#[case::sigterm(Signal::SIGTERM)]
+#[case::sigkill(Signal::SIGKILL)]
+#[cfg_attr(
+    not(locklab_docker),
+    ignore = "needs Docker: no Docker engine answered when the tests were built"
+)]
+fn a_signalled_run_leaves_no_container_behind(#[case] signal: Signal) {
+    let (mut child, id, _drain) = start_child();
+    let pid = child.id();
+    assert!(exists(&id));
+    kill(Pid::from_raw(pid as i32), signal).unwrap();
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    // SIGINT/SIGTERM: removed by the harness; SIGKILL: by the watchdog.
+    eventually(&format!("containers of pid {pid} still exist"), || {
+        containers_of(pid).is_empty()
+    });
+}
+
+/// A run whose scenario fails still removes its container (and exits 1).
+#[test]
+#[cfg_attr(
+    not(locklab_docker),
+    ignore = "needs Docker: no Docker engine answered when the tests were built"
+)]
+fn a_failing_run_removes_its_container() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("wrong.yaml"),
+        "name: wrong\ndescription: expects the wrong value\nactors: { a: { via: direct } }\nsteps:\n  - { actor: a, sql: select 1, expect: { value: 2 } }\n",
+    )
+    .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args(["run", "--backend", "container", "-d", "tokio-postgres", "--scenarios"])
+        .arg(dir.path())
+        .env_remove("LOCKLAB_DSN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("FAIL"));
+    assert!(containers_of(pid).is_empty(), "containers left: {:?}", containers_of(pid));
+}
+
+/// Runs the binary with `args` and `DOCKER_HOST` pointing at nothing.
+fn without_docker(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args(args)
+        .env_remove("LOCKLAB_DSN")
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn without_docker_the_container_backend_is_a_clear_error() {
+    let out = without_docker(&["run", "--backend", "container", "-s", "xact-lock-competition"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("needs a Docker engine"), "{err}");
+    assert!(err.contains("/nonexistent/docker.sock"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn without_docker_auto_falls_back_to_the_local_backend() {
+    let out = without_docker(&["run", "-s", "xact-lock-competition", "-d", "tokio-postgres"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("(local backend, chosen by --backend auto)"), "{err}");
+    assert!(err.contains("(local cluster in "), "{err}");
+}
+
+#[test]
+fn conflicting_backend_options_are_rejected() {
+    let out = Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args(["run", "--backend", "local", "--dsn", "postgresql://u@127.0.0.1:1/x"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--backend local starts its own server, but a DSN is given"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args(["run", "--pg", "13"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--pg") && err.contains("13"), "{err}");
+}
+
+/// `--pg 16,17`: one server per version, each its own column group in the
+/// report, with its exact `version()` (local backend: no Docker needed).
+#[test]
+fn a_report_over_two_versions_has_a_column_group_per_version() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args([
+            "report",
+            "--backend",
+            "local",
+            "--pg",
+            "16,17",
+            "-s",
+            "xact-lock-competition",
+            "-d",
+            "tokio-postgres",
+            "-d",
+            "bb8",
+            "--out",
+        ])
+        .arg(out_dir.path())
+        .env_remove("LOCKLAB_DSN")
+        .env_remove("LOCKLAB_PG_BIN")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.path().join("matrix.json")).unwrap()).unwrap();
+    let servers = json["servers"].as_array().unwrap();
+    let ids: Vec<&str> = servers.iter().map(|s| s["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["pg16", "pg17"]);
+    for (s, major) in servers.iter().zip([16, 17]) {
+        assert_eq!(s["major"], major);
+        assert!(
+            s["version"].as_str().unwrap().starts_with(&format!("PostgreSQL {major}.")),
+            "{s}"
+        );
+        assert_eq!(s["backend"], "local");
+        assert!(s["startup_ms"].as_f64().unwrap() > 0.0);
+    }
+    let runs = json["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    for id in ["pg16", "pg17"] {
+        assert_eq!(runs.iter().filter(|r| r["server"] == id).count(), 2, "{id}");
+    }
+    let md = std::fs::read_to_string(out_dir.path().join("matrix.md")).unwrap();
+    let header = md
+        .lines()
+        .find(|l| l.starts_with("| observation |"))
+        .unwrap();
+    assert_eq!(
+        header,
+        "| observation | pg16 · tokio-postgres | pg16 · bb8 | pg17 · tokio-postgres | pg17 · bb8 |"
+    );
+    assert!(md.contains("## Servers"), "{md}");
+}
