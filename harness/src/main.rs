@@ -61,8 +61,10 @@ struct RunArgs {
     /// Where PostgreSQL runs: a container (testcontainers), a local cluster from
     /// binaries, an external server (--dsn), or auto: external with a DSN, else
     /// container when a Docker engine answers, else local.
-    #[arg(long, value_enum, env = "LOCKLAB_BACKEND", default_value_t = BackendChoice::Auto)]
-    backend: BackendChoice,
+    /// Several, comma-separated, give one column group per backend × version.
+    /// [default: auto]
+    #[arg(long, value_enum, env = "LOCKLAB_BACKEND", value_delimiter = ',')]
+    backend: Vec<BackendChoice>,
     /// PostgreSQL major versions, comma-separated (14-18); each is a column group
     /// in the report [default: 17]
     #[arg(long = "pg", env = "LOCKLAB_PG", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(14..=18))]
@@ -295,8 +297,9 @@ fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
     Ok(report)
 }
 
-/// Resolves the backend once, then starts one server per `--pg` version
-/// (concurrently), printing what it does.
+/// Resolves each `--backend` once, then starts one server per backend ×
+/// `--pg` version (concurrently), printing what it does. With more than one
+/// backend, server ids carry the backend (`pg17-container`, `pg17-local`).
 fn start_servers(args: &RunArgs) -> Result<Vec<Server>> {
     let mut majors: Vec<u32> = Vec::new();
     for m in &args.pg {
@@ -305,47 +308,79 @@ fn start_servers(args: &RunArgs) -> Result<Vec<Server>> {
         }
     }
     let base = ServerOptions {
-        backend: args.backend,
+        backend: BackendChoice::Auto,
         dsn: args.dsn.clone(),
         pg_bin: args.pg_bin.clone(),
         pg_major: None,
         image: args.image.clone(),
         start_timeout: std::time::Duration::from_secs(args.start_timeout),
     };
-    let backend = base.resolve_backend()?;
-    if backend == Backend::External && !majors.is_empty() {
-        bail!("--pg / LOCKLAB_PG picks versions for the container and local backends; an external server (--dsn / LOCKLAB_DSN) is whatever version it runs");
+    let choices = if args.backend.is_empty() {
+        vec![BackendChoice::Auto]
+    } else {
+        args.backend.clone()
+    };
+    let mut backends: Vec<Backend> = Vec::new();
+    for choice in &choices {
+        let b = ServerOptions {
+            backend: *choice,
+            ..base.clone()
+        }
+        .resolve_backend()?;
+        if !backends.contains(&b) {
+            backends.push(b);
+        }
+    }
+    if backends == [Backend::External] && !majors.is_empty() {
+        bail!(
+            "--pg / LOCKLAB_PG picks versions for the container and local backends; \
+             an external server (--dsn / LOCKLAB_DSN) is whatever version it runs"
+        );
     }
     if majors.is_empty() {
         majors.push(DEFAULT_PG_MAJOR);
     }
-    if majors.len() > 1 && backend == Backend::Local && (base.pg_bin.is_some() || env_var("LOCKLAB_PG_BIN").is_some()) {
+    if majors.len() > 1
+        && backends.contains(&Backend::Local)
+        && (base.pg_bin.is_some() || env_var("LOCKLAB_PG_BIN").is_some())
+    {
         bail!("--pg-bin / LOCKLAB_PG_BIN names the binaries of one version; give a single --pg with it");
     }
     let versions: Vec<String> = majors.iter().map(u32::to_string).collect();
-    eprintln!(
-        "locklab: {} PostgreSQL {} ({} backend{})",
-        if backend == Backend::External { "connecting to" } else { "starting" },
-        if backend == Backend::External { "(external server)".to_owned() } else { versions.join(", ") },
-        backend.as_str(),
-        if args.backend == BackendChoice::Auto { ", chosen by --backend auto" } else { "" }
-    );
-    let choice = match backend {
-        Backend::Container => BackendChoice::Container,
-        Backend::Local => BackendChoice::Local,
-        Backend::External => BackendChoice::External,
-    };
-    let opts: Vec<ServerOptions> = majors
-        .iter()
-        .map(|m| ServerOptions {
-            backend: choice,
-            pg_major: Some(*m),
-            ..base.clone()
-        })
-        .collect();
-    let servers = server::start_all(&opts).context("no PostgreSQL server")?;
-    for s in &servers {
-        eprintln!("locklab: {}", s.describe());
+    let mut opts = Vec::new();
+    for b in &backends {
+        eprintln!(
+            "locklab: {} ({} backend{})",
+            match b {
+                Backend::External => "connecting to PostgreSQL (external server)".to_owned(),
+                _ => format!("starting PostgreSQL {}", versions.join(", ")),
+            },
+            b.as_str(),
+            if choices == [BackendChoice::Auto] { ", chosen by --backend auto" } else { "" }
+        );
+        let choice = match b {
+            Backend::Container => BackendChoice::Container,
+            Backend::Local => BackendChoice::Local,
+            Backend::External => BackendChoice::External,
+        };
+        let majors: &[u32] = if *b == Backend::External { &majors[..1] } else { &majors };
+        for m in majors {
+            opts.push(ServerOptions {
+                backend: choice,
+                pg_major: Some(*m),
+                ..base.clone()
+            });
+        }
+    }
+    let mut servers = server::start_all(&opts).context("no PostgreSQL server")?;
+    let mut seen = std::collections::HashSet::new();
+    let unique = servers.iter().all(|s| seen.insert(s.id()));
+    for s in &mut servers {
+        if backends.len() > 1 || !unique {
+            let id = format!("{}-{}", s.id(), s.backend().as_str());
+            s.set_id(id);
+        }
+        eprintln!("locklab: {}: {}", s.id(), s.describe());
     }
     Ok(servers)
 }

@@ -189,7 +189,7 @@ impl Report {
 
     /// The report as GitHub-flavoured Markdown: per scenario, one row per
     /// recorded observation and one column per server × driver (server-major).
-    /// With several servers, a row whose value differs between server versions
+    /// With several servers, a row whose value differs between servers
     /// for the same driver is marked.
     ///
     /// # Errors
@@ -251,7 +251,7 @@ impl Report {
                         None => "—".to_owned(),
                     })
                     .collect();
-                let mark = if differs(&value) { " ⚠ differs by version" } else { "" };
+                let mark = if differs(&value) { " ⚠ differs between servers" } else { "" };
                 rows.push(Row {
                     name: format!("`{name}`{mark}"),
                     cells,
@@ -266,7 +266,7 @@ impl Report {
                     }
                 })
             };
-            let mark = if differs(&left_of) { " ⚠ differs by version" } else { "" };
+            let mark = if differs(&left_of) { " ⚠ differs between servers" } else { "" };
             rows.push(Row {
                 name: format!("locks left after run{mark}"),
                 cells: columns

@@ -8,9 +8,9 @@
 //! packages and the PyPI wheel, for machines with no registry).
 //!
 //! The container: `POSTGRES_PASSWORD` (random per start), `POSTGRES_USER` and
-//! `POSTGRES_DB` = `postgres`, `POSTGRES_INITDB_ARGS=--no-sync`, postgres run
-//! with `max_connections=300` and no fsync (a test server), port 5432 published
-//! on 127.0.0.1 only on a port Docker picks. It is ready when a connection with
+//! `POSTGRES_DB` = `postgres`, `POSTGRES_INITDB_ARGS=--no-sync`, `PGDATA` on a
+//! tmpfs, postgres run with `max_connections=300` and no fsync (a test server),
+//! port 5432 published on 127.0.0.1 only, on a port Docker picks. It is ready when a connection with
 //! that password succeeds (not when a log line appears: the official image
 //! prints "ready to accept connections" once for its set-up server and again for
 //! the real one).
@@ -53,6 +53,9 @@ pub fn official_image(major: u32) -> String {
 pub fn local_image(major: u32) -> String {
     format!("locklab/postgres:{major}")
 }
+
+/// The data directory inside the container (a tmpfs; `PGDATA`).
+const PGDATA: &str = "/var/lib/postgresql/data";
 
 /// The label every container of one start carries, with that start's token.
 const OWNER_LABEL: &str = "locklab.owner";
@@ -216,6 +219,7 @@ async fn launch(req: &Request) -> Result<(ContainerAsync<GenericImage>, Started)
         .with_env_var("POSTGRES_USER", SUPERUSER)
         .with_env_var("POSTGRES_DB", "postgres")
         .with_env_var("POSTGRES_INITDB_ARGS", "--no-sync")
+        .with_env_var("PGDATA", PGDATA)
         .with_label(OWNER_LABEL, &req.token)
         .with_label(PID_LABEL, std::process::id().to_string())
         .with_container_name(format!("locklab-pg{}-{}", req.major, req.token))
@@ -231,6 +235,14 @@ async fn launch(req: &Request) -> Result<(ContainerAsync<GenericImage>, Started)
             "synchronous_commit=off",
         ])
         .with_host_config_modifier(|hc| {
+            // The data directory on a tmpfs: CREATE DATABASE copies ~300 files,
+            // which is ~10x slower on an overlay file system (measured 365 ms
+            // vs 28 ms), and every run creates one. Owned by the image's
+            // postgres user (uid 999 in the official Debian images and ours).
+            hc.tmpfs = Some(HashMap::from([(
+                PGDATA.to_owned(),
+                "rw,uid=999,gid=999,mode=0700".to_owned(),
+            )]));
             // Loopback only, on a port Docker picks.
             hc.publish_all_ports = Some(false);
             hc.port_bindings = Some(HashMap::from([(

@@ -171,6 +171,7 @@ pub struct Server {
     admin_db: String,
     version: String,
     version_num: u32,
+    id: Option<String>,
     startup: Duration,
     image: Option<String>,
     local: Option<local::LocalCluster>,
@@ -233,6 +234,7 @@ impl Server {
                     admin_db: "postgres".into(),
                     version: String::new(),
                     version_num: 0,
+                    id: None,
                     startup: Duration::ZERO,
                     image: None,
                     local: Some(cluster),
@@ -250,6 +252,7 @@ impl Server {
                     admin_db: "postgres".into(),
                     version: String::new(),
                     version_num: 0,
+                    id: None,
                     startup: Duration::ZERO,
                     image: Some(c.image.clone()),
                     local: None,
@@ -324,9 +327,16 @@ impl Server {
         self.version_num / 10000
     }
 
-    /// The server's column-group id in reports: `pg<major>`, e.g. `pg17`.
+    /// The server's column-group id in reports and run results: `pg<major>`
+    /// (e.g. `pg17`) unless [`Server::set_id`] chose another.
     pub fn id(&self) -> String {
-        format!("pg{}", self.major())
+        self.id.clone().unwrap_or_else(|| format!("pg{}", self.major()))
+    }
+
+    /// Sets the id [`Server::id`] returns (e.g. `pg17-local` when one report
+    /// has two servers of the same major version).
+    pub fn set_id(&mut self, id: String) {
+        self.id = Some(id);
     }
 
     /// Container, local or external.
@@ -399,6 +409,7 @@ fn external(dsn: &str) -> Result<Server> {
         admin_db: cfg.get_dbname().unwrap_or("postgres").to_owned(),
         version: String::new(),
         version_num: 0,
+        id: None,
         startup: Duration::ZERO,
         image: None,
         local: None,
