@@ -9,9 +9,17 @@ default:
 setup major="17":
     bash harness/scripts/install-postgres.sh {{major}}
 
-# Run every scenario × driver and rewrite reports/matrix.md and reports/matrix.json.
+# Build the stand-in PostgreSQL image locklab/postgres:MAJOR for machines that cannot pull postgres:MAJOR (needs root and Docker; skipped when it exists).
+image major="17":
+    bash harness/scripts/build-image.sh {{major}}
+
+# Run every scenario × driver and rewrite reports/matrix.md and reports/matrix.json (e.g. just report --pg 16,17,18 --out DIR).
 report *args:
     cargo run --release --quiet -p locklab -- report {{args}}
+
+# The version matrix: every scenario × driver on PostgreSQL 14-18, into reports/versions/.
+report-versions:
+    cargo run --release --quiet -p locklab -- report --pg 14,15,16,17,18 --out reports/versions
 
 # Run scenarios × drivers and print the results (e.g. just run -s lock-timeout-200ms -d sqlx).
 run *args:
