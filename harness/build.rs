@@ -20,8 +20,15 @@ fn main() {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
     if let Some(path) = host.strip_prefix("unix://") {
-        // Re-probe when the engine (re)creates its socket.
-        println!("cargo:rerun-if-changed={path}");
+        // Re-probe when the engine (re)creates its socket. A missing path would
+        // make cargo rerun this script on every build, so watch the directory
+        // the socket would appear in instead.
+        let p = std::path::Path::new(path);
+        match p.parent() {
+            Some(dir) if !p.exists() && dir.exists() => println!("cargo:rerun-if-changed={}", dir.display()),
+            _ if p.exists() => println!("cargo:rerun-if-changed={path}"),
+            _ => {}
+        }
     }
     let docker = match std::env::var("LOCKLAB_DOCKER_TESTS").as_deref() {
         Ok("0") => false,
@@ -46,12 +53,17 @@ fn ping(host: &str) -> bool {
             s.take(1024).read_to_end(&mut reply)
         })
     } else if let Some(addr) = host.strip_prefix("tcp://") {
-        std::net::TcpStream::connect(addr).and_then(|mut s| {
+        use std::net::ToSocketAddrs;
+        let Some(sock) = addr.to_socket_addrs().ok().and_then(|mut a| a.next()) else {
+            return false;
+        };
+        std::net::TcpStream::connect_timeout(&sock, Duration::from_secs(3)).and_then(|mut s| {
             s.set_read_timeout(timeout)?;
             s.write_all(request)?;
             s.take(1024).read_to_end(&mut reply)
         })
     } else {
+        // Like the harness (`server::container::docker_host`): only unix:// and tcp://.
         return false;
     };
     ok.is_ok() && reply.starts_with(b"HTTP/1.") && reply.get(9..12) == Some(b"200")

@@ -50,7 +50,7 @@ enum Command {
     },
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct RunArgs {
     /// Only these scenarios (repeatable; default: all).
     #[arg(short, long = "scenario")]
@@ -62,12 +62,12 @@ struct RunArgs {
     /// binaries, an external server (--dsn), or auto: external with a DSN, else
     /// container when a Docker engine answers, else local.
     /// Several, comma-separated, give one column group per backend × version.
-    /// [default: auto]
-    #[arg(long, value_enum, env = "LOCKLAB_BACKEND", value_delimiter = ',')]
+    /// [env: LOCKLAB_BACKEND] [default: auto]
+    #[arg(long, value_enum, value_delimiter = ',')]
     backend: Vec<BackendChoice>,
     /// PostgreSQL major versions, comma-separated (14-18); each is a column group
-    /// in the report [default: 17]
-    #[arg(long = "pg", env = "LOCKLAB_PG", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(14..=18))]
+    /// in the report [env: LOCKLAB_PG] [default: 17]
+    #[arg(long = "pg", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(14..=18))]
     pg: Vec<u32>,
     /// Container image; `{major}` is replaced by the version [env: LOCKLAB_PG_IMAGE]
     /// [default: postgres:{major}, else a local locklab/postgres:{major}]
@@ -254,8 +254,34 @@ fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
         |d| d.info().id.to_owned(),
         "driver",
     )?;
-    let servers = start_servers(args)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // Signals are handled from before the first server starts: an interrupted
+    // start-up stops image builds and exits; the watchdogs remove what was started.
+    let mut interrupts = {
+        let _guard = rt.enter();
+        Interrupts::install()
+    };
+    let started = rt.block_on(async {
+        let start_args = args.clone();
+        let start = tokio::task::spawn_blocking(move || start_servers(&start_args));
+        tokio::select! {
+            r = start => Ok(r),
+            signal = interrupts.next() => Err(signal),
+        }
+    });
+    let servers = match started {
+        Ok(joined) => joined.map_err(|e| anyhow::anyhow!("server start-up failed: {e}"))??,
+        Err((what, code)) => {
+            eprintln!("locklab: {what} during server start-up: cleaning up");
+            server::container::stop_builds();
+            std::process::exit(code);
+        }
+    };
+    // Printed once the servers are ours: from here a signal drops them (and
+    // removes what they started) before we exit.
+    for s in &servers {
+        eprintln!("locklab: {}: {}", s.id(), s.describe());
+    }
     let bar = ProgressBar::new((servers.len() * scenarios.len() * drivers.len()) as u64);
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} runs {msg}").expect("static template"));
     let began = Instant::now();
@@ -266,7 +292,7 @@ fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
     let runs = rt.block_on(async {
         tokio::select! {
             runs = matrix::run_all(&servers, &scenarios, &drivers, args.jobs.into(), progress) => Ok(runs),
-            signal = interrupted() => Err(signal),
+            signal = interrupts.next() => Err(signal),
         }
     });
     bar.finish_and_clear();
@@ -297,12 +323,44 @@ fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
     Ok(report)
 }
 
+/// A comma-separated list in environment variable `name` (unset or empty: an
+/// empty list; items are trimmed), each item checked by `parse`.
+fn list_from_env<T>(name: &str, parse: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>> {
+    let Some(value) = env_var(name) else {
+        return Ok(Vec::new());
+    };
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(|v| parse(v).map_err(|want| anyhow::anyhow!("{name}={value}: '{v}' is not {want}")))
+        .collect()
+}
+
 /// Resolves each `--backend` once, then starts one server per backend ×
 /// `--pg` version (concurrently), printing what it does. With more than one
 /// backend, server ids carry the backend (`pg17-container`, `pg17-local`).
 fn start_servers(args: &RunArgs) -> Result<Vec<Server>> {
+    let pg = if args.pg.is_empty() {
+        list_from_env("LOCKLAB_PG", |v| {
+            v.parse::<u32>()
+                .ok()
+                .filter(|m| server::SUPPORTED_MAJORS.contains(m))
+                .ok_or_else(|| "a PostgreSQL major version from 14 to 18".to_owned())
+        })?
+    } else {
+        args.pg.clone()
+    };
+    let backend_arg = if args.backend.is_empty() {
+        list_from_env("LOCKLAB_BACKEND", |v| {
+            <BackendChoice as clap::ValueEnum>::from_str(v, true)
+                .map_err(|_| "one of auto, container, local, external".to_owned())
+        })?
+    } else {
+        args.backend.clone()
+    };
     let mut majors: Vec<u32> = Vec::new();
-    for m in &args.pg {
+    for m in &pg {
         if !majors.contains(m) {
             majors.push(*m);
         }
@@ -315,10 +373,10 @@ fn start_servers(args: &RunArgs) -> Result<Vec<Server>> {
         image: args.image.clone(),
         start_timeout: std::time::Duration::from_secs(args.start_timeout),
     };
-    let choices = if args.backend.is_empty() {
+    let choices = if backend_arg.is_empty() {
         vec![BackendChoice::Auto]
     } else {
-        args.backend.clone()
+        backend_arg
     };
     let mut backends: Vec<Backend> = Vec::new();
     for choice in &choices {
@@ -380,21 +438,42 @@ fn start_servers(args: &RunArgs) -> Result<Vec<Server>> {
             let id = format!("{}-{}", s.id(), s.backend().as_str());
             s.set_id(id);
         }
-        eprintln!("locklab: {}: {}", s.id(), s.describe());
     }
     Ok(servers)
 }
 
-/// Resolves on SIGINT or SIGTERM with a description and the exit code a shell
-/// reports for that signal (128 + its number).
-async fn interrupted() -> (&'static str, i32) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => ("interrupted (SIGINT)", 130),
-        _ = term.recv() => ("terminated (SIGTERM)", 143),
+/// SIGINT and SIGTERM listeners, installed once for the whole run (start-up
+/// and runs), so that a signal arriving between the two phases is not lost.
+struct Interrupts {
+    int: Option<tokio::signal::unix::Signal>,
+    term: Option<tokio::signal::unix::Signal>,
+}
+
+impl Interrupts {
+    /// Installs the listeners; must be called inside the tokio runtime.
+    fn install() -> Interrupts {
+        use tokio::signal::unix::{SignalKind, signal};
+        Interrupts {
+            int: signal(SignalKind::interrupt()).ok(),
+            term: signal(SignalKind::terminate()).ok(),
+        }
+    }
+
+    /// Resolves on SIGINT or SIGTERM with a description and the exit code a
+    /// shell reports for that signal (128 + its number).
+    async fn next(&mut self) -> (&'static str, i32) {
+        async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            () = recv(&mut self.int) => ("interrupted (SIGINT)", 130),
+            () = recv(&mut self.term) => ("terminated (SIGTERM)", 143),
+        }
     }
 }
 

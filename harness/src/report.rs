@@ -5,7 +5,8 @@
 //! - `schema_version` (2), `generated_at` (RFC 3339), `locklab_version`
 //! - `servers[]`: one per PostgreSQL version, in column-group order: `id` (`pg17`),
 //!   `major` (17), `version` (PostgreSQL `version()`), `backend` (`container`/`local`/`external`),
-//!   `image` (the container image, else null), `startup_ms`
+//!   `image` (the container image, else null), `startup_ms` (start request to ready,
+//!   without `image_ms`), `image_ms` (finding, pulling or building the image)
 //! - `drivers[]`: `id`, `crate_name`, `crate_version` (from Cargo.lock), `configuration`, `kind` (`direct`/`pooled`)
 //! - `scenarios[]`: `name`, `description`, `source`, `file`, `observations` (record names in step order)
 //! - `runs[]`: one per server × scenario × driver: `server` (a `servers[].id`), `scenario`,
@@ -65,8 +66,12 @@ pub struct ServerInfo {
     /// The container image (as given to Docker), for the container backend.
     pub image: Option<String>,
     /// Start-up time of the server in ms, from the start request until it
-    /// answered `select version()` (for an external one: the connect time).
+    /// answered `select version()`, not counting `image_ms` (for an external
+    /// one: the connect time).
     pub startup_ms: f64,
+    /// Time in ms spent finding, pulling or building the container image (0
+    /// for other backends).
+    pub image_ms: f64,
 }
 
 impl ServerInfo {
@@ -79,6 +84,7 @@ impl ServerInfo {
             backend: server.backend().as_str().to_owned(),
             image: server.image().map(str::to_owned),
             startup_ms: server.startup().as_secs_f64() * 1e3,
+            image_ms: server.image_time().as_secs_f64() * 1e3,
         }
     }
 }

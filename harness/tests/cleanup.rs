@@ -16,10 +16,15 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use rstest::rstest;
 
-/// Starts `locklab run` and reads its stderr until the local cluster is up.
-fn start() -> (Child, PathBuf, i32, std::thread::JoinHandle<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_locklab"))
-        .args(["run", "--backend", "local", "--scenario", "lock-timeout-200ms"])
+/// Starts `locklab run --backend local` on `scenarios` (default: the shipped
+/// lock-timeout scenario) and reads its stderr until the local cluster is up.
+fn start(scenarios: Option<&Path>) -> (Child, PathBuf, i32, std::thread::JoinHandle<String>) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_locklab"));
+    match scenarios {
+        Some(dir) => cmd.args(["run", "--backend", "local", "-d", "tokio-postgres", "--scenarios"]).arg(dir),
+        None => cmd.args(["run", "--backend", "local", "--scenario", "lock-timeout-200ms"]),
+    };
+    let mut child = cmd
         .env_remove("LOCKLAB_DSN")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -66,7 +71,7 @@ fn wait_until_gone(dir: &Path, pid: i32) {
 
 #[test]
 fn a_normal_run_removes_its_cluster_before_exiting() {
-    let (mut child, dir, pid, drain) = start();
+    let (mut child, dir, pid, drain) = start(None);
     assert!(dir.exists() && alive(pid));
     let status = child.wait().unwrap();
     let log = drain.join().unwrap();
@@ -81,11 +86,22 @@ fn a_normal_run_removes_its_cluster_before_exiting() {
 #[case::sigterm(Signal::SIGTERM)]
 #[case::sigkill(Signal::SIGKILL)]
 fn a_signalled_run_leaves_no_server_behind(#[case] signal: Signal) {
-    let (mut child, dir, pid, _drain) = start();
+    // A run that lasts until it is signalled (8 s, within the step deadline).
+    let scenarios = tempfile::tempdir().unwrap();
+    std::fs::write(
+        scenarios.path().join("slow.yaml"),
+        "name: slow\ndescription: holds the run open\nactors: { o: { via: direct } }\nsteps:\n  - { actor: o, sql: select pg_sleep(8) }\n",
+    )
+    .unwrap();
+    let (mut child, dir, pid, _drain) = start(Some(scenarios.path()));
     assert!(dir.exists() && alive(pid));
     kill(Pid::from_raw(child.id() as i32), signal).unwrap();
     let status = child.wait().unwrap();
-    assert!(!status.success());
+    if signal != Signal::SIGKILL {
+        assert_eq!(status.code(), Some(128 + signal as i32), "{status:?}");
+        // The harness stopped and removed the cluster before exiting.
+        assert!(!dir.exists(), "{} left behind", dir.display());
+    }
     wait_until_gone(&dir, pid);
 }
 

@@ -148,17 +148,23 @@ fn never_ready_image() -> String {
         .block_on(locklab::server::container::image_for(&container_opts()))
         .unwrap();
     let tag = "locklab-test/never-ready:17";
-    let created = docker(&["create", &server_image]);
+    /// Removes the container the image is committed from, whatever happens.
+    struct Created(String);
+    impl Drop for Created {
+        fn drop(&mut self) {
+            let _ = Command::new("docker").args(["rm", "-f", &self.0]).output();
+        }
+    }
+    let created = Created(docker(&["create", &server_image]));
     docker(&[
         "commit",
         "--change",
         r#"ENTRYPOINT ["sh", "-c", "echo locklab-test: not starting postgres; exec sleep 600"]"#,
         "--change",
         "CMD []",
-        &created,
+        &created.0,
         tag,
     ]);
-    docker(&["rm", "-f", &created]);
     tag.to_owned()
 }
 
@@ -181,14 +187,28 @@ fn a_container_that_never_becomes_ready_times_out_with_its_log() {
     assert!(err.contains("locklab-test: not starting postgres"), "no log lines in: {err}");
     assert!(took < Duration::from_secs(30), "took {took:?}");
     let ancestors = docker(&["ps", "-aq", "--filter", &format!("ancestor={image}")]);
+    let _ = Command::new("docker").args(["rmi", &image]).output();
     assert!(ancestors.is_empty(), "containers left: {ancestors}");
 }
 
-/// Starts `locklab run --backend container` and reads its stderr until the
-/// container is up; returns the container id.
-fn start_child() -> (Child, String, std::thread::JoinHandle<String>) {
+/// A scenario directory with one run that lasts until it is signalled (well,
+/// 8 s, within the default 10 s step deadline).
+fn slow_scenario() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("slow.yaml"),
+        "name: slow\ndescription: holds the run open\nactors: { o: { via: direct } }\nsteps:\n  - { actor: o, sql: select pg_sleep(8) }\n",
+    )
+    .unwrap();
+    dir
+}
+
+/// Starts `locklab run --backend container` on `scenarios` (one driver) and
+/// reads its stderr until the container is up; returns the short container id.
+fn start_child(scenarios: &std::path::Path) -> (Child, String, std::thread::JoinHandle<String>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_locklab"))
-        .args(["run", "--backend", "container", "--scenario", "lock-timeout-200ms"])
+        .args(["run", "--backend", "container", "-d", "tokio-postgres", "--scenarios"])
+        .arg(scenarios)
         .env_remove("LOCKLAB_DSN")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -217,7 +237,8 @@ fn start_child() -> (Child, String, std::thread::JoinHandle<String>) {
     ignore = "needs Docker: no Docker engine answered when the tests were built"
 )]
 fn a_normal_run_removes_its_container_before_exiting() {
-    let (mut child, id, drain) = start_child();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    let (mut child, id, drain) = start_child(&root);
     let pid = child.id();
     assert!(exists(&id));
     let status = child.wait().unwrap();
@@ -235,13 +256,55 @@ fn a_normal_run_removes_its_container_before_exiting() {
     ignore = "needs Docker: no Docker engine answered when the tests were built"
 )]
 fn a_signalled_run_leaves_no_container_behind(#[case] signal: Signal) {
-    let (mut child, id, _drain) = start_child();
+    let scenarios = slow_scenario();
+    let (mut child, id, _drain) = start_child(scenarios.path());
     let pid = child.id();
     assert!(exists(&id));
     kill(Pid::from_raw(pid as i32), signal).unwrap();
     let status = child.wait().unwrap();
-    assert!(!status.success());
-    // SIGINT/SIGTERM: removed by the harness; SIGKILL: by the watchdog.
+    if signal == Signal::SIGKILL {
+        // No destructor runs: the watchdog removes it once we are gone.
+        eventually(&format!("containers of pid {pid} still exist"), || {
+            containers_of(pid).is_empty()
+        });
+    } else {
+        // The harness itself removes it before exiting with 128 + signal.
+        assert_eq!(status.code(), Some(128 + signal as i32), "{status:?}");
+        assert!(containers_of(pid).is_empty(), "left: {:?}", containers_of(pid));
+    }
+}
+
+/// Interrupted while the container is still starting (right after the start
+/// is announced): exit 128 + signal, and nothing remains once the watchdog
+/// has looked (it keeps looking in case a create was in flight).
+#[rstest]
+#[case::sigint(Signal::SIGINT)]
+#[case::sigterm(Signal::SIGTERM)]
+#[cfg_attr(
+    not(locklab_docker),
+    ignore = "needs Docker: no Docker engine answered when the tests were built"
+)]
+fn a_run_interrupted_during_container_start_leaves_nothing(#[case] signal: Signal) {
+    let scenarios = slow_scenario();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args(["run", "--backend", "container", "-d", "tokio-postgres", "--scenarios"])
+        .arg(scenarios.path())
+        .env_remove("LOCKLAB_DSN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let announced = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|l| l.contains("starting PostgreSQL"));
+    assert!(announced, "no start-up line");
+    kill(Pid::from_raw(pid as i32), signal).unwrap();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + signal as i32), "{status:?}: {rest:?}");
     eventually(&format!("containers of pid {pid} still exist"), || {
         containers_of(pid).is_empty()
     });
@@ -312,7 +375,7 @@ fn conflicting_backend_options_are_rejected() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("--backend local starts its own server, but a DSN is given"), "{err}");
+    assert!(err.contains("--backend local starts its own server, but --dsn names one"), "{err}");
     let out = Command::new(env!("CARGO_BIN_EXE_locklab"))
         .args(["run", "--pg", "13"])
         .output()
@@ -320,6 +383,44 @@ fn conflicting_backend_options_are_rejected() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--pg") && err.contains("13"), "{err}");
+    for (var, value, want) in [
+        ("LOCKLAB_PG", "16,13", "LOCKLAB_PG=16,13: '13' is not a PostgreSQL major version from 14 to 18"),
+        ("LOCKLAB_BACKEND", "docker", "LOCKLAB_BACKEND=docker: 'docker' is not one of auto, container, local, external"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_locklab"))
+            .args(["run", "-s", "xact-lock-competition"])
+            .env(var, value)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(want), "{err}");
+    }
+}
+
+/// Empty variables count as unset; list items may carry spaces.
+#[test]
+fn version_and_backend_variables_are_forgiving_about_blanks() {
+    let out = Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args(["run", "-s", "xact-lock-competition", "-d", "tokio-postgres"])
+        .env_remove("LOCKLAB_DSN")
+        .env("LOCKLAB_PG", " 16 , 17 ")
+        .env("LOCKLAB_BACKEND", " local ")
+        .env("LOCKLAB_PG_IMAGE", "")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("starting PostgreSQL 16, 17 (local backend)"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args(["run", "--backend", "local", "-s", "xact-lock-competition", "-d", "tokio-postgres"])
+        .env_remove("LOCKLAB_DSN")
+        .env("LOCKLAB_PG", "")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("starting PostgreSQL 17 (local backend)"), "{err}");
 }
 
 /// `--pg 16,17`: one server per version, each its own column group in the

