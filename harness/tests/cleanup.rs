@@ -7,7 +7,8 @@
 //! is done by watching the file system, the process table or the server, with a
 //! deadline.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -17,35 +18,20 @@ use nix::unistd::Pid;
 use rstest::rstest;
 
 /// Starts `locklab run --backend local` on `scenarios` (default: the shipped
-/// lock-timeout scenario) and reads its stderr until the local cluster is up.
+/// lock-timeout scenario) and reads its stderr until the local cluster is up:
+/// its directory and postmaster pid.
 fn start(scenarios: Option<&Path>) -> (Child, PathBuf, i32, std::thread::JoinHandle<String>) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_locklab"));
     match scenarios {
         Some(dir) => cmd.args(["run", "--backend", "local", "-d", "tokio-postgres", "--scenarios"]).arg(dir),
         None => cmd.args(["run", "--backend", "local", "--scenario", "lock-timeout-200ms"]),
     };
-    let mut child = cmd
-        .env_remove("LOCKLAB_DSN")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("locklab binary");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut seen = String::new();
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        seen.push_str(&line);
-        seen.push('\n');
-        if let Some(rest) = line.split_once("(local cluster in ").map(|(_, r)| r) {
-            let (dir, pid) = rest.trim_end_matches(')').split_once(", postmaster pid ").unwrap();
-            // Keep draining stderr so the child never blocks on a full pipe.
-            let drain = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"));
-            return (child, PathBuf::from(dir), pid.parse().unwrap(), drain);
-        }
-    }
-    let _ = child.kill();
-    let status = child.wait();
-    panic!("locklab exited ({status:?}) before its server was ready:\n{seen}");
+    let (child, (dir, pid), drain) = common::start_until(cmd, |line| {
+        let rest = line.split_once("(local cluster in ")?.1;
+        let (dir, pid) = rest.trim_end_matches(')').split_once(", postmaster pid ")?;
+        Some((PathBuf::from(dir), pid.parse().ok()?))
+    });
+    (child, dir, pid, drain)
 }
 
 fn alive(pid: i32) -> bool {
@@ -86,13 +72,7 @@ fn a_normal_run_removes_its_cluster_before_exiting() {
 #[case::sigterm(Signal::SIGTERM)]
 #[case::sigkill(Signal::SIGKILL)]
 fn a_signalled_run_leaves_no_server_behind(#[case] signal: Signal) {
-    // A run that lasts until it is signalled (8 s, within the step deadline).
-    let scenarios = tempfile::tempdir().unwrap();
-    std::fs::write(
-        scenarios.path().join("slow.yaml"),
-        "name: slow\ndescription: holds the run open\nactors: { o: { via: direct } }\nsteps:\n  - { actor: o, sql: select pg_sleep(8) }\n",
-    )
-    .unwrap();
+    let scenarios = common::slow_scenario();
     let (mut child, dir, pid, _drain) = start(Some(scenarios.path()));
     assert!(dir.exists() && alive(pid));
     kill(Pid::from_raw(child.id() as i32), signal).unwrap();

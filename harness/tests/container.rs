@@ -7,6 +7,8 @@
 //! means no container, running or stopped, with that label. Waiting is done by
 //! asking Docker, with a deadline.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -191,44 +193,16 @@ fn a_container_that_never_becomes_ready_times_out_with_its_log() {
     assert!(ancestors.is_empty(), "containers left: {ancestors}");
 }
 
-/// A scenario directory with one run that lasts until it is signalled (well,
-/// 8 s, within the default 10 s step deadline).
-fn slow_scenario() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("slow.yaml"),
-        "name: slow\ndescription: holds the run open\nactors: { o: { via: direct } }\nsteps:\n  - { actor: o, sql: select pg_sleep(8) }\n",
-    )
-    .unwrap();
-    dir
-}
-
 /// Starts `locklab run --backend container` on `scenarios` (one driver) and
 /// reads its stderr until the container is up; returns the short container id.
 fn start_child(scenarios: &std::path::Path) -> (Child, String, std::thread::JoinHandle<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_locklab"))
-        .args(["run", "--backend", "container", "-d", "tokio-postgres", "--scenarios"])
-        .arg(scenarios)
-        .env_remove("LOCKLAB_DSN")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("locklab binary");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut seen = String::new();
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        seen.push_str(&line);
-        seen.push('\n');
-        if let Some((_, rest)) = line.split_once(" ready in ").and_then(|(_, r)| r.split_once("(container ")) {
-            let short = rest.split_whitespace().next().unwrap().to_owned();
-            let drain = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>().join("\n"));
-            return (child, short, drain);
-        }
-    }
-    let _ = child.kill();
-    let status = child.wait();
-    panic!("locklab exited ({status:?}) before its container was ready:\n{seen}");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_locklab"));
+    cmd.args(["run", "--backend", "container", "-d", "tokio-postgres", "--scenarios"])
+        .arg(scenarios);
+    common::start_until(cmd, |line| {
+        let rest = line.split_once(" ready in ")?.1.split_once("(container ")?.1;
+        Some(rest.split_whitespace().next()?.to_owned())
+    })
 }
 
 #[test]
@@ -256,7 +230,7 @@ fn a_normal_run_removes_its_container_before_exiting() {
     ignore = "needs Docker: no Docker engine answered when the tests were built"
 )]
 fn a_signalled_run_leaves_no_container_behind(#[case] signal: Signal) {
-    let scenarios = slow_scenario();
+    let scenarios = common::slow_scenario();
     let (mut child, id, _drain) = start_child(scenarios.path());
     let pid = child.id();
     assert!(exists(&id));
@@ -285,7 +259,7 @@ fn a_signalled_run_leaves_no_container_behind(#[case] signal: Signal) {
     ignore = "needs Docker: no Docker engine answered when the tests were built"
 )]
 fn a_run_interrupted_during_container_start_leaves_nothing(#[case] signal: Signal) {
-    let scenarios = slow_scenario();
+    let scenarios = common::slow_scenario();
     let mut child = Command::new(env!("CARGO_BIN_EXE_locklab"))
         .args(["run", "--backend", "container", "-d", "tokio-postgres", "--scenarios"])
         .arg(scenarios.path())

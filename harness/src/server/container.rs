@@ -9,7 +9,7 @@
 //!
 //! The container: `POSTGRES_PASSWORD` (random per start), `POSTGRES_USER` and
 //! `POSTGRES_DB` = `postgres`, `POSTGRES_INITDB_ARGS=--no-sync`, `PGDATA` on a
-//! tmpfs, postgres run with `max_connections=300` and no fsync (a test server),
+//! tmpfs, postgres run with [`super::SERVER_SETTINGS`] (a throw-away test server),
 //! port 5432 published on 127.0.0.1 only, on a port Docker picks. It is ready when a connection with
 //! that password succeeds (not when a log line appears: the official image
 //! prints "ready to accept connections" once for its set-up server and again for
@@ -260,17 +260,7 @@ async fn launch(req: &Request) -> Result<(ContainerAsync<GenericImage>, Started)
         .with_label(OWNER_LABEL, &req.token)
         .with_label(PID_LABEL, std::process::id().to_string())
         .with_container_name(format!("locklab-pg{}-{}", req.major, req.token))
-        .with_cmd([
-            "postgres",
-            "-c",
-            "max_connections=300",
-            "-c",
-            "fsync=off",
-            "-c",
-            "full_page_writes=off",
-            "-c",
-            "synchronous_commit=off",
-        ])
+        .with_cmd(std::iter::once("postgres").chain(super::server_setting_args()))
         .with_host_config_modifier(|hc| {
             // The data directory on a tmpfs: CREATE DATABASE copies ~300 files,
             // which is ~10x slower on an overlay file system (measured 365 ms

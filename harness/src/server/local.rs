@@ -276,22 +276,8 @@ impl LocalCluster {
             .arg(&data)
             .arg("-p")
             .arg(port.to_string())
-            .args([
-                "-c",
-                "listen_addresses=127.0.0.1",
-                "-c",
-                "unix_socket_directories=",
-                "-c",
-                "max_connections=300",
-            ])
-            .args([
-                "-c",
-                "fsync=off",
-                "-c",
-                "full_page_writes=off",
-                "-c",
-                "synchronous_commit=off",
-            ])
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="])
+            .args(super::server_setting_args())
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

