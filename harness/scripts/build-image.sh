@@ -48,8 +48,8 @@ if [ -z "${LOCKLAB_IMAGE_REBUILD:-}" ] && exists; then
 fi
 
 mkdir -p "$root/.cache"
-# One build at a time (parallel test binaries may all ask).
-exec 9>"$root/.cache/build-image.lock"
+# One build at a time on this machine (parallel test binaries, other checkouts).
+exec 9>"${TMPDIR:-/tmp}/locklab-build-image.lock"
 flock 9
 if [ -z "${LOCKLAB_IMAGE_REBUILD:-}" ] && exists; then
   say "$tag already exists"

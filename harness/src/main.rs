@@ -380,11 +380,14 @@ fn start_servers(args: &RunArgs) -> Result<Vec<Server>> {
     };
     let mut backends: Vec<Backend> = Vec::new();
     for choice in &choices {
-        let b = ServerOptions {
+        let (b, why) = ServerOptions {
             backend: *choice,
             ..base.clone()
         }
-        .resolve_backend()?;
+        .resolve_backend_with_reason()?;
+        if let Some(why) = why {
+            eprintln!("locklab: {why}");
+        }
         if !backends.contains(&b) {
             backends.push(b);
         }
@@ -395,6 +398,9 @@ fn start_servers(args: &RunArgs) -> Result<Vec<Server>> {
              an external server (--dsn / LOCKLAB_DSN) is whatever version it runs"
         );
     }
+    // Without --pg, binaries from --pg-bin or an image named without {major}
+    // are taken at whatever version they are; with it, a mismatch is an error.
+    let explicit = !majors.is_empty();
     if majors.is_empty() {
         majors.push(DEFAULT_PG_MAJOR);
     }
@@ -410,7 +416,7 @@ fn start_servers(args: &RunArgs) -> Result<Vec<Server>> {
         eprintln!(
             "locklab: {} ({} backend{})",
             match b {
-                Backend::External => "connecting to PostgreSQL (external server)".to_owned(),
+                Backend::External => "connecting to PostgreSQL".to_owned(),
                 _ => format!("starting PostgreSQL {}", versions.join(", ")),
             },
             b.as_str(),
@@ -425,7 +431,7 @@ fn start_servers(args: &RunArgs) -> Result<Vec<Server>> {
         for m in majors {
             opts.push(ServerOptions {
                 backend: choice,
-                pg_major: Some(*m),
+                pg_major: explicit.then_some(*m),
                 ..base.clone()
             });
         }
@@ -480,10 +486,12 @@ impl Interrupts {
 /// The per-run summary printed by `run` and `report`.
 fn summary(runs: &[RunResult]) -> String {
     let mut lines = Vec::new();
+    let several = runs.iter().any(|r| r.server != runs[0].server);
     for r in runs {
         let status = if r.passed() { "pass" } else { "FAIL" };
+        let server = if several { format!("{:<16} ", r.server) } else { String::new() };
         lines.push(format!(
-            "{status}  {:<28} {:<16} {:>8.1} ms",
+            "{status}  {server}{:<28} {:<16} {:>8.1} ms",
             r.scenario, r.driver, r.elapsed_ms
         ));
         for o in &r.observations {

@@ -454,3 +454,51 @@ fn a_report_over_two_versions_has_a_column_group_per_version() {
     );
     assert!(md.contains("## Servers"), "{md}");
 }
+
+/// `--pg 16` with binaries of another version is an error, not a mislabelled column.
+#[test]
+fn a_local_server_of_another_version_than_asked_is_an_error() {
+    let bin = locklab::server::resolve_binaries(&ServerOptions::new(BackendChoice::Local, 17)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args(["run", "--backend", "local", "--pg", "16", "--pg-bin"])
+        .arg(&bin)
+        .env_remove("LOCKLAB_DSN")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("asked for PostgreSQL 16, but the binaries"), "{err}");
+    assert!(err.contains("runs PostgreSQL 17."), "{err}");
+}
+
+/// The same for an image named without `{major}`.
+#[test]
+#[cfg_attr(
+    not(locklab_docker),
+    ignore = "needs Docker: no Docker engine answered when the tests were built"
+)]
+fn a_container_of_another_version_than_asked_is_an_error() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let image = rt
+        .block_on(locklab::server::container::image_for(&container_opts()))
+        .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args(["run", "--backend", "container", "--pg", "16", "--image", &image])
+        .env_remove("LOCKLAB_DSN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("asked for PostgreSQL 16, but image {image} runs PostgreSQL 17.")),
+        "{err}"
+    );
+    assert!(containers_of(pid).is_empty(), "left: {:?}", containers_of(pid));
+}

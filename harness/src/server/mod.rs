@@ -88,7 +88,10 @@ pub struct ServerOptions {
     /// Directory holding `postgres` and `initdb` for the local backend
     /// (overrides the cache and the automatic install; also `LOCKLAB_PG_BIN`).
     pub pg_bin: Option<PathBuf>,
-    /// PostgreSQL major version for the local and container backends (default 17).
+    /// PostgreSQL major version for the local and container backends. When
+    /// given, a server of another version (binaries from `pg_bin`, an image
+    /// without `{major}`) is an error; when not, 17 picks the binaries and the
+    /// default image, and other sources are taken at whatever version they are.
     pub pg_major: Option<u32>,
     /// Image for the container backend; `{major}` is replaced by the major
     /// version (also `LOCKLAB_PG_IMAGE`; default: see [`container`]).
@@ -141,12 +144,28 @@ impl ServerOptions {
     /// # Errors
     /// `external` without a DSN; [`ServerOptions::dsn`] with `local` or `container`.
     pub fn resolve_backend(&self) -> Result<Backend> {
+        Ok(self.resolve_backend_with_reason()?.0)
+    }
+
+    /// [`ServerOptions::resolve_backend`], plus why `auto` chose `local` when it did
+    /// (e.g. "no Docker engine answered (cannot connect to /var/run/docker.sock …)").
+    ///
+    /// # Errors
+    /// As [`ServerOptions::resolve_backend`].
+    pub fn resolve_backend_with_reason(&self) -> Result<(Backend, Option<String>)> {
         let dsn = match self.backend {
             BackendChoice::Local | BackendChoice::Container => self.dsn.clone().filter(|d| !d.is_empty()),
             BackendChoice::Auto | BackendChoice::External => self.external_dsn(),
         };
         Ok(match (self.backend, dsn.is_some()) {
-            (BackendChoice::Auto | BackendChoice::External, true) => Backend::External,
+            (BackendChoice::Auto, false) => match container::docker_answers() {
+                Ok(()) => (Backend::Container, None),
+                Err(why) => (
+                    Backend::Local,
+                    Some(format!("no Docker engine answered ({why:#}); using the local backend")),
+                ),
+            },
+            (BackendChoice::Auto | BackendChoice::External, true) => (Backend::External, None),
             (BackendChoice::External, false) => {
                 bail!("--backend external needs a server: give --dsn or set LOCKLAB_DSN")
             }
@@ -154,15 +173,8 @@ impl ServerOptions {
                 "--backend {} starts its own server, but --dsn names one; drop one of them",
                 self.backend.as_str()
             ),
-            (BackendChoice::Local, false) => Backend::Local,
-            (BackendChoice::Container, false) => Backend::Container,
-            (BackendChoice::Auto, false) => match container::docker_answers() {
-                Ok(()) => Backend::Container,
-                Err(why) => {
-                    tracing::info!("no Docker engine answered ({why:#}); using the local backend");
-                    Backend::Local
-                }
-            },
+            (BackendChoice::Local, false) => (Backend::Local, None),
+            (BackendChoice::Container, false) => (Backend::Container, None),
         })
     }
 }
@@ -313,6 +325,18 @@ impl Server {
         let row = rows.rows.first().cloned().unwrap_or_default();
         server.version = row.first().cloned().flatten().unwrap_or_else(|| "unknown".into());
         server.version_num = row.get(1).cloned().flatten().and_then(|v| v.parse().ok()).unwrap_or(0);
+        if backend != Backend::External && opts.pg_major.is_some() && server.major() != major {
+            admin.close().await;
+            let from = match (&server.image, backend) {
+                (Some(image), _) => format!("image {image}"),
+                (None, _) => "the binaries from --pg-bin / LOCKLAB_PG_BIN".to_owned(),
+            };
+            bail!(
+                "asked for PostgreSQL {major}, but {from} runs {}; give each version its own \
+                 (e.g. --image 'postgres:{{major}}', or a --pg-bin of that version)",
+                server.version
+            );
+        }
         let may_create = locklab_drivers::simple_query_rows(
             admin.client(),
             "select rolsuper or rolcreatedb, current_user from pg_roles where rolname = current_user",
@@ -427,9 +451,9 @@ impl Server {
             _ => format!("external server {}:{}", self.host, self.port),
         };
         format!(
-            "{} ready in {} ms ({whence})",
+            "{} ready in {:.0} ms ({whence})",
             self.version,
-            self.startup.as_millis()
+            self.startup.as_secs_f64() * 1e3
         )
     }
 }
