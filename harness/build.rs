@@ -38,7 +38,9 @@ fn main() {
     if docker {
         println!("cargo:rustc-cfg=locklab_docker");
     } else {
-        println!("cargo:warning=no Docker engine answered at {host}: the container tests are compiled as ignored (skipped)");
+        println!(
+            "cargo:warning=no Docker engine answered at {host}: the container tests are compiled as ignored (skipped)"
+        );
     }
 }
 

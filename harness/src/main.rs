@@ -317,7 +317,13 @@ fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
             std::process::exit(code);
         }
     };
-    let report = Report::new(&servers, &scenarios, &drivers, runs, began.elapsed().as_secs_f64() * 1e3);
+    let report = Report::new(
+        &servers,
+        &scenarios,
+        &drivers,
+        runs,
+        began.elapsed().as_secs_f64() * 1e3,
+    );
     drop(rt);
     drop(servers);
     Ok(report)
@@ -420,7 +426,11 @@ fn start_servers(args: &RunArgs) -> Result<Vec<Server>> {
                 _ => format!("starting PostgreSQL {}", versions.join(", ")),
             },
             b.as_str(),
-            if choices == [BackendChoice::Auto] { ", chosen by --backend auto" } else { "" }
+            if choices == [BackendChoice::Auto] {
+                ", chosen by --backend auto"
+            } else {
+                ""
+            }
         );
         let choice = match b {
             Backend::Container => BackendChoice::Container,
@@ -489,7 +499,11 @@ fn summary(runs: &[RunResult]) -> String {
     let several = runs.iter().any(|r| r.server != runs[0].server);
     for r in runs {
         let status = if r.passed() { "pass" } else { "FAIL" };
-        let server = if several { format!("{:<16} ", r.server) } else { String::new() };
+        let server = if several {
+            format!("{:<16} ", r.server)
+        } else {
+            String::new()
+        };
         lines.push(format!(
             "{status}  {server}{:<28} {:<16} {:>8.1} ms",
             r.scenario, r.driver, r.elapsed_ms

@@ -221,7 +221,13 @@ impl Report {
             .collect();
         let headers: Vec<String> = columns
             .iter()
-            .map(|(v, d)| if several { format!("{v} · {d}") } else { (*d).to_owned() })
+            .map(|(v, d)| {
+                if several {
+                    format!("{v} · {d}")
+                } else {
+                    (*d).to_owned()
+                }
+            })
             .collect();
         let run_of = |v: &str, s: &str, d: &str| {
             self.runs
@@ -257,7 +263,11 @@ impl Report {
                         None => "—".to_owned(),
                     })
                     .collect();
-                let mark = if differs(&value) { " ⚠ differs between servers" } else { "" };
+                let mark = if differs(&value) {
+                    " ⚠ differs between servers"
+                } else {
+                    ""
+                };
                 rows.push(Row {
                     name: format!("`{name}`{mark}"),
                     cells,
@@ -272,7 +282,11 @@ impl Report {
                     }
                 })
             };
-            let mark = if differs(&left_of) { " ⚠ differs between servers" } else { "" };
+            let mark = if differs(&left_of) {
+                " ⚠ differs between servers"
+            } else {
+                ""
+            };
             rows.push(Row {
                 name: format!("locks left after run{mark}"),
                 cells: columns

@@ -23,7 +23,9 @@ use rstest::rstest;
 fn start(scenarios: Option<&Path>) -> (Child, PathBuf, i32, std::thread::JoinHandle<String>) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_locklab"));
     match scenarios {
-        Some(dir) => cmd.args(["run", "--backend", "local", "-d", "tokio-postgres", "--scenarios"]).arg(dir),
+        Some(dir) => cmd
+            .args(["run", "--backend", "local", "-d", "tokio-postgres", "--scenarios"])
+            .arg(dir),
         None => cmd.args(["run", "--backend", "local", "--scenario", "lock-timeout-200ms"]),
     };
     let (child, (dir, pid), drain) = common::start_until(cmd, |line| {

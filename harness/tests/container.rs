@@ -64,11 +64,7 @@ fn container_opts() -> ServerOptions {
 fn a_container_server_is_postgres_on_loopback_and_is_removed_on_drop() {
     let server = Server::start(&container_opts()).unwrap();
     assert_eq!(server.backend(), Backend::Container);
-    assert!(
-        server.version().starts_with("PostgreSQL 17."),
-        "{}",
-        server.version()
-    );
+    assert!(server.version().starts_with("PostgreSQL 17."), "{}", server.version());
     assert_eq!(server.id(), "pg17");
     let image = server.image().expect("a container server names its image").to_owned();
     assert!(image.ends_with(":17"), "{image}");
@@ -186,7 +182,10 @@ fn a_container_that_never_becomes_ready_times_out_with_its_log() {
     let err = format!("{:#}", Server::start(&opts).unwrap_err());
     let took = began.elapsed();
     assert!(err.contains("did not accept connections within 3 s"), "{err}");
-    assert!(err.contains("locklab-test: not starting postgres"), "no log lines in: {err}");
+    assert!(
+        err.contains("locklab-test: not starting postgres"),
+        "no log lines in: {err}"
+    );
     assert!(took < Duration::from_secs(30), "took {took:?}");
     let ancestors = docker(&["ps", "-aq", "--filter", &format!("ancestor={image}")]);
     let _ = Command::new("docker").args(["rmi", &image]).output();
@@ -218,7 +217,11 @@ fn a_normal_run_removes_its_container_before_exiting() {
     let status = child.wait().unwrap();
     let log = drain.join().unwrap();
     assert!(status.success(), "locklab run failed: {log}");
-    assert!(containers_of(pid).is_empty(), "containers left: {:?}", containers_of(pid));
+    assert!(
+        containers_of(pid).is_empty(),
+        "containers left: {:?}",
+        containers_of(pid)
+    );
 }
 
 #[rstest]
@@ -309,7 +312,11 @@ fn a_failing_run_removes_its_container() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("FAIL"));
-    assert!(containers_of(pid).is_empty(), "containers left: {:?}", containers_of(pid));
+    assert!(
+        containers_of(pid).is_empty(),
+        "containers left: {:?}",
+        containers_of(pid)
+    );
 }
 
 /// Runs the binary with `args` and `DOCKER_HOST` pointing at nothing.
@@ -349,7 +356,10 @@ fn conflicting_backend_options_are_rejected() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("--backend local starts its own server, but --dsn names one"), "{err}");
+    assert!(
+        err.contains("--backend local starts its own server, but --dsn names one"),
+        "{err}"
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_locklab"))
         .args(["run", "--pg", "13"])
         .output()
@@ -358,8 +368,16 @@ fn conflicting_backend_options_are_rejected() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--pg") && err.contains("13"), "{err}");
     for (var, value, want) in [
-        ("LOCKLAB_PG", "16,13", "LOCKLAB_PG=16,13: '13' is not a PostgreSQL major version from 14 to 18"),
-        ("LOCKLAB_BACKEND", "docker", "LOCKLAB_BACKEND=docker: 'docker' is not one of auto, container, local, external"),
+        (
+            "LOCKLAB_PG",
+            "16,13",
+            "LOCKLAB_PG=16,13: '13' is not a PostgreSQL major version from 14 to 18",
+        ),
+        (
+            "LOCKLAB_BACKEND",
+            "docker",
+            "LOCKLAB_BACKEND=docker: 'docker' is not one of auto, container, local, external",
+        ),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_locklab"))
             .args(["run", "-s", "xact-lock-competition"])
@@ -387,7 +405,15 @@ fn version_and_backend_variables_are_forgiving_about_blanks() {
     assert!(out.status.success(), "{err}");
     assert!(err.contains("starting PostgreSQL 16, 17 (local backend)"), "{err}");
     let out = Command::new(env!("CARGO_BIN_EXE_locklab"))
-        .args(["run", "--backend", "local", "-s", "xact-lock-competition", "-d", "tokio-postgres"])
+        .args([
+            "run",
+            "--backend",
+            "local",
+            "-s",
+            "xact-lock-competition",
+            "-d",
+            "tokio-postgres",
+        ])
         .env_remove("LOCKLAB_DSN")
         .env("LOCKLAB_PG", "")
         .output()
@@ -432,7 +458,10 @@ fn a_report_over_two_versions_has_a_column_group_per_version() {
     for (s, major) in servers.iter().zip([16, 17]) {
         assert_eq!(s["major"], major);
         assert!(
-            s["version"].as_str().unwrap().starts_with(&format!("PostgreSQL {major}.")),
+            s["version"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("PostgreSQL {major}.")),
             "{s}"
         );
         assert_eq!(s["backend"], "local");
@@ -444,10 +473,7 @@ fn a_report_over_two_versions_has_a_column_group_per_version() {
         assert_eq!(runs.iter().filter(|r| r["server"] == id).count(), 2, "{id}");
     }
     let md = std::fs::read_to_string(out_dir.path().join("matrix.md")).unwrap();
-    let header = md
-        .lines()
-        .find(|l| l.starts_with("| observation |"))
-        .unwrap();
+    let header = md.lines().find(|l| l.starts_with("| observation |")).unwrap();
     assert_eq!(
         header,
         "| observation | pg16 · tokio-postgres | pg16 · bb8 | pg17 · tokio-postgres | pg17 · bb8 |"
@@ -497,7 +523,9 @@ fn a_container_of_another_version_than_asked_is_an_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
-        err.contains(&format!("asked for PostgreSQL 16, but image {image} runs PostgreSQL 17.")),
+        err.contains(&format!(
+            "asked for PostgreSQL 16, but image {image} runs PostgreSQL 17."
+        )),
         "{err}"
     );
     assert!(containers_of(pid).is_empty(), "left: {:?}", containers_of(pid));

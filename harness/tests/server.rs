@@ -39,9 +39,7 @@ fn server() -> &'static Server {
 fn container_server() -> &'static Server {
     static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
     SERVER
-        .get_or_init(|| {
-            Server::start(&ServerOptions::new(BackendChoice::Container, 17)).map_err(|e| format!("{e:#}"))
-        })
+        .get_or_init(|| Server::start(&ServerOptions::new(BackendChoice::Container, 17)).map_err(|e| format!("{e:#}")))
         .as_ref()
         .unwrap_or_else(|e| panic!("no PostgreSQL container for the tests: {e}"))
 }
@@ -301,7 +299,12 @@ async fn the_report_has_a_cell_for_every_observation_and_driver() {
 
     let json: serde_json::Value = serde_json::from_str(&report.to_json().unwrap()).unwrap();
     assert_eq!(json["schema_version"], locklab::report::SCHEMA_VERSION);
-    assert!(json["servers"][0]["version"].as_str().unwrap().starts_with("PostgreSQL "));
+    assert!(
+        json["servers"][0]["version"]
+            .as_str()
+            .unwrap()
+            .starts_with("PostgreSQL ")
+    );
     assert_eq!(json["servers"][0]["id"], server().id());
     for d in json["drivers"].as_array().unwrap() {
         assert_ne!(d["crate_version"], "unknown", "{d}");

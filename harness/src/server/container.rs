@@ -512,7 +512,10 @@ async fn remove_owned(token: &str) {
         return;
     };
     let filters = HashMap::from([("label", vec![format!("{OWNER_LABEL}={token}")])]);
-    let opts = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+    let opts = ListContainersOptionsBuilder::default()
+        .all(true)
+        .filters(&filters)
+        .build();
     let Ok(found) = docker.list_containers(Some(opts)).await else {
         return;
     };
@@ -554,8 +557,8 @@ pub fn docker_answers() -> Result<()> {
     let request = b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n";
     let mut reply = Vec::new();
     if let Some(path) = host.strip_prefix("unix://") {
-        let mut s = std::os::unix::net::UnixStream::connect(path)
-            .with_context(|| format!("cannot connect to {path}"))?;
+        let mut s =
+            std::os::unix::net::UnixStream::connect(path).with_context(|| format!("cannot connect to {path}"))?;
         s.set_read_timeout(Some(timeout))?;
         s.set_write_timeout(Some(timeout))?;
         s.write_all(request)?;

@@ -287,7 +287,14 @@ impl Server {
             Backend::Local => {
                 let bin = resolve_binaries(&opts)?;
                 let cluster = local::LocalCluster::start(&bin, opts.start_timeout).await?;
-                let mut s = Server::at(backend, "127.0.0.1", cluster.port, local::LOCAL_SUPERUSER, None, "postgres");
+                let mut s = Server::at(
+                    backend,
+                    "127.0.0.1",
+                    cluster.port,
+                    local::LOCAL_SUPERUSER,
+                    None,
+                    "postgres",
+                );
                 s.local = Some(cluster);
                 s
             }
@@ -440,7 +447,11 @@ impl Server {
     pub fn describe(&self) -> String {
         let whence = match (self.backend, &self.local, &self.container) {
             (Backend::Local, Some(c), _) => {
-                format!("local cluster in {}, postmaster pid {}", c.dir.display(), c.postgres.id())
+                format!(
+                    "local cluster in {}, postmaster pid {}",
+                    c.dir.display(),
+                    c.postgres.id()
+                )
             }
             (Backend::Container, _, Some(c)) => format!(
                 "container {} from {}, port {}",
@@ -486,7 +497,10 @@ pub fn start_all(opts: &[ServerOptions]) -> Result<Vec<Server>> {
         let handles: Vec<_> = opts.iter().map(|o| s.spawn(move || Server::start(o))).collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("server start-up thread panicked"))))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow!("server start-up thread panicked")))
+            })
             .collect()
     });
     let mut servers = Vec::new();
