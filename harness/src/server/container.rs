@@ -630,19 +630,7 @@ impl Watchdog {
             );
             return None;
         }
-        use std::os::unix::process::CommandExt;
-        match Command::new("sh")
-            .arg("-c")
-            .arg(WATCHDOG)
-            .arg("locklab-container-watchdog")
-            .arg(host)
-            .arg(token)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-        {
+        match super::spawn_watchdog(WATCHDOG, "locklab-container-watchdog", &[host.as_ref(), token.as_ref()]) {
             Ok(child) => Some(Watchdog(Some(child))),
             Err(e) => {
                 tracing::warn!("cannot start the container cleanup watchdog: {e}");

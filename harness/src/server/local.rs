@@ -160,16 +160,7 @@ struct Watchdog(Child);
 
 impl Watchdog {
     fn start(dir: &Path) -> Result<Watchdog> {
-        let child = Command::new("sh")
-            .arg("-c")
-            .arg(WATCHDOG)
-            .arg("locklab-watchdog")
-            .arg(dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
+        let child = super::spawn_watchdog(WATCHDOG, "locklab-watchdog", &[dir.as_os_str()])
             .context("cannot start the cleanup watchdog (sh)")?;
         Ok(Watchdog(child))
     }

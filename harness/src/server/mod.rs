@@ -524,6 +524,29 @@ pub fn workspace_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// Starts a cleanup watchdog: `sh -c SCRIPT NAME ARGS...` in a process group of
+/// its own (a terminal's Ctrl-C does not reach it), stdin a pipe from us whose
+/// end-of-file (our exit, or dropping the child's stdin) starts its cleanup.
+/// Used by both backends; each passes its own script.
+pub(crate) fn spawn_watchdog(
+    script: &str,
+    name: &str,
+    args: &[&std::ffi::OsStr],
+) -> std::io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg(name)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+}
+
 /// A new, process-unique token `<pid>-<n>-<ns>` naming what one start creates
 /// (cluster directories, container labels and names).
 pub(crate) fn unique_token() -> String {
