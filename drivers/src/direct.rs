@@ -1,8 +1,11 @@
 //! The unpooled baseline: one tokio-postgres connection per checkout, closed on return.
 
+use std::sync::{Arc, Mutex};
+
 use async_trait::async_trait;
+use futures::StreamExt;
 use tokio::task::JoinHandle;
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{AsyncMessage, Client, NoTls, SimpleQueryMessage};
 
 use crate::{
     Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, Returned, Rows, crate_version,
@@ -31,25 +34,44 @@ pub async fn simple_query_rows(client: &Client, sql: &str) -> Result<Rows, Drive
 }
 
 /// A dedicated tokio-postgres connection: the direct driver's checkout and the
-/// harness's own observer connections.
+/// harness's own observer connections. It captures server notices
+/// ([`Rows::notices`]).
 pub struct DirectConn {
     client: Client,
     task: JoinHandle<()>,
+    notices: Arc<Mutex<Vec<String>>>,
 }
 
 impl DirectConn {
-    /// Opens a connection and drives it on a tokio task.
+    /// Opens a connection and drives it on a tokio task that keeps the server's
+    /// notices (`AsyncMessage::Notice`, tokio-postgres `Connection::poll_message`).
     ///
     /// # Errors
     /// The connection error (server refused, unreachable, authentication).
     pub async fn connect(spec: &ConnectSpec) -> Result<Self, DriverError> {
-        let (client, connection) = spec.tokio_postgres_config().connect(NoTls).await?;
+        let (client, mut connection) = spec.tokio_postgres_config().connect(NoTls).await?;
+        let notices = Arc::new(Mutex::new(Vec::new()));
+        let sink = notices.clone();
         let task = tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "direct connection ended with an error");
+            // Messages are handled in the order the server sent them, so a
+            // statement's notices are stored before its result reaches the client.
+            let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(m) = messages.next().await {
+                match m {
+                    Ok(AsyncMessage::Notice(n)) => {
+                        if let Ok(mut v) = sink.lock() {
+                            v.push(format!("{}: {}", n.severity(), n.message()));
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::debug!(error = %e, "direct connection ended with an error");
+                        break;
+                    }
+                }
             }
         });
-        Ok(DirectConn { client, task })
+        Ok(DirectConn { client, task, notices })
     }
 
     /// The underlying client.
@@ -67,7 +89,14 @@ impl DirectConn {
 #[async_trait]
 impl Conn for DirectConn {
     async fn simple_query(&mut self, sql: &str) -> Result<Rows, DriverError> {
-        simple_query_rows(&self.client, sql).await
+        if let Ok(mut v) = self.notices.lock() {
+            v.clear();
+        }
+        let mut rows = simple_query_rows(&self.client, sql).await?;
+        if let Ok(mut v) = self.notices.lock() {
+            rows.notices = std::mem::take(&mut *v);
+        }
+        Ok(rows)
     }
 
     async fn give_back(self: Box<Self>) -> Returned {

@@ -40,6 +40,10 @@ pub struct ConnectSpec {
     pub dbname: String,
     /// `application_name` reported in `pg_stat_activity`.
     pub application_name: String,
+    /// Run-time parameters (name, value) sent in the startup packet as
+    /// `options=-c name=value` (PostgreSQL docs §20.1.4 and libpq `options`), e.g.
+    /// `("lock_timeout", "200ms")`. Values contain no spaces or backslashes.
+    pub options: Vec<(String, String)>,
 }
 
 impl ConnectSpec {
@@ -55,7 +59,19 @@ impl ConnectSpec {
         if let Some(p) = &self.password {
             c.password(p);
         }
+        if !self.options.is_empty() {
+            c.options(self.options_string());
+        }
         c
+    }
+
+    /// The libpq `options` string for [`ConnectSpec::options`]: `-c a=1 -c b=2`.
+    pub fn options_string(&self) -> String {
+        self.options
+            .iter()
+            .map(|(k, v)| format!("-c {k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     /// `host:port/dbname as user`, without the password, for messages.
@@ -73,6 +89,7 @@ impl fmt::Debug for ConnectSpec {
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("dbname", &self.dbname)
             .field("application_name", &self.application_name)
+            .field("options", &self.options)
             .finish()
     }
 }
@@ -188,6 +205,10 @@ pub struct Rows {
     pub columns: Vec<String>,
     /// Data rows of every statement in the string, in order.
     pub rows: Vec<Vec<Option<String>>>,
+    /// Server notices received while the statement ran, as `SEVERITY: message`
+    /// (e.g. `WARNING: you don't own a lock of type ExclusiveLock`). Only
+    /// [`DirectConn`] captures them; pooled connections leave this empty.
+    pub notices: Vec<String>,
 }
 
 impl Rows {

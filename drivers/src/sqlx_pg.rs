@@ -120,6 +120,9 @@ impl Driver for SqlxPgPool {
         if let Some(p) = &spec.password {
             options = options.password(p);
         }
+        if !spec.options.is_empty() {
+            options = options.options(spec.options.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        }
         let pool = PgPoolOptions::new()
             .max_connections(opts.max_size)
             .acquire_timeout(opts.checkout_timeout)

@@ -59,6 +59,13 @@ impl<'de> Deserialize<'de> for AdvisoryKey {
                     .map(AdvisoryKey::Big)
                     .map_err(|_| E::custom(format!("key {v} does not fit in a bigint")))
             }
+            /// `"7"`: a bigint written as text (what a quoted `"${param}"` expands to).
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<AdvisoryKey, E> {
+                v.trim()
+                    .parse::<i64>()
+                    .map(AdvisoryKey::Big)
+                    .map_err(|_| E::custom(format!("key '{v}' is not a bigint")))
+            }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<AdvisoryKey, A::Error> {
                 let a: i32 = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(0, &self))?;
                 let b: i32 = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(1, &self))?;

@@ -38,6 +38,8 @@ enum Command {
         /// Files or directories to check.
         files: Vec<PathBuf>,
     },
+    /// Print the JSON Schema of scenario files (shipped as scenarios/scenario.schema.json).
+    Schema,
     /// Run scenarios × drivers and print the results.
     Run(RunArgs),
     /// Run every scenario × driver and write matrix.md and matrix.json.
@@ -126,6 +128,13 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::List => list(&dir),
         Command::Validate { files } => validate(&dir, &files),
+        Command::Schema => {
+            emit(&format!(
+                "{}\n",
+                serde_json::to_string_pretty(&scenario::json_schema())?
+            ))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Run(args) => {
             let report = execute(&dir, &args)?;
             if args.json {
@@ -160,8 +169,20 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
 fn list(dir: &Path) -> Result<ExitCode> {
     let mut text = format!("scenarios ({}):\n", dir.display());
     let loaded = load(dir);
+    let mut families: Vec<(&str, usize, &str)> = Vec::new();
     for s in loaded.as_deref().unwrap_or_default() {
-        let _ = writeln!(text, "  {:<28} {}", s.name, first_sentence(&s.description));
+        match families.last_mut() {
+            Some((f, n, _)) if *f == s.family => *n += 1,
+            _ => families.push((&s.family, 1, first_sentence(&s.description))),
+        }
+    }
+    for (family, n, what) in families {
+        let runs = if n > 1 {
+            format!(" ({n} parameter sets)")
+        } else {
+            String::new()
+        };
+        let _ = writeln!(text, "  {family:<36} {what}{runs}");
     }
     if let Err(e) = &loaded {
         let _ = writeln!(text, "  (not listed: {e:#})");
@@ -199,20 +220,27 @@ fn validate(dir: &Path, paths: &[PathBuf]) -> Result<ExitCode> {
     } else {
         paths.to_vec()
     };
-    let (mut valid, mut errors) = (0, Vec::new());
+    let (mut files, mut instances, mut errors) = (0, 0, Vec::new());
     for p in &paths {
         let loaded = if p.is_dir() {
-            scenario::load_dir(p).map(|v| v.len())
+            scenario::load_dir(p)
         } else {
-            scenario::load_file(p).map(|_| 1)
+            scenario::load_file(p)
         };
         match loaded {
-            Ok(n) => valid += n,
+            Ok(v) => {
+                let mut fams: Vec<&str> = v.iter().map(|s| s.family.as_str()).collect();
+                fams.dedup();
+                files += fams.len();
+                instances += v.len();
+            }
             Err(mut e) => errors.append(&mut e),
         }
     }
     if errors.is_empty() {
-        emit(&format!("{valid} scenario file(s) valid\n"))?;
+        emit(&format!(
+            "{files} scenario file(s) valid ({instances} scenario(s) with their parameter sets)\n"
+        ))?;
         return Ok(ExitCode::SUCCESS);
     }
     for e in &errors {
@@ -246,8 +274,27 @@ fn select<T>(all: Vec<T>, wanted: &[String], name: impl Fn(&T) -> String, what: 
     Ok(all.into_iter().filter(|x| wanted.contains(&name(x))).collect())
 }
 
+/// The scenarios named by `-s`: a file's name selects all its parameter sets,
+/// `name[param=value]` one of them.
+fn select_scenarios(all: Vec<Scenario>, wanted: &[String]) -> Result<Vec<Scenario>> {
+    if wanted.is_empty() {
+        return Ok(all);
+    }
+    for w in wanted {
+        if !all.iter().any(|s| &s.name == w || &s.family == w) {
+            let mut names: Vec<&str> = all.iter().map(|s| s.family.as_str()).collect();
+            names.dedup();
+            bail!("unknown scenario '{w}'; known scenarios: {}", names.join(", "));
+        }
+    }
+    Ok(all
+        .into_iter()
+        .filter(|s| wanted.iter().any(|w| *w == s.name || *w == s.family))
+        .collect())
+}
+
 fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
-    let scenarios = select(load(dir)?, &args.scenario, |s| s.name.clone(), "scenario")?;
+    let scenarios = select_scenarios(load(dir)?, &args.scenario)?;
     let drivers = select(
         locklab_drivers::registry(),
         &args.driver,

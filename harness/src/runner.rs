@@ -15,7 +15,7 @@ use serde::Serialize;
 use tokio::task::JoinHandle;
 
 use crate::observe::{self, LockRow, Polled, poll_until};
-use crate::scenario::{Action, Expect, Scalar, Scenario, Step, StepKind, Via, When};
+use crate::scenario::{Action, Expect, RowsExpect, Scalar, Scenario, Step, StepKind, Via, When};
 use crate::server::Server;
 
 /// One recorded observation: a row of the matrix, for one driver column.
@@ -34,6 +34,9 @@ pub struct Observation {
     pub sqlstate: Option<String>,
     /// Wall time of the step, in ms, measured around the driver call.
     pub elapsed_ms: Option<f64>,
+    /// Server notices of the step (`SEVERITY: message`; direct actors only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notices: Vec<String>,
 }
 
 /// How a step went.
@@ -129,21 +132,37 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
         admin.close().await;
         return result;
     }
+    let mut early = None;
+    for (name, value) in &scenario.server_settings {
+        let sql = format!("alter database \"{db}\" set {name} = '{}'", value.replace('\'', "''"));
+        if let Err(e) = admin.client().simple_query(&sql).await {
+            early = Some(fail(format!(
+                "cannot apply server setting {name} = {value} (some settings need a superuser): {}",
+                DriverError::from(e)
+            )));
+            break;
+        }
+    }
 
-    let mut run = Run {
-        server,
-        scenario,
-        info: &info,
-        db: &db,
-        result: &mut result,
-        slots: Vec::new(),
-        pids: HashMap::new(),
-        last_user: HashMap::new(),
-        vars: HashMap::new(),
-    };
-    let outcome = run.execute(driver).await;
-    if let Err(msg) = outcome {
-        result.failure = Some(fail(msg));
+    if let Some(f) = early {
+        result.failure = Some(f);
+    } else {
+        let mut run = Run {
+            server,
+            scenario,
+            info: &info,
+            db: &db,
+            result: &mut result,
+            slots: Vec::new(),
+            pids: HashMap::new(),
+            last_user: HashMap::new(),
+            vars: HashMap::new(),
+            finished: HashMap::new(),
+        };
+        let outcome = run.execute(driver).await;
+        if let Err(msg) = outcome {
+            result.failure = Some(fail(msg));
+        }
     }
 
     if let Err(e) = admin
@@ -186,6 +205,10 @@ fn ms(d: Duration) -> f64 {
 /// What the step's SQL (or background task) produced.
 type SqlOutcome = (Result<Rows, DriverError>, Duration);
 
+/// A background step's task: the connection, the outcome, and when the client
+/// had the result.
+type Background = JoinHandle<(Box<dyn Conn>, SqlOutcome, Instant)>;
+
 enum Slot {
     /// No connection (pool actor before checkout / after return).
     Empty,
@@ -195,7 +218,7 @@ enum Slot {
     Busy {
         step: usize,
         started: Instant,
-        handle: JoinHandle<(Box<dyn Conn>, SqlOutcome)>,
+        handle: Background,
     },
 }
 
@@ -213,11 +236,16 @@ struct Run<'a> {
     last_user: HashMap<i32, usize>,
     /// Saved values (`save:`), text as the server sent it; `None` for NULL.
     vars: HashMap<String, Option<String>>,
+    /// When each awaited background step (index) completed, client side.
+    finished: HashMap<usize, Instant>,
 }
 
 impl Run<'_> {
     async fn execute(&mut self, driver: &dyn Driver) -> Result<(), String> {
-        let spec = self.server.spec(self.db, &format!("locklab-{}", self.info.id));
+        let spec = self.spec(&format!("locklab-{}", self.info.id), &self.scenario.pool_settings);
+        if let Err(e) = self.run_sql_list(&self.scenario.setup, "setup").await {
+            return Err(e);
+        }
         let opts = PoolOptions {
             max_size: self.scenario.pool_max_size,
             checkout_timeout: Duration::from_secs(CHECKOUT_TIMEOUT_S),
@@ -234,7 +262,7 @@ impl Run<'_> {
         for (i, actor) in self.scenario.actors.iter().enumerate() {
             self.slots.push(Slot::Empty);
             if actor.via == Via::Direct {
-                match DirectConn::connect(&self.server.spec(self.db, &format!("locklab-{}", actor.name))).await {
+                match DirectConn::connect(&self.spec(&format!("locklab-{}", actor.name), &actor.settings)).await {
                     Ok(c) => self.slots[i] = Slot::Ready(Box::new(c)),
                     Err(e) => outcome = Err(format!("cannot connect direct actor '{}': {e}", actor.name)),
                 }
@@ -256,7 +284,7 @@ impl Run<'_> {
                 } else {
                     self.step(step, pool.as_ref(), &mut monitor).await
                 };
-                let label = step.label(&self.scenario.actors);
+                let label = step.label(&self.scenario.actors, &self.scenario.steps);
                 let outcome_text = match (&r, skipped) {
                     (Ok(()), true) => format!(
                         "skipped ({} drivers only)",
@@ -323,6 +351,54 @@ impl Run<'_> {
         }
         let _ = tokio::time::timeout(Duration::from_secs(10), pool.close()).await;
         monitor.close().await;
+        if let Err(e) = self.run_sql_list(&self.scenario.teardown, "teardown").await {
+            outcome = outcome.and(Err(e));
+        }
+        outcome
+    }
+
+    /// A connect spec for the run's database with `settings` (an
+    /// `application_name` among them replaces `default_name`).
+    fn spec(&self, default_name: &str, settings: &[(String, String)]) -> locklab_drivers::ConnectSpec {
+        let app = settings
+            .iter()
+            .find(|(k, _)| k == "application_name")
+            .map(|(_, v)| v.as_str())
+            .unwrap_or(default_name);
+        let mut spec = self.server.spec(self.db, app);
+        spec.options = settings
+            .iter()
+            .filter(|(k, _)| k != "application_name")
+            .cloned()
+            .collect();
+        spec
+    }
+
+    /// Runs `setup` or `teardown` statements on a connection of the harness's
+    /// own role to the run's database, in order, stopping at the first error.
+    async fn run_sql_list(&self, list: &[String], what: &str) -> Result<(), String> {
+        if list.is_empty() {
+            return Ok(());
+        }
+        let mut conn = DirectConn::connect(&self.server.spec(self.db, &format!("locklab-{what}")))
+            .await
+            .map_err(|e| format!("cannot connect for {what}: {e}"))?;
+        let mut outcome = Ok(());
+        for (i, sql) in list.iter().enumerate() {
+            let r = tokio::time::timeout(Duration::from_secs(60), conn.simple_query(sql)).await;
+            match r {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    outcome = Err(format!("{what} statement {} failed: {e}", i + 1));
+                    break;
+                }
+                Err(_) => {
+                    outcome = Err(format!("{what} statement {} did not finish within 60 s", i + 1));
+                    break;
+                }
+            }
+        }
+        conn.close().await;
         outcome
     }
 
@@ -335,6 +411,7 @@ impl Run<'_> {
                 display: "n/a".into(),
                 sqlstate: None,
                 elapsed_ms: None,
+                notices: Vec::new(),
             });
         }
         Ok(())
@@ -425,7 +502,8 @@ impl Run<'_> {
                     let handle = tokio::spawn(async move {
                         let t0 = Instant::now();
                         let r = conn.simple_query(&sql).await;
-                        (conn, (r, t0.elapsed()))
+                        let done = Instant::now();
+                        (conn, (r, done - t0), done)
                     });
                     self.slots[actor] = Slot::Busy {
                         step: step.index,
@@ -450,7 +528,7 @@ impl Run<'_> {
                 self.learn_pid(actor).await;
                 Ok(())
             }
-            StepKind::Do(Action::Return) => self.give_back(actor, monitor, deadline).await,
+            StepKind::Do(Action::Return | Action::Disconnect) => self.give_back(actor, monitor, deadline).await,
             StepKind::Do(action) => {
                 let sql = action.transaction_sql().unwrap_or("select 1");
                 let conn = self.conn(actor)?;
@@ -468,29 +546,75 @@ impl Run<'_> {
                     .map_err(|e| format!("observe failed: {e}"))?;
                 self.finish_observe(step, rows)
             }
-            StepKind::Blocked(target) => {
-                let target = *target;
-                let pid = self.pid_of(target)?;
-                let tname = self.scenario.actors[target].name.clone();
+            StepKind::Blocked(targets) => {
+                let mut pids = Vec::new();
+                for t in targets {
+                    pids.push((*t, self.pid_of(*t)?));
+                }
                 let polled = poll_until(Instant::now() + deadline, async || {
-                    if let Slot::Busy { handle, .. } = &self.slots[target]
-                        && handle.is_finished()
-                    {
-                        return Err(format!("'{tname}' finished its background step instead of blocking"));
+                    for (t, pid) in &pids {
+                        if let Slot::Busy { handle, .. } = &self.slots[*t]
+                            && handle.is_finished()
+                        {
+                            return Err(format!(
+                                "'{}' finished its background step instead of blocking",
+                                self.scenario.actors[*t].name
+                            ));
+                        }
+                        let conn = self.conn(actor)?;
+                        if !observe::is_blocked(conn.as_mut(), *pid)
+                            .await
+                            .map_err(|e| e.to_string())?
+                        {
+                            return Ok(None);
+                        }
                     }
-                    let conn = self.conn(actor)?;
-                    observe::is_blocked(conn.as_mut(), pid)
-                        .await
-                        .map(|b| b.then_some(()))
-                        .map_err(|e| e.to_string())
+                    Ok(Some(()))
                 })
                 .await?;
                 match polled {
                     Polled::Done(()) => Ok(()),
-                    Polled::TimedOut => Err(format!(
-                        "'{tname}' (backend pid {pid}) was not blocked on a lock within {} ms",
-                        step.deadline_ms
-                    )),
+                    Polled::TimedOut => {
+                        let names: Vec<String> = pids
+                            .iter()
+                            .map(|(t, pid)| format!("'{}' (backend pid {pid})", self.scenario.actors[*t].name))
+                            .collect();
+                        Err(format!(
+                            "{} not all blocked on a lock within {} ms",
+                            names.join(", "),
+                            step.deadline_ms
+                        ))
+                    }
+                }
+            }
+            StepKind::Order(ids) => {
+                let id_of = |i: &usize| self.scenario.steps[*i].id.clone().unwrap_or_default();
+                let mut seen: Vec<(Instant, usize)> = ids
+                    .iter()
+                    .filter_map(|i| self.finished.get(i).map(|t| (*t, *i)))
+                    .collect();
+                seen.sort();
+                let actual: Vec<String> = seen.iter().map(|(_, i)| id_of(i)).collect();
+                let wanted: Vec<String> = ids.iter().map(id_of).collect();
+                if let Some(name) = &step.record {
+                    self.result.observations.push(Observation {
+                        name: name.clone(),
+                        step: step.index + 1,
+                        value: serde_json::json!(actual),
+                        display: actual.join(" → "),
+                        sqlstate: None,
+                        elapsed_ms: None,
+                        notices: Vec::new(),
+                    });
+                }
+                if actual == wanted {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "expected completion order {}, got {}",
+                        wanted.join(" → "),
+                        actual.join(" → ")
+                    ))
                 }
             }
             StepKind::Await(bg) => {
@@ -506,7 +630,7 @@ impl Run<'_> {
                 let bg_step = &self.scenario.steps[*bg];
                 let remaining = Duration::from_millis(bg_step.deadline_ms).saturating_sub(started.elapsed());
                 let mut handle = handle;
-                let (conn, outcome) = match tokio::time::timeout(remaining, &mut handle).await {
+                let (conn, outcome, done) = match tokio::time::timeout(remaining, &mut handle).await {
                     Ok(Ok(v)) => v,
                     Ok(Err(e)) => return Err(format!("background step {} panicked: {e}", bg + 1)),
                     Err(_) => {
@@ -514,12 +638,13 @@ impl Run<'_> {
                         return Err(format!(
                             "background step {} ({}) exceeded its deadline of {} ms",
                             bg + 1,
-                            bg_step.label(&self.scenario.actors),
+                            bg_step.label(&self.scenario.actors, &self.scenario.steps),
                             bg_step.deadline_ms
                         ));
                     }
                 };
                 self.slots[actor] = Slot::Ready(conn);
+                self.finished.insert(*bg, done);
                 self.finish_sql(step, outcome)
             }
         }
@@ -567,6 +692,13 @@ impl Run<'_> {
             if let Some(Scalar::Text(t)) = &e.value {
                 e.value = Some(Scalar::Text(self.substitute(t)?));
             }
+            if let Some(RowsExpect::Exact(rows)) = &mut e.rows {
+                for v in rows.iter_mut().flatten() {
+                    if let Scalar::Text(t) = v {
+                        *t = self.substitute(t)?;
+                    }
+                }
+            }
             check_sql(&e, &result, elapsed)?;
         } else if let Err(e) = &result
             && step.record.is_none()
@@ -582,7 +714,8 @@ impl Run<'_> {
             self.vars.insert(var.clone(), v.map(str::to_owned));
         }
         if let Some(name) = &step.record {
-            let (value, display, sqlstate) = match &result {
+            let notices = result.as_ref().map(|r| r.notices.clone()).unwrap_or_default();
+            let (value, mut display, sqlstate) = match &result {
                 Ok(rows) => match rows.first_value() {
                     None => (serde_json::Value::Null, "(no rows)".to_owned(), None),
                     Some(None) => (serde_json::Value::Null, "NULL".to_owned(), None),
@@ -597,6 +730,10 @@ impl Run<'_> {
                     )
                 }
             };
+            if let Some(first) = notices.first() {
+                let severity = first.split(':').next().unwrap_or_default();
+                display.push_str(&format!(" + {severity}"));
+            }
             self.result.observations.push(Observation {
                 name: name.clone(),
                 step: step.index + 1,
@@ -604,6 +741,7 @@ impl Run<'_> {
                 display,
                 sqlstate,
                 elapsed_ms: Some(elapsed),
+                notices,
             });
         }
         Ok(())
@@ -656,6 +794,7 @@ impl Run<'_> {
                 display,
                 sqlstate: None,
                 elapsed_ms: None,
+                notices: Vec::new(),
             });
         }
         Ok(())
@@ -706,7 +845,20 @@ fn typed(t: &str) -> (serde_json::Value, String, Option<String>) {
 /// A sentence saying what was expected and what happened.
 pub fn check_sql(e: &Expect, result: &Result<Rows, DriverError>, elapsed_ms: f64) -> Result<(), String> {
     match (&e.error, result) {
-        (Some(code), Err(err)) if err.sqlstate() == Some(code.as_str()) => {}
+        (Some(code), Err(err)) if err.sqlstate() == Some(code.as_str()) => {
+            if let Some(pattern) = &e.message {
+                let message = match err {
+                    DriverError::Db(db) => db.message.clone(),
+                    DriverError::Client(c) => c.clone(),
+                };
+                let re = regex::Regex::new(pattern).map_err(|x| x.to_string())?;
+                if !re.is_match(&message) {
+                    return Err(format!(
+                        "SQLSTATE {code} as expected, but its message {message:?} does not match /{pattern}/"
+                    ));
+                }
+            }
+        }
         (Some(code), Err(err)) => return Err(format!("expected SQLSTATE {code}, got {err}")),
         (Some(code), Ok(rows)) => {
             return Err(format!(
@@ -727,11 +879,46 @@ pub fn check_sql(e: &Expect, result: &Result<Rows, DriverError>, elapsed_ms: f64
                     Some(_) => {}
                 }
             }
-            if let Some(n) = e.rows
-                && rows.rows.len() as u64 != n
-            {
-                return Err(format!("expected {n} row(s), got {}", rows.rows.len()));
+            match &e.rows {
+                Some(RowsExpect::Count(n)) if rows.rows.len() as u64 != *n => {
+                    return Err(format!("expected {n} row(s), got {}", rows.rows.len()));
+                }
+                Some(RowsExpect::Exact(want)) => {
+                    let same = want.len() == rows.rows.len()
+                        && want
+                            .iter()
+                            .zip(&rows.rows)
+                            .all(|(w, g)| w.len() == g.len() && w.iter().zip(g).all(|(w, g)| w.matches(g.as_deref())));
+                    if !same {
+                        let show = |r: &Vec<Option<String>>| {
+                            let cells: Vec<String> =
+                                r.iter().map(|v| v.as_deref().unwrap_or("NULL").to_owned()).collect();
+                            format!("[{}]", cells.join(", "))
+                        };
+                        let wanted: Vec<String> = want
+                            .iter()
+                            .map(|r| format!("[{}]", r.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(", ")))
+                            .collect();
+                        let got: Vec<String> = rows.rows.iter().map(show).collect();
+                        return Err(format!("expected rows {}, got {}", wanted.join(" "), got.join(" ")));
+                    }
+                }
+                _ => {}
             }
+        }
+    }
+    if let Some(patterns) = &e.notices {
+        let got: &[String] = result.as_ref().map(|r| r.notices.as_slice()).unwrap_or(&[]);
+        let mut ok = got.len() == patterns.len();
+        for (p, n) in patterns.iter().zip(got) {
+            ok &= regex::Regex::new(p).map_err(|x| x.to_string())?.is_match(n);
+        }
+        if !ok {
+            return Err(format!(
+                "expected notices [{}], got [{}]",
+                patterns.iter().map(|p| format!("/{p}/")).collect::<Vec<_>>().join(", "),
+                got.join(" | ")
+            ));
         }
     }
     if let Some(b) = e.elapsed_ms {

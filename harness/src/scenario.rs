@@ -10,6 +10,7 @@ use indexmap::IndexMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use serde_saphyr::Spanned;
@@ -55,55 +56,133 @@ pub struct ScenarioError {
 
 // ---------------------------------------------------------------------------
 // The file format (what serde reads). Unknown keys are errors everywhere.
+// The JSON Schema shipped as `scenarios/scenario.schema.json` is generated from
+// these types ([`json_schema`]), so editors and `locklab validate` agree.
 // ---------------------------------------------------------------------------
 
-#[derive(Deserialize)]
+/// A locklab scenario file: actors (connections) and the steps they run.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "locklab scenario")]
 struct RawScenario {
+    /// Unique name; must equal the file name without `.yaml`. Letters, digits, `-` and `_`.
+    #[schemars(with = "String")]
     name: Spanned<String>,
+    /// One or two sentences: the behaviour this file states. Say so where the truth is not what a reader would assume.
     description: String,
+    /// Where the claim comes from: a section of the guide or of the PostgreSQL documentation.
     #[serde(default)]
     source: Option<String>,
+    /// Parameters: the file is run once per combination, with `${name}` replaced by the value
+    /// everywhere in the file. Either a map of name → list of values (every combination), or a
+    /// list of maps (one run per map). Each run is named `name[param=value,…]` (parameters whose
+    /// name starts with `_` are left out of the name).
+    #[serde(default)]
+    #[schemars(with = "Option<RawParams>")]
+    #[allow(dead_code)]
+    // read by `ParamsOnly` before expansion; declared here for the schema and deny_unknown_fields
+    params: Option<Spanned<RawParams>>,
+    /// Server settings for this scenario's database (`ALTER DATABASE … SET name = value`, run by
+    /// the harness's superuser before any connection): e.g. `deadlock_timeout: 100ms`.
+    #[serde(default)]
+    #[schemars(with = "IndexMap<String, Setting>")]
+    server_settings: Option<Spanned<IndexMap<String, Setting>>>,
+    /// SQL run once, by the harness's own connection to the scenario's database, before the actors connect.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    setup: Vec<Spanned<String>>,
+    /// SQL run once, by the harness's own connection, after the last step (also after a failure).
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    teardown: Vec<Spanned<String>>,
+    /// The pool under test.
     #[serde(default)]
     pool: RawPool,
+    /// Deadline of every step in ms unless the step sets its own (default 10000, at most 600000).
     #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 1, max = 600000))]
     step_deadline_ms: Option<Spanned<i64>>,
+    /// Named connections. `via: pool` actors share the pool under test; `via: direct` actors
+    /// each own a dedicated connection for the whole run (observers, dedicated lock holders).
+    #[schemars(with = "IndexMap<String, RawActor>")]
     actors: Spanned<IndexMap<String, Spanned<RawActor>>>,
+    /// Steps, run in order.
+    #[schemars(with = "Vec<RawStep>")]
     steps: Spanned<Vec<Spanned<RawStep>>>,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawPool {
+/// Only the `params` of a file, read before the placeholders are expanded.
+#[derive(Deserialize)]
+struct ParamsOnly {
     #[serde(default)]
-    max_size: Option<Spanned<i64>>,
+    params: Option<Spanned<RawParams>>,
 }
 
-#[derive(Deserialize)]
+/// `params:` either as a map of lists (every combination) or a list of maps (one run each).
+#[derive(Clone, Deserialize, JsonSchema)]
+#[serde(untagged)]
+enum RawParams {
+    /// `{key: [7, -1], fn: [a, b]}`: every combination (4 runs here).
+    Matrix(IndexMap<String, Vec<Scalar>>),
+    /// `[{lock_timeout: 200ms, error: lock_not_available}, …]`: one run per map.
+    Cases(Vec<IndexMap<String, Scalar>>),
+}
+
+/// A setting value: text, number or boolean, sent as PostgreSQL text (`200ms`, `5`, `on`).
+type Setting = Scalar;
+
+/// The pool under test.
+#[derive(Deserialize, Default, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct RawPool {
+    /// Maximum number of connections (1–100, default 4).
+    #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 1, max = 100))]
+    max_size: Option<Spanned<i64>>,
+    /// Connection settings for every connection the pool opens, sent at connect time
+    /// (`application_name`, or any run-time parameter as `-c name=value`: `lock_timeout`,
+    /// `idle_in_transaction_session_timeout`, `tcp_keepalives_idle`, …).
+    #[serde(default)]
+    #[schemars(with = "IndexMap<String, Setting>")]
+    settings: Option<Spanned<IndexMap<String, Setting>>>,
+}
+
+/// An actor: a named connection.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawActor {
+    /// `pool`: checked out of the pool under test; `direct`: a dedicated tokio-postgres connection.
     via: Via,
+    /// Connection settings of a direct actor, sent at connect time (as `pool.settings`).
+    /// Pool actors share the pool's connections: use `pool.settings` for them.
+    #[serde(default)]
+    #[schemars(with = "IndexMap<String, Setting>")]
+    settings: Option<Spanned<IndexMap<String, Setting>>>,
 }
 
 /// How an actor gets its connection.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Via {
     /// A checkout from the driver under test (`checkout` / `return` steps).
     Pool,
     /// A dedicated tokio-postgres connection the harness owns for the whole run,
-    /// never pooled: the observer.
+    /// never pooled: observers and dedicated lock holders. Server notices
+    /// (`WARNING`, `NOTICE`) are captured on these connections.
     Direct,
 }
 
-/// Transaction and pool control steps (`do:`).
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+/// Transaction and connection control steps (`do:`).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Action {
     /// Check a connection out of the pool (direct driver: open one).
     Checkout,
     /// Give the connection back with no cleanup (direct driver: close it).
     Return,
+    /// Close a direct actor's dedicated connection (client-side disconnect; the
+    /// step ends once the server has let the backend go).
+    Disconnect,
     /// `BEGIN`.
     Begin,
     /// `COMMIT`.
@@ -113,19 +192,19 @@ pub enum Action {
 }
 
 impl Action {
-    /// The SQL a transaction-control action sends, `None` for checkout/return.
+    /// The SQL a transaction-control action sends, `None` for checkout/return/disconnect.
     pub fn transaction_sql(self) -> Option<&'static str> {
         match self {
             Action::Begin => Some("begin"),
             Action::Commit => Some("commit"),
             Action::Rollback => Some("rollback"),
-            Action::Checkout | Action::Return => None,
+            Action::Checkout | Action::Return | Action::Disconnect => None,
         }
     }
 }
 
 /// What an observer can snapshot (`observe:`).
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ObserveKind {
     /// `pg_locks` (advisory rows of the run's database) joined to `pg_stat_activity`.
@@ -133,7 +212,7 @@ pub enum ObserveKind {
 }
 
 /// Which driver kinds a step applies to (`when:`).
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum When {
     /// Only drivers that pool connections.
@@ -142,67 +221,158 @@ pub enum When {
     Direct,
 }
 
-#[derive(Deserialize)]
+/// One actor name or a list of them.
+#[derive(Clone, Deserialize, JsonSchema)]
+#[serde(untagged)]
+enum OneOrMany {
+    /// One actor.
+    One(String),
+    /// Several actors.
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
+        }
+    }
+}
+
+/// One step: exactly one of `sql`, `do`, `observe`, `blocked`, `await`, `order`.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawStep {
+    /// The actor that runs the step (not for `await` and `order`).
     #[serde(default)]
+    #[schemars(with = "Option<String>")]
     actor: Option<Spanned<String>>,
+    /// A name for the step, needed to `await` a background step or to list it in `order`.
     #[serde(default)]
+    #[schemars(with = "Option<String>")]
     id: Option<Spanned<String>>,
+    /// SQL run with the simple query protocol; `${name}` is replaced by a saved value or a parameter.
     #[serde(default)]
     sql: Option<String>,
+    /// Transaction or connection control.
     #[serde(default, rename = "do")]
     action: Option<Action>,
+    /// A server-side snapshot taken by a direct actor (the observer).
     #[serde(default)]
     observe: Option<ObserveKind>,
+    /// For `observe`: only this advisory lock key, a bigint (`7`) or two integers (`[1, 2]`).
     #[serde(default)]
+    #[schemars(with = "Option<KeySchema>")]
     key: Option<AdvisoryKey>,
+    /// Wait (on a direct actor) until these actors' background steps are blocked on a lock,
+    /// seen by the server (`pg_blocking_pids`); fails if one finishes instead.
     #[serde(default)]
-    blocked: Option<Spanned<String>>,
+    #[schemars(with = "Option<OneOrMany>")]
+    blocked: Option<Spanned<OneOrMany>>,
+    /// Wait for the background step with this id to finish; its `expect` and `record` go here.
     #[serde(default, rename = "await")]
+    #[schemars(with = "Option<String>")]
     await_step: Option<Spanned<String>>,
+    /// Assert that these awaited background steps completed in this order (by the time the
+    /// client got each result). With `record`, records the order.
+    #[serde(default)]
+    #[schemars(with = "Option<Vec<String>>")]
+    order: Option<Spanned<Vec<String>>>,
+    /// Start the `sql` step and go on; finish it with an `await` step.
     #[serde(default)]
     background: bool,
+    /// Deadline of this step in ms (1–600000).
     #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 1, max = 600000))]
     deadline_ms: Option<Spanned<i64>>,
+    /// What must hold after the step.
     #[serde(default)]
+    #[schemars(with = "Option<RawExpect>")]
     expect: Option<Spanned<RawExpect>>,
+    /// Record the outcome as a row of the matrix report under this name.
     #[serde(default)]
+    #[schemars(with = "Option<String>")]
     record: Option<Spanned<String>>,
+    /// Save the first value of the first row as `${name}` for later steps.
     #[serde(default)]
+    #[schemars(with = "Option<String>")]
     save: Option<Spanned<String>>,
+    /// Run only for pooled drivers or only for the direct driver.
     #[serde(default)]
     when: Option<When>,
 }
 
-#[derive(Deserialize, Default)]
+/// The schema of an advisory lock key (see [`AdvisoryKey`]).
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum KeySchema {
+    /// A bigint key.
+    Big(i64),
+    /// Two integer keys.
+    Pair([i32; 2]),
+    /// A bigint as text, or a parameter (`"${key}"`) that expands to one.
+    Text(#[schemars(regex(pattern = r"^\s*(-?[0-9]+|\$\{[A-Za-z_][A-Za-z0-9_]*\})\s*$"))] String),
+}
+
+/// Expectations on a step.
+#[derive(Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawExpect {
+    /// First column of the first row (`null` for SQL NULL; `true` matches `t`).
     #[serde(default, deserialize_with = "present")]
     value: Option<Scalar>,
+    /// The number of rows, or the rows themselves (lists of values, compared like `value`).
     #[serde(default)]
-    rows: Option<u64>,
+    rows: Option<RowsExpect>,
+    /// The step fails with this SQLSTATE: five characters (`55P03`) or a condition name
+    /// (`lock_not_available`, `deadlock_detected`, `query_canceled`, …).
     #[serde(default)]
     error: Option<String>,
+    /// With `error`: a regular expression the error message must match.
+    #[serde(default)]
+    message: Option<String>,
+    /// Server notices the step must produce, each a regular expression matched against
+    /// `SEVERITY: message` (e.g. `^WARNING: you don't own a lock`), in order; `[]` means none.
+    /// Captured on direct actors only.
+    #[serde(default)]
+    notices: Option<Vec<String>>,
+    /// Bounds on the step's wall time in ms.
     #[serde(default)]
     elapsed_ms: Option<Bounds>,
+    /// `observe`: whether any granted advisory lock matched.
     #[serde(default)]
     held: Option<bool>,
+    /// `observe`: every holder is this backend (a saved pid) and/or in this state.
     #[serde(default)]
     holders: Option<RawHolders>,
 }
 
-#[derive(Deserialize)]
+/// `rows:` as a count or as the expected rows.
+#[derive(Clone, Debug, Deserialize, PartialEq, JsonSchema)]
+#[serde(untagged)]
+pub enum RowsExpect {
+    /// The number of rows.
+    Count(u64),
+    /// The rows, each a list of values compared like `value`.
+    Exact(Vec<Vec<Scalar>>),
+}
+
+/// `holders:` expectation of an observe step.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct RawHolders {
+    /// Name of a saved variable holding a backend pid.
     #[serde(default)]
     pid: Option<String>,
+    /// A `pg_stat_activity.state`, e.g. `idle`.
     #[serde(default)]
     state: Option<String>,
 }
 
 /// Inclusive bounds on a step's elapsed time, in ms.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Bounds {
     /// Lower bound in ms (default 0).
@@ -292,6 +462,32 @@ impl<'de> Deserialize<'de> for Scalar {
     }
 }
 
+impl JsonSchema for Scalar {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Scalar".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A value: null, boolean, number or string (compared with PostgreSQL's text output)",
+            "type": ["null", "boolean", "number", "string"]
+        })
+    }
+}
+
+impl Scalar {
+    /// The value as PostgreSQL text: what `${name}` expands to and what a setting sends
+    /// (`true` → `true`, numbers in decimal, `null` → `NULL`).
+    pub fn text(&self) -> String {
+        match self {
+            Scalar::Null => "NULL".into(),
+            Scalar::Bool(b) => b.to_string(),
+            Scalar::Int(i) => i.to_string(),
+            Scalar::Float(x) => x.to_string(),
+            Scalar::Text(t) => t.clone(),
+        }
+    }
+}
+
 /// `value:` present (even as `null`) → `Some`, absent → `None` (via `#[serde(default)]`).
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Scalar>, D::Error> {
     Scalar::deserialize(d).map(Some)
@@ -301,11 +497,17 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Scalar>, D::Error> 
 // The validated model the runner executes.
 // ---------------------------------------------------------------------------
 
-/// A validated scenario.
+/// A validated scenario (one instance of a file: a file with `params` gives one
+/// instance per combination).
 #[derive(Clone, Debug)]
 pub struct Scenario {
-    /// Unique name (also the file stem by convention), e.g. `xact-lock-competition`.
+    /// Unique name: the file stem, plus `[param=value,…]` for a parameterised
+    /// instance, e.g. `extreme-keys[key=-1]`.
     pub name: String,
+    /// The file's `name:` (equal to the file stem), shared by all its instances.
+    pub family: String,
+    /// This instance's parameters in file order, as text (empty without `params`).
+    pub params: Vec<(String, String)>,
     /// One or two sentences: the behaviour this file states.
     pub description: String,
     /// Where the claim comes from (guide section, PostgreSQL docs section).
@@ -316,6 +518,14 @@ pub struct Scenario {
     pub name_pos: Pos,
     /// Maximum pool size for pooled actors (connections).
     pub pool_max_size: u32,
+    /// Connection settings of every pooled connection (name, value as text).
+    pub pool_settings: Vec<(String, String)>,
+    /// `ALTER DATABASE … SET` settings of the run's database (name, value as text).
+    pub server_settings: Vec<(String, String)>,
+    /// SQL run before the actors connect.
+    pub setup: Vec<String>,
+    /// SQL run after the last step.
+    pub teardown: Vec<String>,
     /// Actors in file order.
     pub actors: Vec<Actor>,
     /// Steps in execution order.
@@ -329,6 +539,8 @@ pub struct Actor {
     pub name: String,
     /// Pooled or direct.
     pub via: Via,
+    /// Connection settings of a direct actor (name, value as text); empty for pool actors.
+    pub settings: Vec<(String, String)>,
 }
 
 /// What a step does.
@@ -336,15 +548,17 @@ pub struct Actor {
 pub enum StepKind {
     /// Run SQL (simple query protocol). `${name}` is replaced by a saved value.
     Sql(String),
-    /// Pool or transaction control.
+    /// Pool, connection or transaction control.
     Do(Action),
     /// Snapshot advisory locks, optionally only those on `key`.
     Observe(ObserveKind, Option<AdvisoryKey>),
-    /// Wait until actor index `.0` is blocked on a lock, seen from the server
-    /// (`pg_blocking_pids`); fails if its background step finishes first.
-    Blocked(usize),
+    /// Wait until every listed actor (indices) is blocked on a lock, seen from the
+    /// server (`pg_blocking_pids`); fails if one's background step finishes first.
+    Blocked(Vec<usize>),
     /// Wait for background step index `.0` to finish and check its expectation.
     Await(usize),
+    /// The listed background steps (indices) completed in this order.
+    Order(Vec<usize>),
 }
 
 /// One step.
@@ -354,7 +568,7 @@ pub struct Step {
     pub index: usize,
     /// Where the step starts in the file.
     pub pos: Pos,
-    /// Actor index (for `Await`, the awaited step's actor).
+    /// Actor index (for `Await`, the awaited step's actor; for `Order`, 0 and unused).
     pub actor: usize,
     /// Optional id (needed to `await` a background step).
     pub id: Option<String>,
@@ -376,13 +590,21 @@ pub struct Step {
 
 impl Step {
     /// A short human label, e.g. `step 4 (b: select pg_advisory_xact_lock(7))`.
-    pub fn label(&self, actors: &[Actor]) -> String {
+    pub fn label(&self, actors: &[Actor], steps: &[Step]) -> String {
+        let id_of = |i: &usize| steps[*i].id.clone().unwrap_or_else(|| format!("step {}", i + 1));
         let what = match &self.kind {
             StepKind::Sql(s) => s.split_whitespace().collect::<Vec<_>>().join(" "),
             StepKind::Do(a) => format!("{a:?}").to_lowercase(),
             StepKind::Observe(..) => "observe advisory_locks".into(),
-            StepKind::Blocked(t) => format!("blocked: {}", actors[*t].name),
-            StepKind::Await(s) => format!("await step {}", s + 1),
+            StepKind::Blocked(t) => {
+                let names: Vec<&str> = t.iter().map(|a| actors[*a].name.as_str()).collect();
+                format!("blocked: {}", names.join(", "))
+            }
+            StepKind::Await(s) => format!("await {}", id_of(s)),
+            StepKind::Order(ids) => {
+                let names: Vec<String> = ids.iter().map(id_of).collect();
+                return format!("step {} (order: {})", self.index + 1, names.join(" → "));
+            }
         };
         format!("step {} ({}: {})", self.index + 1, actors[self.actor].name, what)
     }
@@ -393,10 +615,14 @@ impl Step {
 pub struct Expect {
     /// First column of the first row.
     pub value: Option<Scalar>,
-    /// Number of rows.
-    pub rows: Option<u64>,
+    /// Number of rows, or the rows.
+    pub rows: Option<RowsExpect>,
     /// SQLSTATE the step must fail with (five characters, e.g. `55P03`).
     pub error: Option<String>,
+    /// Regular expression the error message must match (validated at load).
+    pub message: Option<String>,
+    /// Regular expressions the step's notices (`SEVERITY: message`) must match, in order.
+    pub notices: Option<Vec<String>>,
     /// Elapsed-time bounds in ms.
     pub elapsed_ms: Option<Bounds>,
     /// Observe: whether any granted advisory lock matched.
@@ -428,6 +654,15 @@ const CONDITIONS: &[(&str, &str)] = &[
     ("undefined_function", "42883"),
     ("syntax_error", "42601"),
     ("numeric_value_out_of_range", "22003"),
+    ("idle_session_timeout", "57P05"),
+    ("serialization_failure", "40001"),
+    ("object_in_use", "55006"),
+    ("insufficient_privilege", "42501"),
+    ("undefined_table", "42P01"),
+    ("invalid_parameter_value", "22023"),
+    ("active_sql_transaction", "25001"),
+    ("no_active_sql_transaction", "25P01"),
+    ("connection_failure", "08006"),
 ];
 
 fn sqlstate_of(s: &str) -> Option<String> {
@@ -464,13 +699,15 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
     let mut errors = Vec::new();
     for f in files {
         match load_file(&f) {
-            Ok(s) => out.push(s),
+            Ok(mut s) => out.append(&mut s),
             Err(mut e) => errors.append(&mut e),
         }
     }
     let mut seen: HashMap<&str, &Path> = HashMap::new();
     for s in &out {
-        if let Some(first) = seen.insert(&s.name, &s.file) {
+        if let Some(first) = seen.insert(&s.name, &s.file)
+            && first != s.file
+        {
             errors.push(ScenarioError {
                 file: s.file.clone(),
                 pos: Pos { line: 1, column: 1 },
@@ -481,12 +718,13 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
     if errors.is_empty() { Ok(out) } else { Err(errors) }
 }
 
-/// Loads and validates one scenario file.
+/// Loads and validates one scenario file: one [`Scenario`], or one per
+/// combination of its `params`.
 ///
 /// # Errors
 /// Syntax errors, type errors and unknown keys (first one found), or every
 /// semantic error found by validation, each with `file:line:column`.
-pub fn load_file(path: &Path) -> Result<Scenario, Vec<ScenarioError>> {
+pub fn load_file(path: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         vec![ScenarioError {
             file: path.to_owned(),
@@ -494,33 +732,209 @@ pub fn load_file(path: &Path) -> Result<Scenario, Vec<ScenarioError>> {
             message: format!("cannot read file: {e}"),
         }]
     })?;
-    let scenario = parse(path, &text)?;
+    let scenarios = parse(path, &text)?;
     let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
-    if scenario.name != stem {
+    if let Some(s) = scenarios.first()
+        && s.family != stem
+    {
         return Err(vec![ScenarioError {
             file: path.to_owned(),
-            pos: scenario.name_pos,
+            pos: s.name_pos,
             message: format!(
                 "scenario name '{}' differs from the file name; rename one of them to match ('{stem}')",
-                scenario.name
+                s.family
             ),
         }]);
     }
-    Ok(scenario)
+    Ok(scenarios)
 }
+
+/// Most instances one file may expand to through `params`.
+pub const MAX_INSTANCES: usize = 64;
 
 /// Parses and validates scenario text; `path` is used in error messages only
 /// (so, unlike [`load_file`], the name is not compared with the file name).
+/// A file with `params` yields one scenario per combination, in order.
 ///
 /// # Errors
-/// As [`load_file`].
-pub fn parse(path: &Path, text: &str) -> Result<Scenario, Vec<ScenarioError>> {
-    let raw: RawScenario = serde_saphyr::from_str(text).map_err(|e| vec![yaml_error(path, &e)])?;
-    Validator {
-        file: path,
-        errors: Vec::new(),
+/// As [`load_file`]. An error that only some parameter combinations have is
+/// prefixed with the combination, e.g. `with key=-1: …`.
+pub fn parse(path: &Path, text: &str) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
+    let head: ParamsOnly = serde_saphyr::from_str(text).map_err(|e| vec![yaml_error(path, &e)])?;
+    let instances = match head.params {
+        None => vec![Vec::new()],
+        Some(p) => expand_params(path, p)?,
+    };
+    let mut out = Vec::new();
+    let mut errors: Vec<ScenarioError> = Vec::new();
+    let mut seen: Vec<(Pos, String)> = Vec::new();
+    for params in &instances {
+        let expanded = substitute_params(text, params);
+        let result = serde_saphyr::from_str::<RawScenario>(&expanded)
+            .map_err(|e| vec![yaml_error(path, &e)])
+            .and_then(|raw| {
+                Validator {
+                    file: path,
+                    errors: Vec::new(),
+                    params,
+                }
+                .run(raw)
+            });
+        match result {
+            Ok(s) => out.push(s),
+            Err(errs) => {
+                for mut e in errs {
+                    let key = (e.pos, e.message.clone());
+                    if seen.contains(&key) {
+                        continue;
+                    }
+                    seen.push(key);
+                    if instances.len() > 1 {
+                        let every = instances.iter().all(|p| {
+                            let t = substitute_params(text, p);
+                            match serde_saphyr::from_str::<RawScenario>(&t) {
+                                Err(pe) => yaml_error(path, &pe).message == e.message,
+                                Ok(raw) => Validator {
+                                    file: path,
+                                    errors: Vec::new(),
+                                    params: p,
+                                }
+                                .run(raw)
+                                .err()
+                                .is_some_and(|v| v.iter().any(|x| x.pos == e.pos && x.message == e.message)),
+                            }
+                        });
+                        if !every {
+                            e.message = format!("with {}: {}", instance_suffix(params), e.message);
+                        }
+                    }
+                    errors.push(e);
+                }
+            }
+        }
     }
-    .run(raw)
+    if errors.is_empty() { Ok(out) } else { Err(errors) }
+}
+
+/// `key=7,fn=pg_advisory_lock`; parameters whose name starts with `_` are left out.
+fn instance_suffix(params: &[(String, String)]) -> String {
+    params
+        .iter()
+        .filter(|(k, _)| !k.starts_with('_'))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The parameter combinations of `params:`, each as (name, text value) in file order.
+fn expand_params(path: &Path, p: Spanned<RawParams>) -> Result<Vec<Vec<(String, String)>>, Vec<ScenarioError>> {
+    let pos = Pos::of(&p.referenced);
+    let err = |message: String| {
+        vec![ScenarioError {
+            file: path.to_owned(),
+            pos,
+            message,
+        }]
+    };
+    let mut combos: Vec<Vec<(String, String)>> = match p.value {
+        RawParams::Matrix(m) => {
+            if m.is_empty() {
+                return Err(err(
+                    "'params' is empty; remove it or give each parameter a list of values".into(),
+                ));
+            }
+            let mut combos = vec![Vec::new()];
+            for (name, values) in &m {
+                if values.is_empty() {
+                    return Err(err(format!("parameter '{name}' has no values")));
+                }
+                if combos.len().saturating_mul(values.len()) > MAX_INSTANCES {
+                    return Err(err(format!(
+                        "'params' gives more than {MAX_INSTANCES} combinations; split the file"
+                    )));
+                }
+                combos = combos
+                    .into_iter()
+                    .flat_map(|c| {
+                        values.iter().map(move |v| {
+                            let mut c = c.clone();
+                            c.push((name.clone(), v.text()));
+                            c
+                        })
+                    })
+                    .collect();
+            }
+            combos
+        }
+        RawParams::Cases(cases) => {
+            if cases.is_empty() {
+                return Err(err("'params' is an empty list; give at least one case".into()));
+            }
+            if cases.len() > MAX_INSTANCES {
+                return Err(err(format!(
+                    "'params' has more than {MAX_INSTANCES} cases; split the file"
+                )));
+            }
+            let names: Vec<&String> = cases[0].keys().collect();
+            for (i, c) in cases.iter().enumerate() {
+                let these: Vec<&String> = c.keys().collect();
+                if these != names {
+                    return Err(err(format!(
+                        "params case {} has parameters [{}], but case 1 has [{}]; every case needs the same names in the same order",
+                        i + 1,
+                        these.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
+                        names.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                    )));
+                }
+            }
+            cases
+                .into_iter()
+                .map(|c| c.into_iter().map(|(k, v)| (k, v.text())).collect())
+                .collect()
+        }
+    };
+    for (name, value) in combos.first().into_iter().flatten() {
+        if !is_identifier(name) {
+            return Err(err(format!(
+                "parameter name '{name}' must be a letter or '_' followed by letters, digits or '_'"
+            )));
+        }
+        if value.contains("${") {
+            return Err(err(format!("parameter '{name}': a value cannot contain '${{'")));
+        }
+    }
+    for c in &mut combos {
+        for (_, v) in c.iter_mut() {
+            if v.contains('\n') {
+                *v = v.replace('\n', " ");
+            }
+        }
+    }
+    let mut unique: Vec<String> = combos.iter().map(|c| instance_suffix(c)).collect();
+    unique.sort();
+    unique.dedup();
+    if unique.len() != combos.len() {
+        return Err(err(
+            "'params' gives two runs the same name (the same values, apart from parameters named '_…')".into(),
+        ));
+    }
+    Ok(combos)
+}
+
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Replaces `${name}` for every parameter `name` in the file's text (other
+/// placeholders, the saved values, are left for the runner).
+fn substitute_params(text: &str, params: &[(String, String)]) -> String {
+    let mut out = text.to_owned();
+    for (name, value) in params {
+        out = out.replace(&format!("${{{name}}}"), value);
+    }
+    out
 }
 
 fn yaml_error(path: &Path, e: &serde_saphyr::Error) -> ScenarioError {
@@ -558,6 +972,8 @@ fn yaml_error(path: &Path, e: &serde_saphyr::Error) -> ScenarioError {
 struct Validator<'a> {
     file: &'a Path,
     errors: Vec<ScenarioError>,
+    /// This instance's parameters.
+    params: &'a [(String, String)],
 }
 
 /// What the validator tracks per actor while walking the steps.
@@ -603,15 +1019,36 @@ impl Validator<'_> {
             None => DEFAULT_POOL_MAX_SIZE,
         };
 
-        let actors: Vec<Actor> = raw
-            .actors
-            .value
-            .iter()
-            .map(|(n, a)| Actor {
-                name: n.clone(),
-                via: a.value.via,
-            })
-            .collect();
+        let pool_settings = self.settings(raw.pool.settings, "pool.settings");
+        let server_settings = self.settings(raw.server_settings, "server_settings");
+        let mut actors: Vec<Actor> = Vec::new();
+        for (n, a) in raw.actors.value {
+            let apos = Pos::of(&a.referenced);
+            let a = a.value;
+            if a.via == Via::Pool
+                && let Some(st) = &a.settings
+                && !st.value.is_empty()
+            {
+                self.err(
+                    Pos::of(&st.referenced),
+                    format!("actor '{n}': pool actors share the pool's connections; put their settings under 'pool.settings'"),
+                );
+            }
+            if !is_identifier(&n) && !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                self.err(
+                    apos,
+                    format!("actor name '{n}' must use only letters, digits, '-' and '_'"),
+                );
+            }
+            let settings = self.settings(a.settings, &format!("actors.{n}.settings"));
+            actors.push(Actor {
+                name: n,
+                via: a.via,
+                settings,
+            });
+        }
+        let setup = self.sql_list(raw.setup, "setup");
+        let teardown = self.sql_list(raw.teardown, "teardown");
         if actors.is_empty() {
             self.err(Pos::of(&raw.actors.referenced), "a scenario needs at least one actor");
         }
@@ -636,6 +1073,8 @@ impl Validator<'_> {
         let mut ids: HashMap<String, usize> = HashMap::new();
         let mut saved: Vec<String> = Vec::new();
         let mut records: HashMap<String, Pos> = HashMap::new();
+        // Background step index → the index of the step that awaited it (None: in flight).
+        let mut background: HashMap<usize, Option<usize>> = HashMap::new();
 
         for (index, spanned) in raw.steps.value.into_iter().enumerate() {
             let pos = Pos::of(&spanned.referenced);
@@ -649,6 +1088,7 @@ impl Validator<'_> {
                 &actor_index,
                 &mut state,
                 &mut ids,
+                &mut background,
                 &mut saved,
                 &mut records,
             ) else {
@@ -665,9 +1105,20 @@ impl Validator<'_> {
                 );
             }
         }
+        let instance = if self.params.is_empty() {
+            name.clone()
+        } else {
+            format!("{name}[{}]", instance_suffix(self.params))
+        };
         if self.errors.is_empty() {
             Ok(Scenario {
-                name,
+                name: instance,
+                family: name,
+                params: self.params.to_vec(),
+                pool_settings,
+                server_settings,
+                setup,
+                teardown,
                 name_pos,
                 description: raw.description.trim().to_owned(),
                 source: raw.source,
@@ -679,6 +1130,61 @@ impl Validator<'_> {
         } else {
             Err(self.errors)
         }
+    }
+
+    /// Validates a settings map: names are PostgreSQL parameter names; values
+    /// are sent in a connection's startup packet (`-c name=value`), so only
+    /// `application_name` may contain spaces.
+    fn settings(&mut self, m: Option<Spanned<IndexMap<String, Setting>>>, what: &str) -> Vec<(String, String)> {
+        let Some(m) = m else { return Vec::new() };
+        let pos = Pos::of(&m.referenced);
+        let mut out = Vec::new();
+        for (name, value) in m.value {
+            let valid_name = name
+                .split('.')
+                .all(|part| is_identifier(part) && part.chars().all(|c| !c.is_ascii_uppercase()));
+            if !valid_name {
+                self.err(
+                    pos,
+                    format!("{what}: '{name}' is not a PostgreSQL parameter name (lower case, e.g. lock_timeout)"),
+                );
+                continue;
+            }
+            if value == Scalar::Null {
+                self.err(pos, format!("{what}: '{name}' needs a value"));
+                continue;
+            }
+            let text = value.text();
+            if name != "application_name" && text.chars().any(|c| c.is_whitespace() || c == '\\' || c == '\'') {
+                self.err(
+                    pos,
+                    format!("{what}: the value of '{name}' cannot contain spaces, quotes or backslashes"),
+                );
+                continue;
+            }
+            out.push((name, text));
+        }
+        out
+    }
+
+    fn sql_list(&mut self, list: Vec<Spanned<String>>, what: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, sql) in list.into_iter().enumerate() {
+            if sql.value.trim().is_empty() {
+                self.err(Pos::of(&sql.referenced), format!("{what} statement {} is empty", i + 1));
+            }
+            if !placeholders(&sql.value).is_empty() {
+                self.err(
+                    Pos::of(&sql.referenced),
+                    format!(
+                        "{what} statement {}: only parameters can be used here, not saved values",
+                        i + 1
+                    ),
+                );
+            }
+            out.push(sql.value);
+        }
+        out
     }
 
     fn deadline(&mut self, d: &Spanned<i64>) -> u64 {
@@ -708,6 +1214,7 @@ impl Validator<'_> {
         actor_index: &HashMap<&str, usize>,
         state: &mut [Conn],
         ids: &mut HashMap<String, usize>,
+        background: &mut HashMap<usize, Option<usize>>,
         saved: &mut Vec<String>,
         records: &mut HashMap<String, Pos>,
     ) -> Option<Step> {
@@ -718,21 +1225,25 @@ impl Validator<'_> {
             s.observe.is_some(),
             s.blocked.is_some(),
             s.await_step.is_some(),
+            s.order.is_some(),
         ];
         let count = kinds.iter().filter(|k| **k).count();
         if count != 1 {
             self.err(
                 pos,
-                format!("step {n} must have exactly one of 'sql', 'do', 'observe', 'blocked', 'await' (found {count})"),
+                format!(
+                    "step {n} must have exactly one of 'sql', 'do', 'observe', 'blocked', 'await', 'order' (found {count})"
+                ),
             );
             return None;
         }
         let deadline_ms = match &s.deadline_ms {
-            Some(d) if s.await_step.is_some() => {
+            Some(d) if s.await_step.is_some() || s.order.is_some() => {
                 self.err(
                     Pos::of(&d.referenced),
                     format!(
-                        "step {n}: an 'await' step runs within the background step's deadline; set 'deadline_ms' there"
+                        "step {n}: an '{}' step runs within the background step's deadline; set 'deadline_ms' there",
+                        if s.order.is_some() { "order" } else { "await" }
                     ),
                 );
                 step_deadline
@@ -760,16 +1271,23 @@ impl Validator<'_> {
                 return None;
             };
             let Some(a) = state.iter().position(|c| *c == Conn::Busy(target)) else {
+                let why = match background.get(&target) {
+                    None => "not a background step",
+                    Some(Some(_)) => "already awaited",
+                    Some(None) => "not in flight",
+                };
                 self.err(
                     Pos::of(&aw.referenced),
-                    format!(
-                        "step {n} awaits '{}', which is not a background step in flight",
-                        aw.value
-                    ),
+                    format!("step {n} awaits '{}', which is {why}", aw.value),
                 );
                 return None;
             };
             a
+        } else if s.order.is_some() {
+            if s.actor.is_some() {
+                self.err(pos, format!("step {n}: an 'order' step has no actor; remove 'actor'"));
+            }
+            0
         } else {
             let Some(a) = &s.actor else {
                 self.err(pos, format!("step {n} has no 'actor'"));
@@ -799,7 +1317,10 @@ impl Validator<'_> {
             }
             for var in placeholders(&sql) {
                 if !saved.contains(&var) {
-                    self.err(pos, format!("step {n}: '${{{var}}}' is not saved by an earlier step"));
+                    self.err(
+                        pos,
+                        format!("step {n}: '${{{var}}}' is neither a parameter nor saved by an earlier step"),
+                    );
                 }
             }
             StepKind::Sql(sql)
@@ -807,35 +1328,70 @@ impl Validator<'_> {
             StepKind::Do(a)
         } else if let Some(o) = s.observe {
             StepKind::Observe(o, s.key)
-        } else if let Some(b) = &s.blocked {
-            match actor_index.get(b.value.as_str()) {
-                Some(&t) if matches!(state[t], Conn::Busy(_)) => StepKind::Blocked(t),
-                Some(_) => {
-                    self.err(
-                        Pos::of(&b.referenced),
-                        format!(
-                            "step {n}: 'blocked: {}' needs a background step of '{}' in flight",
-                            b.value, b.value
-                        ),
-                    );
-                    return None;
-                }
-                None => {
-                    self.err(
-                        Pos::of(&b.referenced),
-                        format!("step {n}: unknown actor '{}' in 'blocked'", b.value),
-                    );
-                    return None;
+        } else if let Some(b) = s.blocked {
+            let bpos = Pos::of(&b.referenced);
+            let names = b.value.into_vec();
+            if names.is_empty() {
+                self.err(bpos, format!("step {n}: 'blocked' lists no actor"));
+                return None;
+            }
+            let mut targets = Vec::new();
+            for name in names {
+                match actor_index.get(name.as_str()) {
+                    Some(&t) if matches!(state[t], Conn::Busy(_)) => {
+                        if targets.contains(&t) {
+                            self.err(bpos, format!("step {n}: 'blocked' lists '{name}' twice"));
+                        }
+                        targets.push(t);
+                    }
+                    Some(_) => self.err(
+                        bpos,
+                        format!("step {n}: 'blocked: {name}' needs a background step of '{name}' in flight"),
+                    ),
+                    None => self.err(bpos, format!("step {n}: unknown actor '{name}' in 'blocked'")),
                 }
             }
+            StepKind::Blocked(targets)
+        } else if let Some(o) = &s.order {
+            let opos = Pos::of(&o.referenced);
+            if o.value.len() < 2 {
+                self.err(opos, format!("step {n}: 'order' needs at least two step ids"));
+            }
+            let mut steps = Vec::new();
+            for id in &o.value {
+                match ids.get(id).map(|i| (*i, background.get(i))) {
+                    None => self.err(
+                        opos,
+                        format!("step {n}: 'order' names '{id}', which is not the id of an earlier step"),
+                    ),
+                    Some((_, None)) => self.err(
+                        opos,
+                        format!("step {n}: 'order' names '{id}', which is not a background step"),
+                    ),
+                    Some((_, Some(None))) => self.err(
+                        opos,
+                        format!("step {n}: 'order' names '{id}', which is still in flight (await it first)"),
+                    ),
+                    Some((i, Some(Some(_)))) => {
+                        if steps.contains(&i) {
+                            self.err(opos, format!("step {n}: 'order' names '{id}' twice"));
+                        }
+                        steps.push(i);
+                    }
+                }
+            }
+            StepKind::Order(steps)
         } else {
             let aw = s.await_step.as_ref()?;
-            StepKind::Await(ids[&aw.value])
+            let target = ids[&aw.value];
+            background.insert(target, Some(index));
+            StepKind::Await(target)
         };
 
         // Connection-state rules.
         match (&kind, state[actor]) {
             (StepKind::Await(_), _) => state[actor] = Conn::Ready,
+            (StepKind::Order(_), _) => {}
             (_, Conn::Busy(b)) => {
                 self.err(
                     pos,
@@ -845,35 +1401,47 @@ impl Validator<'_> {
                     ),
                 );
             }
-            (StepKind::Do(Action::Checkout), Conn::Ready) => {
-                let msg = if actors[actor].via == Via::Direct {
+            (StepKind::Do(Action::Checkout), _) if actors[actor].via == Via::Direct => {
+                self.err(
+                    pos,
                     format!(
                         "step {n}: '{an}' is a direct actor, connected for the whole run; 'checkout' is for pool actors"
-                    )
-                } else {
-                    format!("step {n}: '{an}' already has a connection checked out")
-                };
-                self.err(pos, msg);
+                    ),
+                );
+            }
+            (StepKind::Do(Action::Checkout), Conn::Ready) => {
+                self.err(pos, format!("step {n}: '{an}' already has a connection checked out"));
             }
             (StepKind::Do(Action::Checkout), Conn::None) => state[actor] = Conn::Ready,
             (StepKind::Do(Action::Return), _) if actors[actor].via == Via::Direct => {
                 self.err(
                     pos,
-                    format!("step {n}: '{an}' is a direct actor; 'return' is for pool actors"),
+                    format!("step {n}: '{an}' is a direct actor; 'return' is for pool actors ('disconnect' closes a direct actor's connection)"),
                 );
             }
-            (StepKind::Do(Action::Return), Conn::Ready) => state[actor] = Conn::None,
-            (_, Conn::None) => {
+            (StepKind::Do(Action::Disconnect), _) if actors[actor].via == Via::Pool => {
                 self.err(
                     pos,
-                    format!("step {n}: actor '{an}' has no connection (add a 'do: checkout' step before it)"),
+                    format!("step {n}: '{an}' is a pool actor; 'disconnect' is for direct actors ('return' gives a pooled connection back)"),
                 );
+            }
+            (StepKind::Do(Action::Return | Action::Disconnect), Conn::Ready) => state[actor] = Conn::None,
+            (_, Conn::None) => {
+                let msg = if actors[actor].via == Via::Direct {
+                    format!("step {n}: actor '{an}' was disconnected by an earlier step")
+                } else {
+                    format!("step {n}: actor '{an}' has no connection (add a 'do: checkout' step before it)")
+                };
+                self.err(pos, msg);
             }
             (_, Conn::Ready) => {}
         }
         if s.background {
             match kind {
-                StepKind::Sql(_) => state[actor] = Conn::Busy(index),
+                StepKind::Sql(_) => {
+                    state[actor] = Conn::Busy(index);
+                    background.insert(index, None);
+                }
                 _ => self.err(pos, format!("step {n}: only 'sql' steps can run in the background")),
             }
             if s.id.is_none() {
@@ -914,17 +1482,23 @@ impl Validator<'_> {
                     format!("step {n}: 'save' on a step expected to fail saves nothing"),
                 );
             }
+            if self.params.iter().any(|(p, _)| *p == v.value) {
+                self.err(
+                    Pos::of(&v.referenced),
+                    format!("step {n}: 'save: {}' has the name of a parameter", v.value),
+                );
+            }
             saved.push(v.value.clone());
         }
         if let Some(r) = &s.record {
             if matches!(
                 kind,
-                StepKind::Do(Action::Checkout | Action::Return) | StepKind::Blocked(_)
+                StepKind::Do(Action::Checkout | Action::Return | Action::Disconnect) | StepKind::Blocked(_)
             ) || s.background
             {
                 self.err(
                     Pos::of(&r.referenced),
-                    format!("step {n}: 'record' works on 'sql', 'observe', 'await' and transaction steps"),
+                    format!("step {n}: 'record' works on 'sql', 'observe', 'await', 'order' and transaction steps"),
                 );
             }
             if let Some(first) = records.insert(r.value.clone(), Pos::of(&r.referenced)) {
@@ -944,8 +1518,9 @@ impl Validator<'_> {
                 format!("step {n}: 'when' applies to foreground 'sql' and 'observe' steps only"),
             );
         }
+        let direct = actors[actor].via == Via::Direct;
         let expect = match s.expect {
-            Some(e) => self.expect(n, e, &kind, s.background, saved),
+            Some(e) => self.expect(n, e, &kind, s.background, direct, saved),
             None => None,
         };
 
@@ -964,12 +1539,14 @@ impl Validator<'_> {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn expect(
         &mut self,
         n: usize,
         e: Spanned<RawExpect>,
         kind: &StepKind,
         background: bool,
+        direct: bool,
         saved: &[String],
     ) -> Option<Expect> {
         let pos = Pos::of(&e.referenced);
@@ -987,11 +1564,14 @@ impl Validator<'_> {
             return None;
         }
         let observe_keys = e.held.is_some() || e.holders.is_some();
-        let sql_keys = e.value.is_some() || e.rows.is_some() || e.error.is_some();
+        let sql_keys =
+            e.value.is_some() || e.rows.is_some() || e.error.is_some() || e.message.is_some() || e.notices.is_some();
         if !observe_keys && !sql_keys && e.elapsed_ms.is_none() {
             self.err(
                 pos,
-                format!("step {n}: 'expect' is empty; give one of value, rows, error, elapsed_ms, held, holders"),
+                format!(
+                    "step {n}: 'expect' is empty; give one of value, rows, error, message, notices, elapsed_ms, held, holders"
+                ),
             );
             return None;
         }
@@ -1004,7 +1584,7 @@ impl Validator<'_> {
         if sql_keys && !runs_sql {
             self.err(
                 pos,
-                format!("step {n}: 'value', 'rows' and 'error' apply to steps that run SQL"),
+                format!("step {n}: 'value', 'rows', 'error', 'message' and 'notices' apply to steps that run SQL"),
             );
         }
         if e.elapsed_ms.is_some() && !runs_sql {
@@ -1016,6 +1596,29 @@ impl Validator<'_> {
                 format!("step {n}: 'error' cannot be combined with 'value' or 'rows'"),
             );
         }
+        if e.message.is_some() && e.error.is_none() {
+            self.err(
+                pos,
+                format!("step {n}: 'message' matches the error's message; add 'error' with its SQLSTATE"),
+            );
+        }
+        for pattern in e.message.iter().chain(e.notices.iter().flatten()) {
+            if let Err(err) = regex::Regex::new(pattern) {
+                let first = err.to_string().lines().last().unwrap_or_default().trim().to_owned();
+                self.err(
+                    pos,
+                    format!("step {n}: '{pattern}' is not a valid regular expression: {first}"),
+                );
+            }
+        }
+        if e.notices.is_some() && !direct {
+            self.err(
+                pos,
+                format!(
+                    "step {n}: 'notices' are captured on direct actors only (the pools' client libraries do not hand notices to their callers)"
+                ),
+            );
+        }
         if let Some(b) = e.elapsed_ms {
             let (min, max) = (b.min.unwrap_or(0.0), b.max.unwrap_or(f64::INFINITY));
             let finite = !min.is_nan() && !max.is_nan() && min.is_finite() && (b.max.is_none() || max.is_finite());
@@ -1023,15 +1626,38 @@ impl Validator<'_> {
                 self.err(pos, format!("step {n}: elapsed_ms needs 0 ≤ min ≤ max (ms)"));
             }
         }
-        if let Some(Scalar::Text(t)) = &e.value {
-            for var in placeholders(t) {
+        let texts = e
+            .value
+            .iter()
+            .chain(match &e.rows {
+                Some(RowsExpect::Exact(rows)) => rows.iter().flatten().collect::<Vec<_>>(),
+                _ => Vec::new(),
+            })
+            .filter_map(|v| match v {
+                Scalar::Text(t) => Some(t.clone()),
+                _ => None,
+            })
+            .collect::<Vec<_>>();
+        for t in texts {
+            for var in placeholders(&t) {
                 if !saved.contains(&var) {
                     self.err(
                         pos,
-                        format!("step {n}: '${{{var}}}' in 'expect.value' is not saved by an earlier step"),
+                        format!(
+                            "step {n}: '${{{var}}}' in 'expect' is neither a parameter nor saved by an earlier step"
+                        ),
                     );
                 }
             }
+        }
+        if let Some(RowsExpect::Exact(rows)) = &e.rows
+            && let Some(first) = rows.first()
+            && rows.iter().any(|r| r.len() != first.len())
+        {
+            self.err(
+                pos,
+                format!("step {n}: the rows in 'expect.rows' have different lengths"),
+            );
         }
         let error = match &e.error {
             Some(code) => match sqlstate_of(code) {
@@ -1076,6 +1702,8 @@ impl Validator<'_> {
             value: e.value,
             rows: e.rows,
             error,
+            message: e.message,
+            notices: e.notices,
             elapsed_ms: e.elapsed_ms,
             held: e.held,
             holder_pid,
@@ -1099,4 +1727,12 @@ pub fn placeholders(sql: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// The JSON Schema of the scenario format, generated from the types the
+/// loader deserializes into (shipped as `scenarios/scenario.schema.json`).
+pub fn json_schema() -> serde_json::Value {
+    let mut schema = schemars::schema_for!(RawScenario);
+    schema.insert("$id".into(), "https://locklab.invalid/scenario.schema.json".into());
+    serde_json::to_value(schema).unwrap_or_default()
 }

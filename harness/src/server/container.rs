@@ -299,6 +299,7 @@ async fn launch(req: &Request) -> Result<(ContainerAsync<GenericImage>, Started)
         password: Some(req.password.clone()),
         dbname: "postgres".into(),
         application_name: "locklab-ready".into(),
+        options: Vec::new(),
     };
     let deadline = began + req.timeout;
     let mut last_error: String;

@@ -300,6 +300,7 @@ impl LocalCluster {
             password: None,
             dbname: "postgres".into(),
             application_name: "locklab-ready".into(),
+            options: Vec::new(),
         };
         let mut last_error = String::new();
         let polled = poll_until(deadline, async || {

@@ -372,6 +372,7 @@ impl Server {
             password: self.password.clone(),
             dbname: dbname.to_owned(),
             application_name: application_name.to_owned(),
+            options: Vec::new(),
         }
     }
 
