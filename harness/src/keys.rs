@@ -34,6 +34,25 @@ impl AdvisoryKey {
     }
 }
 
+/// A bigint advisory lock key for a string id in a namespace: the first 8 bytes
+/// of SHA-256(`namespace:id`, UTF-8), big-endian, as an i64 — the guide's
+/// "fixed-width hash" (§1), 64 bits wide. The same value in SQL (PostgreSQL 11+):
+/// `('x' || left(encode(sha256(convert_to(ns || ':' || id, 'UTF8')), 'hex'), 16))::bit(64)::bigint`
+/// (scenario `string-keys-fixed-width-hash`). Unlike `hashtext`, which is
+/// internal, 32-bit and undocumented, this is stable across languages and
+/// server versions.
+pub fn namespaced_key(namespace: &str, id: &str) -> i64 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new()
+        .chain_update(namespace.as_bytes())
+        .chain_update(b":")
+        .chain_update(id.as_bytes())
+        .finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(first)
+}
+
 impl fmt::Display for AdvisoryKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -93,6 +112,13 @@ mod tests {
             Some(AdvisoryKey::Big(i64::MAX))
         );
         assert_eq!(AdvisoryKey::decode(0x8000_0000, 0, 1), Some(AdvisoryKey::Big(i64::MIN)));
+    }
+
+    #[test]
+    fn namespaced_keys_differ_by_namespace() {
+        assert_ne!(namespaced_key("rollup", "42"), namespaced_key("billing", "42"));
+        // "a:b" + "c" and "a" + "b:c" hash the same text: the separator is part of the contract.
+        assert_eq!(namespaced_key("a:b", "c"), namespaced_key("a", "b:c"));
     }
 
     #[test]

@@ -56,7 +56,7 @@ fn every_registered_driver_is_in_the_matrix_tests() {
     );
 }
 
-fn load(path: &Path) -> Scenario {
+fn load(path: &Path) -> Vec<Scenario> {
     scenario::load_file(path)
         .unwrap_or_else(|e| panic!("{}", e.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")))
 }
@@ -67,11 +67,12 @@ async fn scenario_through_driver(
     #[files("../scenarios/*.yaml")] path: PathBuf,
     #[values("tokio-postgres", "deadpool-fast", "deadpool-clean", "bb8", "sqlx")] driver: &str,
 ) {
-    let scenario = load(&path);
     let d = locklab_drivers::find(driver).unwrap();
-    let r = runner::run(server(), &scenario, d.as_ref()).await;
-    assert!(r.passed(), "{}", r.failure.as_deref().unwrap_or_default());
-    assert_observations_well_formed(&scenario, &r, d.info().kind == locklab_drivers::DriverKind::Pooled);
+    for scenario in load(&path) {
+        let r = runner::run(server(), &scenario, d.as_ref()).await;
+        assert!(r.passed(), "{}", r.failure.as_deref().unwrap_or_default());
+        assert_observations_well_formed(&scenario, &r, d.info().kind == locklab_drivers::DriverKind::Pooled);
+    }
 }
 
 /// The same matrix against a PostgreSQL 17 container started by testcontainers.
@@ -85,15 +86,16 @@ async fn scenario_through_driver_in_container(
     #[files("../scenarios/*.yaml")] path: PathBuf,
     #[values("tokio-postgres", "deadpool-fast", "deadpool-clean", "bb8", "sqlx")] driver: &str,
 ) {
-    let scenario = load(&path);
     let d = locklab_drivers::find(driver).unwrap();
     let server = container_server();
     assert_eq!(server.backend(), locklab::server::Backend::Container);
     assert_eq!(server.major(), 17, "{}", server.version());
-    let r = runner::run(server, &scenario, d.as_ref()).await;
-    assert!(r.passed(), "{}", r.failure.as_deref().unwrap_or_default());
-    assert_eq!(r.server, "pg17");
-    assert_observations_well_formed(&scenario, &r, d.info().kind == locklab_drivers::DriverKind::Pooled);
+    for scenario in load(&path) {
+        let r = runner::run(server, &scenario, d.as_ref()).await;
+        assert!(r.passed(), "{}", r.failure.as_deref().unwrap_or_default());
+        assert_eq!(r.server, "pg17");
+        assert_observations_well_formed(&scenario, &r, d.info().kind == locklab_drivers::DriverKind::Pooled);
+    }
 }
 
 fn assert_observations_well_formed(s: &Scenario, r: &RunResult, pooled: bool) {
@@ -133,6 +135,10 @@ fn assert_observations_well_formed(s: &Scenario, r: &RunResult, pooled: bool) {
                     );
                     assert!(h["state"].is_string(), "{name}: holder without state: {h}");
                 }
+            }
+            StepKind::Order(ids) => {
+                let got = o.value.as_array().unwrap_or_else(|| panic!("{name}: not a list: {}", o.value));
+                assert_eq!(got.len(), ids.len(), "{name}: {}", o.value);
             }
             _ => {
                 let ms = o.elapsed_ms.unwrap_or_else(|| panic!("{name}: no timing"));
@@ -195,7 +201,9 @@ async fn advisory_keys_decode_as_the_server_stores_them() {
 }
 
 fn inline(text: &str) -> Scenario {
-    scenario::parse(Path::new("inline.yaml"), text).unwrap_or_else(|e| panic!("{e:?}"))
+    scenario::parse(Path::new("inline.yaml"), text)
+        .unwrap_or_else(|e| panic!("{e:?}"))
+        .remove(0)
 }
 
 /// Parses `text` (reported as `inline.yaml`) and runs it through `driver`.
@@ -268,6 +276,63 @@ async fn a_wrong_expectation_fails_with_expected_and_actual() {
     );
 }
 
+/// The Rust fixed-width key (`keys::namespaced_key`) is the same number the
+/// SQL expression of scenario `string-keys-fixed-width-hash` computes.
+#[tokio::test]
+async fn namespaced_key_in_rust_equals_the_sql_expression() {
+    let mut a = admin().await;
+    for (ns, id) in [("rollup", "42"), ("billing", "42"), ("mail", ""), ("job", "ünïcödé"), ("x", "-1")] {
+        let rows = a
+            .simple_query(&format!(
+                "select ('x' || left(encode(sha256(convert_to('{ns}' || ':' || '{id}', 'UTF8')), 'hex'), 16))::bit(64)::bigint"
+            ))
+            .await
+            .unwrap();
+        let want = locklab::keys::namespaced_key(ns, id).to_string();
+        assert_eq!(rows.first_value(), Some(Some(want.as_str())), "{ns}:{id}");
+    }
+}
+
+/// The v2 expectations fail when they do not hold, each saying what differed.
+#[rstest]
+#[case::notices(
+    "  - { actor: o, sql: select pg_advisory_unlock(5), expect: { notices: [] } }\n",
+    "expected notices [], got [WARNING: you don't own a lock"
+)]
+#[case::message(
+    "  - { actor: o, sql: select 1/0, expect: { error: 22012, message: '^lock' } }\n",
+    "its message \"division by zero\" does not match /^lock/"
+)]
+#[case::rows(
+    "  - { actor: o, sql: 'select 1, 2 union all select 3, 4', expect: { rows: [[1, 2], [3, 5]] } }\n",
+    "expected rows [1, 2] [3, 5], got [1, 2] [3, 4]"
+)]
+#[case::setup_error(
+    "  - { actor: o, sql: select 1 }\nsetup: [select * from no_such_table]\n",
+    "setup statement 1 failed: server error 42P01"
+)]
+#[tokio::test]
+async fn v2_expectations_fail_when_they_do_not_hold(#[case] step: &str, #[case] wanted: &str) {
+    let text = format!("name: v2\ndescription: d\nactors: {{ o: {{ via: direct }} }}\nsteps:\n{step}");
+    let r = run_inline(&text, "tokio-postgres").await;
+    let msg = r.failure.expect("must fail");
+    assert!(msg.contains(wanted), "{wanted:?} not in: {msg}");
+}
+
+/// `order` compares the client-side completion order of background steps:
+/// stating the reverse of what the server does fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn order_fails_when_the_steps_completed_otherwise() {
+    let r = run_inline(
+        "name: order\ndescription: d\nactors: { h: { via: direct }, w1: { via: direct }, w2: { via: direct }, o: { via: direct } }\nsteps:\n  - { actor: h, sql: select pg_advisory_lock(3) }\n  - { actor: w1, id: one, sql: 'select pg_advisory_xact_lock(3), pg_sleep(0.05)', background: true }\n  - { actor: o, blocked: w1 }\n  - { actor: w2, id: two, sql: 'select pg_advisory_xact_lock(3), pg_sleep(0.05)', background: true }\n  - { actor: o, blocked: [w1, w2] }\n  - { actor: h, sql: select pg_advisory_unlock(3) }\n  - { await: one }\n  - { await: two }\n  - { order: [two, one], record: o }\n",
+        "tokio-postgres",
+    )
+    .await;
+    let msg = r.failure.clone().expect("must fail");
+    assert!(msg.contains("expected completion order two → one, got one → two"), "{msg}");
+    assert_eq!(r.observation("o").map(|o| o.display.as_str()), Some("one → two"));
+}
+
 /// Each run gets its own database, dropped afterwards.
 #[tokio::test]
 async fn run_databases_are_dropped() {
@@ -295,6 +360,8 @@ async fn the_report_has_a_cell_for_every_observation_and_driver() {
     let servers = std::slice::from_ref(server());
     let runs = locklab::matrix::run_all(servers, &scenarios, &drivers, 8, |_| {}).await;
     assert_eq!(runs.len(), scenarios.len() * drivers.len());
+    let failures: Vec<&str> = runs.iter().filter_map(|r| r.failure.as_deref()).collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
     let report = locklab::report::Report::new(servers, &scenarios, &drivers, runs, 0.0);
 
     let json: serde_json::Value = serde_json::from_str(&report.to_json().unwrap()).unwrap();
@@ -313,9 +380,11 @@ async fn the_report_has_a_cell_for_every_observation_and_driver() {
 
     let md = report.to_markdown().unwrap();
     for s in &scenarios {
-        assert!(md.contains(&format!("## {}\n", s.name)), "no section for {}", s.name);
+        let heading = format!("## {}\n", s.name);
+        assert!(md.contains(&heading), "no section for {}", s.name);
+        let section = md.split(&heading).nth(1).unwrap().split("\n## ").next().unwrap();
         for name in s.steps.iter().filter_map(|st| st.record.as_deref()) {
-            let row = md
+            let row = section
                 .lines()
                 .find(|l| l.starts_with(&format!("| `{name}` |")))
                 .unwrap_or_else(|| panic!("no row {name}"));

@@ -107,13 +107,14 @@ steps:
     sql: select ${w_pid}
     expect: { error: 55P03 }
 "#;
-    let s = scenario::parse(Path::new("inline.yaml"), text).unwrap_or_else(|e| panic!("{e:?}"));
+    let all = scenario::parse(Path::new("inline.yaml"), text).unwrap_or_else(|e| panic!("{e:?}"));
+    let s = &all[0];
     assert_eq!(s.pool_max_size, 2);
     assert_eq!(s.steps.len(), 7);
     assert_eq!(s.steps[1].deadline_ms, 2500);
     assert_eq!(s.steps[2].deadline_ms, 700);
     assert!(s.steps[2].background);
-    assert_eq!(s.steps[3].kind, StepKind::Blocked(0));
+    assert_eq!(s.steps[3].kind, StepKind::Blocked(vec![0]));
     assert_eq!(s.steps[4].kind, StepKind::Await(2));
     assert_eq!(s.steps[4].actor, 0);
     assert_eq!(s.steps[4].expect.as_ref().unwrap().value, Some(Scalar::Null));
@@ -131,7 +132,7 @@ steps:
 #[test]
 fn condition_names_map_to_sqlstates() {
     let text = "name: c\ndescription: d\nactors: { a: { via: pool } }\nsteps:\n  - { actor: a, do: checkout }\n  - { actor: a, sql: select 1, expect: { error: deadlock_detected } }\n";
-    let s = scenario::parse(Path::new("c.yaml"), text).unwrap();
+    let s = &scenario::parse(Path::new("c.yaml"), text).unwrap()[0];
     assert_eq!(s.steps[1].expect.as_ref().unwrap().error.as_deref(), Some("40P01"));
 }
 

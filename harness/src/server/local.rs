@@ -385,12 +385,29 @@ fn chown_tree(dir: &Path, u: &RunAs) -> Result<()> {
     Ok(())
 }
 
-/// A new path `$TMPDIR/locklab-pg-<pid>-<n>` that does not exist yet.
+/// Where cluster directories go: `LOCKLAB_CLUSTER_DIR` when set, else
+/// `/dev/shm` when it is a writable directory (a tmpfs: each run's
+/// `CREATE DATABASE` copies ~300 files, about 6× faster there than on a disk
+/// file system), else the temporary directory (`TMPDIR`, `/tmp`).
+pub fn cluster_parent() -> PathBuf {
+    if let Some(d) = std::env::var_os("LOCKLAB_CLUSTER_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    let shm = Path::new("/dev/shm");
+    let writable = nix::unistd::access(shm, nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK).is_ok();
+    if shm.is_dir() && writable {
+        return shm.to_path_buf();
+    }
+    std::env::temp_dir()
+}
+
+/// A new path `<cluster_parent>/locklab-pg-<pid>-<n>` that does not exist yet.
 fn cluster_dir_name() -> PathBuf {
     static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let parent = cluster_parent();
     loop {
         let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("locklab-pg-{}-{n}", std::process::id()));
+        let dir = parent.join(format!("locklab-pg-{}-{n}", std::process::id()));
         if !dir.exists() {
             return dir;
         }
