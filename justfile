@@ -29,6 +29,10 @@ run *args:
 validate *files:
     cargo run --quiet -p locklab -- validate {{files}}
 
+# Regenerate the scenario format's JSON Schema (scenarios/scenario.schema.json) from the Rust types.
+schema:
+    cargo run --quiet -p locklab -- schema > scenarios/scenario.schema.json
+
 # List scenarios and drivers.
 list:
     cargo run --quiet -p locklab -- list

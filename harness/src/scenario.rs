@@ -953,6 +953,22 @@ fn yaml_error(path: &Path, e: &serde_saphyr::Error) -> ScenarioError {
     if let Some(i) = message.find(", set DuplicateKeyPolicy") {
         message.truncate(i);
     }
+    // serde's wording for the either-or fields, in the file's terms.
+    for (ty, says) in [
+        (
+            "RawParams",
+            "'params' must be a map of lists ({key: [1, 2]}) or a list of maps ([{key: 1}, {key: 2}])",
+        ),
+        ("OneOrMany", "'blocked' must be an actor name or a list of actor names"),
+        (
+            "RowsExpect",
+            "'rows' must be a row count or a list of rows (lists of values)",
+        ),
+    ] {
+        if message.contains(&format!("untagged enum {ty}")) {
+            message = says.to_owned();
+        }
+    }
     // "invalid i64" and the like: say it in words.
     if let Some(ty) = message.strip_prefix("invalid ")
         && matches!(

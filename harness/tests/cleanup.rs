@@ -88,7 +88,7 @@ fn a_signalled_run_leaves_no_server_behind(#[case] signal: Signal) {
 }
 
 /// A temporary directory the unprivileged cluster user can traverse, used as
-/// the child's TMPDIR so that its cluster directory can be found early.
+/// the child's LOCKLAB_CLUSTER_DIR so that its cluster directory can be found early.
 fn private_tmpdir() -> tempfile::TempDir {
     use std::os::unix::fs::PermissionsExt;
     let d = tempfile::Builder::new().prefix("locklab-test-tmp-").tempdir().unwrap();
@@ -123,7 +123,7 @@ fn a_run_killed_during_server_start_leaves_nothing(
     let mut child = Command::new(env!("CARGO_BIN_EXE_locklab"))
         .args(["run", "--backend", "local", "--scenario", "xact-lock-competition"])
         .env_remove("LOCKLAB_DSN")
-        .env("TMPDIR", tmp.path())
+        .env("LOCKLAB_CLUSTER_DIR", tmp.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

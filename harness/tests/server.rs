@@ -137,7 +137,10 @@ fn assert_observations_well_formed(s: &Scenario, r: &RunResult, pooled: bool) {
                 }
             }
             StepKind::Order(ids) => {
-                let got = o.value.as_array().unwrap_or_else(|| panic!("{name}: not a list: {}", o.value));
+                let got = o
+                    .value
+                    .as_array()
+                    .unwrap_or_else(|| panic!("{name}: not a list: {}", o.value));
                 assert_eq!(got.len(), ids.len(), "{name}: {}", o.value);
             }
             _ => {
@@ -281,7 +284,13 @@ async fn a_wrong_expectation_fails_with_expected_and_actual() {
 #[tokio::test]
 async fn namespaced_key_in_rust_equals_the_sql_expression() {
     let mut a = admin().await;
-    for (ns, id) in [("rollup", "42"), ("billing", "42"), ("mail", ""), ("job", "ünïcödé"), ("x", "-1")] {
+    for (ns, id) in [
+        ("rollup", "42"),
+        ("billing", "42"),
+        ("mail", ""),
+        ("job", "ünïcödé"),
+        ("x", "-1"),
+    ] {
         let rows = a
             .simple_query(&format!(
                 "select ('x' || left(encode(sha256(convert_to('{ns}' || ':' || '{id}', 'UTF8')), 'hex'), 16))::bit(64)::bigint"
@@ -329,7 +338,10 @@ async fn order_fails_when_the_steps_completed_otherwise() {
     )
     .await;
     let msg = r.failure.clone().expect("must fail");
-    assert!(msg.contains("expected completion order two → one, got one → two"), "{msg}");
+    assert!(
+        msg.contains("expected completion order two → one, got one → two"),
+        "{msg}"
+    );
     assert_eq!(r.observation("o").map(|o| o.display.as_str()), Some("one → two"));
 }
 

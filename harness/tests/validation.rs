@@ -147,3 +147,129 @@ fn scalars_compare_with_postgres_text_output() {
     assert!(Scalar::Text("0".into()).matches(Some("0")));
     assert!(!Scalar::Text("t".into()).matches(None));
 }
+
+/// The shipped JSON Schema is the one generated from the scenario types
+/// (regenerate with `cargo locklab schema > scenarios/scenario.schema.json`).
+#[test]
+fn shipped_schema_is_up_to_date() {
+    let shipped: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("scenarios/scenario.schema.json")).unwrap()).unwrap();
+    assert!(
+        shipped == scenario::json_schema(),
+        "scenarios/scenario.schema.json is stale: run `cargo locklab schema > scenarios/scenario.schema.json`"
+    );
+}
+
+fn schema_validator() -> jsonschema::Validator {
+    jsonschema::validator_for(&scenario::json_schema()).expect("the generated schema is a valid JSON Schema")
+}
+
+fn yaml_as_json(path: &Path) -> serde_json::Value {
+    serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// What editors check (the schema) agrees with `locklab validate` on every
+/// shipped scenario: each one validates against the schema.
+#[test]
+fn shipped_scenarios_validate_against_the_schema() {
+    let validator = schema_validator();
+    let mut checked = 0;
+    for entry in std::fs::read_dir(root().join("scenarios")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let doc = yaml_as_json(&path);
+            let errors: Vec<String> = validator
+                .iter_errors(&doc)
+                .map(|e| format!("{e} at {}", e.instance_path()))
+                .collect();
+            assert!(errors.is_empty(), "{}: {}", path.display(), errors.join("; "));
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "only {checked} scenario files");
+}
+
+/// Fixtures whose error is structural (unknown key, wrong type, bad enum value)
+/// are rejected by the schema too, so an editor flags them before `validate` does.
+#[rstest]
+#[case("unknown-field.yaml")]
+#[case("unknown-via.yaml")]
+#[case("wrong-type.yaml")]
+#[case("expectation-value-type.yaml")]
+#[case("bad-params-shape.yaml")]
+#[case("blocked-wrong-type.yaml")]
+fn structural_fixture_errors_are_schema_errors(#[case] file: &str) {
+    let doc = yaml_as_json(&root().join("harness/tests/fixtures/invalid").join(file));
+    assert!(!schema_validator().is_valid(&doc), "{file} passes the schema");
+}
+
+#[test]
+fn params_expand_to_one_scenario_per_combination() {
+    let text = r#"
+name: fam
+description: d
+params:
+  key: [7, -1]
+  fn: [pg_try_advisory_lock, pg_try_advisory_lock_shared]
+actors: { a: { via: direct } }
+steps:
+  - { actor: a, sql: "select ${fn}(${key})", expect: { value: true } }
+"#;
+    let all = scenario::parse(Path::new("fam.yaml"), text).unwrap_or_else(|e| panic!("{e:?}"));
+    let names: Vec<&str> = all.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "fam[key=7,fn=pg_try_advisory_lock]",
+            "fam[key=7,fn=pg_try_advisory_lock_shared]",
+            "fam[key=-1,fn=pg_try_advisory_lock]",
+            "fam[key=-1,fn=pg_try_advisory_lock_shared]",
+        ]
+    );
+    assert!(all.iter().all(|s| s.family == "fam"));
+    assert_eq!(
+        all[3].steps[0].kind,
+        StepKind::Sql("select pg_try_advisory_lock_shared(-1)".into())
+    );
+    assert_eq!(
+        all[2].params,
+        [
+            ("key".to_owned(), "-1".to_owned()),
+            ("fn".to_owned(), "pg_try_advisory_lock".to_owned())
+        ]
+    );
+}
+
+#[test]
+fn params_cases_and_hidden_names() {
+    let text = r#"
+name: cases
+description: d
+params:
+  - { timeout: 200ms, _error: lock_not_available }
+  - { timeout: 0, _error: query_canceled }
+actors: { a: { via: direct } }
+steps:
+  - { actor: a, sql: "set lock_timeout = '${timeout}'", expect: { error: "${_error}" } }
+"#;
+    let all = scenario::parse(Path::new("cases.yaml"), text).unwrap_or_else(|e| panic!("{e:?}"));
+    let names: Vec<&str> = all.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["cases[timeout=200ms]", "cases[timeout=0]"]);
+    assert_eq!(all[1].steps[0].expect.as_ref().unwrap().error.as_deref(), Some("57014"));
+}
+
+/// An error that only some parameter sets have names the set.
+#[test]
+fn an_error_in_one_parameter_set_names_it() {
+    let text = "name: p\ndescription: d\nparams: { code: [55P03, nonsense] }\nactors: { a: { via: direct } }\nsteps:\n  - { actor: a, sql: select 1, expect: { error: \"${code}\" } }\n";
+    let errors = scenario::parse(Path::new("p.yaml"), text).unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0]
+            .message
+            .starts_with("with code=nonsense: step 1: 'nonsense' is neither"),
+        "{}",
+        errors[0]
+    );
+    assert_eq!((errors[0].pos.line, errors[0].pos.column), (6, 40));
+}
