@@ -1,22 +1,27 @@
 //! The driver matrix report: `reports/matrix.json` (schema below) and
 //! `reports/matrix.md` (rendered from `templates/matrix.md.j2`).
 //!
-//! `matrix.json`, schema version 2:
+//! `matrix.json`, schema version 3:
 //! - `schema_version` (2), `generated_at` (RFC 3339), `locklab_version`
 //! - `servers[]`: one per PostgreSQL version, in column-group order: `id` (`pg17`),
 //!   `major` (17), `version` (PostgreSQL `version()`), `backend` (`container`/`local`/`external`),
 //!   `image` (the container image, else null), `startup_ms` (start request to ready,
 //!   without `image_ms`), `image_ms` (finding, pulling or building the image)
 //! - `drivers[]`: `id`, `crate_name`, `crate_version` (from Cargo.lock), `configuration`, `kind` (`direct`/`pooled`)
-//! - `scenarios[]`: `name`, `description`, `source`, `file`, `observations` (record names in step order)
+//! - `scenarios[]`: one per scenario run of a file (one per parameter set): `name`
+//!   (`extreme-keys[key=-1,fn=pg_try_advisory_lock]`), `family` (the file's name),
+//!   `params` (`[[name, value], …]`), `description`, `source`, `file`, `observations`
+//!   (record names in step order)
 //! - `runs[]`: one per server × scenario × driver: `server` (a `servers[].id`), `scenario`,
 //!   `driver`, `failure` (null when passed),
-//!   `observations[]` (`name`, `step`, `value`, `display`, `sqlstate`, `elapsed_ms`),
+//!   `observations[]` (`name`, `step`, `value`, `display`, `sqlstate`, `elapsed_ms`,
+//!   `notices` when the server sent any),
 //!   `steps[]` (`step`, `label`, `elapsed_ms`, `outcome`), `locks_left[]` (`key`, `mode`,
 //!   `granted`, `pid`, `state`, `application_name`), `elapsed_ms`
 //! - `summary`: `runs`, `passed`, `failed`, `elapsed_ms`
 //!
-//! All times are in ms. Version 1 had a single `server` object and no `runs[].server`.
+//! All times are in ms. Version 1 had a single `server` object and no `runs[].server`;
+//! version 2 had no `scenarios[].family`/`params` and no `observations[].notices`.
 
 use std::path::{Path, PathBuf};
 
@@ -29,7 +34,7 @@ use crate::scenario::Scenario;
 use crate::server::Server;
 
 /// Version of the `matrix.json` layout; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Everything one `locklab report` produced.
 #[derive(Debug, Serialize)]
@@ -104,11 +109,15 @@ pub struct DriverColumn {
     pub kind: String,
 }
 
-/// A scenario section.
+/// A scenario (one parameter set of a file).
 #[derive(Debug, Serialize)]
 pub struct ScenarioInfo {
-    /// Name.
+    /// Name, with the parameter set for a parameterised file: `extreme-keys[key=-1,fn=…]`.
     pub name: String,
+    /// The file's scenario name (the Markdown section).
+    pub family: String,
+    /// This run's parameters (name, value), empty without `params`.
+    pub params: Vec<(String, String)>,
     /// Description.
     pub description: String,
     /// Source of the claim.
@@ -165,6 +174,8 @@ impl Report {
                 .iter()
                 .map(|s| ScenarioInfo {
                     name: s.name.clone(),
+                    family: s.family.clone(),
+                    params: s.params.clone(),
                     description: s.description.clone(),
                     source: s.source.clone(),
                     file: s
@@ -244,42 +255,69 @@ impl Report {
                     seen.any(|x| x != first)
                 })
         };
-        let mut tables = Vec::new();
+        let mut tables: Vec<Table> = Vec::new();
+        let mut families: Vec<Vec<&ScenarioInfo>> = Vec::new();
         for s in &self.scenarios {
-            let mut rows = Vec::new();
-            for name in &s.observations {
-                let value = |v: &str, d: &str| {
-                    run_of(v, &s.name, d)
-                        .and_then(|r| r.observation(name))
-                        .map(|o| o.display.clone())
-                };
-                let cells = columns
-                    .iter()
-                    .map(|(v, d)| match run_of(v, &s.name, d).and_then(|r| r.observation(name)) {
-                        Some(o) => match o.elapsed_ms {
-                            Some(ms) => format!("{} ({ms:.1} ms)", esc(&o.display)),
-                            None => esc(&o.display),
-                        },
-                        None => "—".to_owned(),
-                    })
-                    .collect();
-                let mark = if differs(&value) {
-                    " ⚠ differs between servers"
-                } else {
-                    ""
-                };
-                rows.push(Row {
-                    name: format!("`{name}`{mark}"),
-                    cells,
-                });
+            match families.last_mut() {
+                Some(f) if f[0].family == s.family => f.push(s),
+                _ => families.push(vec![s]),
             }
-            let left_of = |v: &str, d: &str| {
-                run_of(v, &s.name, d).map(|r| {
-                    if r.locks_left.is_empty() {
-                        "none".to_owned()
+        }
+        for family in &families {
+            let mut rows = Vec::new();
+            let parameterised = family.len() > 1 || !family[0].params.is_empty();
+            for s in family {
+                let suffix = s.name.strip_prefix(&s.family).unwrap_or_default();
+                for name in &s.observations {
+                    let value = |v: &str, d: &str| {
+                        run_of(v, &s.name, d)
+                            .and_then(|r| r.observation(name))
+                            .map(|o| o.display.clone())
+                    };
+                    let cells = columns
+                        .iter()
+                        .map(|(v, d)| match run_of(v, &s.name, d).and_then(|r| r.observation(name)) {
+                            Some(o) => match o.elapsed_ms {
+                                Some(ms) => format!("{} ({ms:.1} ms)", esc(&o.display)),
+                                None => esc(&o.display),
+                            },
+                            None => "—".to_owned(),
+                        })
+                        .collect();
+                    let mark = if differs(&value) {
+                        " ⚠ differs between servers"
                     } else {
-                        describe_locks_left(&r.locks_left)
+                        ""
+                    };
+                    let label = if parameterised {
+                        format!("`{name}` {}", esc(suffix))
+                    } else {
+                        format!("`{name}`")
+                    };
+                    rows.push(Row {
+                        name: format!("{label}{mark}"),
+                        cells,
+                    });
+                }
+            }
+            // One row for the whole file: each parameter set's leftovers, named.
+            let left_of = |v: &str, d: &str| {
+                let mut parts = Vec::new();
+                for s in family {
+                    let r = run_of(v, &s.name, d)?;
+                    if !r.locks_left.is_empty() {
+                        let suffix = s.name.strip_prefix(&s.family).unwrap_or_default();
+                        parts.push(
+                            format!("{}{suffix}", describe_locks_left(&r.locks_left))
+                                .trim()
+                                .to_owned(),
+                        );
                     }
+                }
+                Some(if parts.is_empty() {
+                    "none".to_owned()
+                } else {
+                    parts.join("; ")
                 })
             };
             let mark = if differs(&left_of) {
@@ -291,24 +329,30 @@ impl Report {
                 name: format!("locks left after run{mark}"),
                 cells: columns
                     .iter()
-                    .map(|(v, d)| left_of(v, d).unwrap_or_else(|| "—".to_owned()))
+                    .map(|(v, d)| left_of(v, d).map(|x| esc(&x)).unwrap_or_else(|| "—".to_owned()))
                     .collect(),
             });
             rows.push(Row {
                 name: "expectations".into(),
                 cells: columns
                     .iter()
-                    .map(|(v, d)| match run_of(v, &s.name, d) {
-                        Some(r) if r.passed() => "pass".to_owned(),
-                        Some(_) => "**FAIL**".to_owned(),
-                        None => "—".to_owned(),
+                    .map(|(v, d)| {
+                        let runs: Vec<&RunResult> = family.iter().filter_map(|s| run_of(v, &s.name, d)).collect();
+                        let failed = runs.iter().filter(|r| !r.passed()).count();
+                        match (runs.len(), failed) {
+                            (0, _) => "—".to_owned(),
+                            (_, 0) => "pass".to_owned(),
+                            (1, _) => "**FAIL**".to_owned(),
+                            (n, f) => format!("**FAIL** ({f} of {n})"),
+                        }
                     })
                     .collect(),
             });
+            let first = family[0];
             tables.push(Table {
-                name: &s.name,
-                description: &s.description,
-                source: s.source.as_deref(),
+                name: &first.family,
+                description: &first.description,
+                source: first.source.as_deref(),
                 rows,
             });
         }
