@@ -42,7 +42,7 @@ enum Command {
     Schema,
     /// Run scenarios × drivers and print the results.
     Run(RunArgs),
-    /// Run every scenario × driver and write matrix.md and matrix.json.
+    /// Run scenarios × drivers (default: all) and write matrix.md and matrix.json.
     Report {
         #[command(flatten)]
         run: RunArgs,
@@ -87,7 +87,7 @@ struct RunArgs {
     /// Scenario × driver runs in flight at once (1-256).
     #[arg(long, default_value_t = DEFAULT_JOBS as u16, value_parser = clap::value_parser!(u16).range(1..=256))]
     jobs: u16,
-    /// Print the full results as JSON on stdout (the summary then goes to stderr).
+    /// Also print the full results as JSON on stdout (the summary then goes to stderr).
     #[arg(long)]
     json: bool,
 }
@@ -160,7 +160,12 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                 let _ = writeln!(text, "wrote {}", p.display());
             }
             text.push_str(&summary(&report.runs));
-            emit(&text)?;
+            if run.json {
+                eprint!("{text}");
+                emit(&report.to_json()?)?;
+            } else {
+                emit(&text)?;
+            }
             Ok(exit_for(&report.runs))
         }
     }
@@ -176,13 +181,19 @@ fn list(dir: &Path) -> Result<ExitCode> {
             _ => families.push((&s.family, 1, first_sentence(&s.description))),
         }
     }
+    let width = families.iter().map(|(f, _, _)| f.chars().count()).max().unwrap_or(0);
     for (family, n, what) in families {
         let runs = if n > 1 {
             format!(" ({n} parameter sets)")
         } else {
             String::new()
         };
-        let _ = writeln!(text, "  {family:<36} {what}{runs}");
+        let what: String = if what.chars().count() > 100 {
+            what.chars().take(99).chain(['…']).collect()
+        } else {
+            what.to_owned()
+        };
+        let _ = writeln!(text, "  {family:<width$}  {what}{runs}");
     }
     if let Err(e) = &loaded {
         let _ = writeln!(text, "  (not listed: {e:#})");
@@ -282,6 +293,18 @@ fn select_scenarios(all: Vec<Scenario>, wanted: &[String]) -> Result<Vec<Scenari
     }
     for w in wanted {
         if !all.iter().any(|s| &s.name == w || &s.family == w) {
+            let family = w.split('[').next().unwrap_or_default();
+            let sets: Vec<&str> = all
+                .iter()
+                .filter(|s| s.family == family && s.name != s.family)
+                .map(|s| s.name.as_str())
+                .collect();
+            if !sets.is_empty() {
+                bail!(
+                    "unknown scenario '{w}'; the parameter sets of '{family}' are: {}",
+                    sets.join(", ")
+                );
+            }
             let mut names: Vec<&str> = all.iter().map(|s| s.family.as_str()).collect();
             names.dedup();
             bail!("unknown scenario '{w}'; known scenarios: {}", names.join(", "));
@@ -544,6 +567,18 @@ impl Interrupts {
 fn summary(runs: &[RunResult]) -> String {
     let mut lines = Vec::new();
     let several = runs.iter().any(|r| r.server != runs[0].server);
+    let width = runs
+        .iter()
+        .map(|r| r.scenario.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(28);
+    let obs_width = runs
+        .iter()
+        .flat_map(|r| r.observations.iter().map(|o| o.name.chars().count()))
+        .max()
+        .unwrap_or(0)
+        .max(34);
     for r in runs {
         let status = if r.passed() { "pass" } else { "FAIL" };
         let server = if several {
@@ -552,18 +587,18 @@ fn summary(runs: &[RunResult]) -> String {
             String::new()
         };
         lines.push(format!(
-            "{status}  {server}{:<28} {:<16} {:>8.1} ms",
+            "{status}  {server}{:<width$} {:<16} {:>8.1} ms",
             r.scenario, r.driver, r.elapsed_ms
         ));
         for o in &r.observations {
             match o.elapsed_ms {
-                Some(ms) => lines.push(format!("        {:<34} {} ({ms:.1} ms)", o.name, o.display)),
-                None => lines.push(format!("        {:<34} {}", o.name, o.display)),
+                Some(ms) => lines.push(format!("        {:<obs_width$} {} ({ms:.1} ms)", o.name, o.display)),
+                None => lines.push(format!("        {:<obs_width$} {}", o.name, o.display)),
             }
         }
         if !r.locks_left.is_empty() {
             lines.push(format!(
-                "        {:<34} {}",
+                "        {:<obs_width$} {}",
                 "locks left after run",
                 describe_locks_left(&r.locks_left)
             ));

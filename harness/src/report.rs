@@ -2,7 +2,7 @@
 //! `reports/matrix.md` (rendered from `templates/matrix.md.j2`).
 //!
 //! `matrix.json`, schema version 3:
-//! - `schema_version` (2), `generated_at` (RFC 3339), `locklab_version`
+//! - `schema_version` (3), `generated_at` (RFC 3339), `locklab_version`
 //! - `servers[]`: one per PostgreSQL version, in column-group order: `id` (`pg17`),
 //!   `major` (17), `version` (PostgreSQL `version()`), `backend` (`container`/`local`/`external`),
 //!   `image` (the container image, else null), `startup_ms` (start request to ready,

@@ -15,7 +15,7 @@ use serde::Serialize;
 use tokio::task::JoinHandle;
 
 use crate::observe::{self, LockRow, Polled, poll_until};
-use crate::scenario::{Action, Expect, RowsExpect, Scalar, Scenario, Step, StepKind, Via, When};
+use crate::scenario::{Action, Expect, Pos, RowsExpect, Scalar, Scenario, Settings, Step, StepKind, Via, When};
 use crate::server::Server;
 
 /// One recorded observation: a row of the matrix, for one driver column.
@@ -133,11 +133,12 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
         return result;
     }
     let mut early = None;
-    for (name, value) in &scenario.server_settings {
+    for (name, value) in &scenario.server_settings.list {
         let sql = format!("alter database \"{db}\" set {name} = '{}'", value.replace('\'', "''"));
         if let Err(e) = admin.client().simple_query(&sql).await {
             early = Some(fail(format!(
-                "cannot apply server setting {name} = {value} (some settings need a superuser): {}",
+                "cannot apply server setting {name} = {value} at {} (some settings need a superuser): {}",
+                scenario.at(scenario.server_settings.pos),
                 DriverError::from(e)
             )));
             break;
@@ -250,10 +251,12 @@ impl Run<'_> {
             max_size: self.scenario.pool_max_size,
             checkout_timeout: Duration::from_secs(CHECKOUT_TIMEOUT_S),
         };
-        let pool = driver
-            .pool(&spec, opts)
-            .await
-            .map_err(|e| format!("cannot build the pool: {e}"))?;
+        let pool = driver.pool(&spec, opts).await.map_err(|e| {
+            format!(
+                "cannot build the pool: {e}{}",
+                self.settings_hint(&self.scenario.pool_settings)
+            )
+        })?;
         let mut monitor = DirectConn::connect(&self.server.spec(self.db, "locklab-monitor"))
             .await
             .map_err(|e| format!("cannot open the monitor connection: {e}"))?;
@@ -264,7 +267,13 @@ impl Run<'_> {
             if actor.via == Via::Direct {
                 match DirectConn::connect(&self.spec(&format!("locklab-{}", actor.name), &actor.settings)).await {
                     Ok(c) => self.slots[i] = Slot::Ready(Box::new(c)),
-                    Err(e) => outcome = Err(format!("cannot connect direct actor '{}': {e}", actor.name)),
+                    Err(e) => {
+                        outcome = Err(format!(
+                            "cannot connect direct actor '{}': {e}{}",
+                            actor.name,
+                            self.settings_hint(&actor.settings)
+                        ))
+                    }
                 }
                 if outcome.is_ok() {
                     self.learn_pid(i).await;
@@ -357,9 +366,21 @@ impl Run<'_> {
         outcome
     }
 
+    /// ` (check the settings at FILE:L:C)` when `settings` are not empty: a
+    /// connection error may come from an unknown or invalid setting, which only
+    /// the server can tell.
+    fn settings_hint(&self, settings: &Settings) -> String {
+        if settings.is_empty() {
+            String::new()
+        } else {
+            format!(" (check the connection settings at {})", self.scenario.at(settings.pos))
+        }
+    }
+
     /// A connect spec for the run's database with `settings` (an
     /// `application_name` among them replaces `default_name`).
-    fn spec(&self, default_name: &str, settings: &[(String, String)]) -> locklab_drivers::ConnectSpec {
+    fn spec(&self, default_name: &str, settings: &Settings) -> locklab_drivers::ConnectSpec {
+        let settings = settings.list.as_slice();
         let app = settings
             .iter()
             .find(|(k, _)| k == "application_name")
@@ -376,7 +397,7 @@ impl Run<'_> {
 
     /// Runs `setup` or `teardown` statements on a connection of the harness's
     /// own role to the run's database, in order, stopping at the first error.
-    async fn run_sql_list(&self, list: &[String], what: &str) -> Result<(), String> {
+    async fn run_sql_list(&self, list: &[(String, Pos)], what: &str) -> Result<(), String> {
         if list.is_empty() {
             return Ok(());
         }
@@ -384,16 +405,17 @@ impl Run<'_> {
             .await
             .map_err(|e| format!("cannot connect for {what}: {e}"))?;
         let mut outcome = Ok(());
-        for (i, sql) in list.iter().enumerate() {
+        for (i, (sql, pos)) in list.iter().enumerate() {
             let r = tokio::time::timeout(Duration::from_secs(60), conn.simple_query(sql)).await;
+            let at = self.scenario.at(*pos);
             match r {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => {
-                    outcome = Err(format!("{what} statement {} failed: {e}", i + 1));
+                    outcome = Err(format!("{what} statement {} at {at} failed: {e}", i + 1));
                     break;
                 }
                 Err(_) => {
-                    outcome = Err(format!("{what} statement {} did not finish within 60 s", i + 1));
+                    outcome = Err(format!("{what} statement {} at {at} did not finish within 60 s", i + 1));
                     break;
                 }
             }
@@ -523,7 +545,12 @@ impl Run<'_> {
                 let conn = tokio::time::timeout(deadline, pool.checkout())
                     .await
                     .map_err(|_| late())?
-                    .map_err(|e| format!("checkout failed: {e}"))?;
+                    .map_err(|e| {
+                        format!(
+                            "checkout failed: {e}{}",
+                            self.settings_hint(&self.scenario.pool_settings)
+                        )
+                    })?;
                 self.slots[actor] = Slot::Ready(conn);
                 self.learn_pid(actor).await;
                 Ok(())

@@ -332,12 +332,14 @@ struct RawExpect {
     error: Option<String>,
     /// With `error`: a regular expression the error message must match.
     #[serde(default)]
-    message: Option<String>,
+    #[schemars(with = "Option<String>")]
+    message: Option<Spanned<String>>,
     /// Server notices the step must produce, each a regular expression matched against
     /// `SEVERITY: message` (e.g. `^WARNING: you don't own a lock`), in order; `[]` means none.
     /// Captured on direct actors only.
     #[serde(default)]
-    notices: Option<Vec<String>>,
+    #[schemars(with = "Option<Vec<String>>")]
+    notices: Option<Vec<Spanned<String>>>,
     /// Bounds on the step's wall time in ms.
     #[serde(default)]
     elapsed_ms: Option<Bounds>,
@@ -518,18 +520,25 @@ pub struct Scenario {
     pub name_pos: Pos,
     /// Maximum pool size for pooled actors (connections).
     pub pool_max_size: u32,
-    /// Connection settings of every pooled connection (name, value as text).
-    pub pool_settings: Vec<(String, String)>,
-    /// `ALTER DATABASE … SET` settings of the run's database (name, value as text).
-    pub server_settings: Vec<(String, String)>,
-    /// SQL run before the actors connect.
-    pub setup: Vec<String>,
-    /// SQL run after the last step.
-    pub teardown: Vec<String>,
+    /// Connection settings of every pooled connection.
+    pub pool_settings: Settings,
+    /// `ALTER DATABASE … SET` settings of the run's database.
+    pub server_settings: Settings,
+    /// SQL run before the actors connect, each with its place in the file.
+    pub setup: Vec<(String, Pos)>,
+    /// SQL run after the last step, each with its place in the file.
+    pub teardown: Vec<(String, Pos)>,
     /// Actors in file order.
     pub actors: Vec<Actor>,
     /// Steps in execution order.
     pub steps: Vec<Step>,
+}
+
+impl Scenario {
+    /// `file:line:column` of `pos` in this scenario's file.
+    pub fn at(&self, pos: Pos) -> String {
+        format!("{}:{}:{}", self.file.display(), pos.line, pos.column)
+    }
 }
 
 /// An actor: a named connection.
@@ -539,8 +548,26 @@ pub struct Actor {
     pub name: String,
     /// Pooled or direct.
     pub via: Via,
-    /// Connection settings of a direct actor (name, value as text); empty for pool actors.
-    pub settings: Vec<(String, String)>,
+    /// Connection settings of a direct actor; empty for pool actors.
+    pub settings: Settings,
+}
+
+/// Settings (`pool.settings`, an actor's `settings`, `server_settings`): name
+/// and value as PostgreSQL text, in file order, and where the map is in the
+/// file (for run-time errors such as an unknown parameter name).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Settings {
+    /// (name, value) pairs, e.g. `("lock_timeout", "200ms")`.
+    pub list: Vec<(String, String)>,
+    /// Where the map starts in the file.
+    pub pos: Pos,
+}
+
+impl Settings {
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
 }
 
 /// What a step does.
@@ -760,7 +787,10 @@ pub const MAX_INSTANCES: usize = 64;
 /// As [`load_file`]. An error that only some parameter combinations have is
 /// prefixed with the combination, e.g. `with key=-1: …`.
 pub fn parse(path: &Path, text: &str) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
-    let head: ParamsOnly = serde_saphyr::from_str(text).map_err(|e| vec![yaml_error(path, &e)])?;
+    // Placeholders are not YAML everywhere (`{ value: ${key} }`): read `params`
+    // from a copy where each `${name}` is letters of the same width.
+    let head: ParamsOnly =
+        serde_saphyr::from_str(&neutralize_placeholders(text)).map_err(|e| vec![yaml_error(path, &e)])?;
     let instances = match head.params {
         None => vec![Vec::new()],
         Some(p) => expand_params(path, p)?,
@@ -927,6 +957,27 @@ fn is_identifier(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// `text` with every `${name}` replaced by as many `x` (positions are kept).
+fn neutralize_placeholders(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("${") {
+        out.push_str(&rest[..i]);
+        match rest[i + 2..].find('}') {
+            Some(j) if is_identifier(&rest[i + 2..i + 2 + j]) => {
+                out.push_str(&"x".repeat(j + 3));
+                rest = &rest[i + 3 + j..];
+            }
+            _ => {
+                out.push_str("${");
+                rest = &rest[i + 2..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Replaces `${name}` for every parameter `name` in the file's text (other
 /// placeholders, the saved values, are left for the runner).
 fn substitute_params(text: &str, params: &[(String, String)]) -> String {
@@ -968,6 +1019,12 @@ fn yaml_error(path: &Path, e: &serde_saphyr::Error) -> ScenarioError {
         if message.contains(&format!("untagged enum {ty}")) {
             message = says.to_owned();
         }
+    }
+    if message == "invalid floating point" {
+        message = "expected a number".to_owned();
+    }
+    if message == "invalid boolean" {
+        message = "expected true or false".to_owned();
     }
     // "invalid i64" and the like: say it in words.
     if let Some(ty) = message.strip_prefix("invalid ")
@@ -1151,8 +1208,8 @@ impl Validator<'_> {
     /// Validates a settings map: names are PostgreSQL parameter names; values
     /// are sent in a connection's startup packet (`-c name=value`), so only
     /// `application_name` may contain spaces.
-    fn settings(&mut self, m: Option<Spanned<IndexMap<String, Setting>>>, what: &str) -> Vec<(String, String)> {
-        let Some(m) = m else { return Vec::new() };
+    fn settings(&mut self, m: Option<Spanned<IndexMap<String, Setting>>>, what: &str) -> Settings {
+        let Some(m) = m else { return Settings::default() };
         let pos = Pos::of(&m.referenced);
         let mut out = Vec::new();
         for (name, value) in m.value {
@@ -1180,10 +1237,10 @@ impl Validator<'_> {
             }
             out.push((name, text));
         }
-        out
+        Settings { list: out, pos }
     }
 
-    fn sql_list(&mut self, list: Vec<Spanned<String>>, what: &str) -> Vec<String> {
+    fn sql_list(&mut self, list: Vec<Spanned<String>>, what: &str) -> Vec<(String, Pos)> {
         let mut out = Vec::new();
         for (i, sql) in list.into_iter().enumerate() {
             if sql.value.trim().is_empty() {
@@ -1198,7 +1255,7 @@ impl Validator<'_> {
                     ),
                 );
             }
-            out.push(sql.value);
+            out.push((sql.value, Pos::of(&sql.referenced)));
         }
         out
     }
@@ -1619,11 +1676,12 @@ impl Validator<'_> {
             );
         }
         for pattern in e.message.iter().chain(e.notices.iter().flatten()) {
-            if let Err(err) = regex::Regex::new(pattern) {
-                let first = err.to_string().lines().last().unwrap_or_default().trim().to_owned();
+            if let Err(err) = regex::Regex::new(&pattern.value) {
+                let why = err.to_string().lines().last().unwrap_or_default().trim().to_owned();
+                let why = why.strip_prefix("error: ").unwrap_or(&why).to_owned();
                 self.err(
-                    pos,
-                    format!("step {n}: '{pattern}' is not a valid regular expression: {first}"),
+                    Pos::of(&pattern.referenced),
+                    format!("step {n}: '{}' is not a valid regular expression: {why}", pattern.value),
                 );
             }
         }
@@ -1718,8 +1776,8 @@ impl Validator<'_> {
             value: e.value,
             rows: e.rows,
             error,
-            message: e.message,
-            notices: e.notices,
+            message: e.message.map(|m| m.value),
+            notices: e.notices.map(|v| v.into_iter().map(|p| p.value).collect()),
             elapsed_ms: e.elapsed_ms,
             held: e.held,
             holder_pid,

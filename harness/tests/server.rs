@@ -318,7 +318,7 @@ async fn namespaced_key_in_rust_equals_the_sql_expression() {
 )]
 #[case::setup_error(
     "  - { actor: o, sql: select 1 }\nsetup: [select * from no_such_table]\n",
-    "setup statement 1 failed: server error 42P01"
+    "setup statement 1 at inline.yaml:6:9 failed: server error 42P01"
 )]
 #[tokio::test]
 async fn v2_expectations_fail_when_they_do_not_hold(#[case] step: &str, #[case] wanted: &str) {

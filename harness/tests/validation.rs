@@ -273,3 +273,20 @@ fn an_error_in_one_parameter_set_names_it() {
     );
     assert_eq!((errors[0].pos.line, errors[0].pos.column), (6, 40));
 }
+
+/// A parameter works in flow style too, quoted or not (unquoted, the raw file
+/// is not YAML until the value is in).
+#[test]
+fn params_in_flow_style() {
+    let text = "name: flow\ndescription: d\nparams: { key: [7, 8] }\nactors: { a: { via: direct } }\nsteps:\n  - { actor: a, sql: 'select ${key}', expect: { value: ${key} } }\n  - { actor: a, observe: advisory_locks, key: [1, ${key}] }\n";
+    let all = scenario::parse(Path::new("flow.yaml"), text).unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[1].steps[0].expect.as_ref().unwrap().value, Some(Scalar::Int(8)));
+    assert_eq!(
+        all[1].steps[1].kind,
+        StepKind::Observe(
+            scenario::ObserveKind::AdvisoryLocks,
+            Some(locklab::keys::AdvisoryKey::Pair(1, 8))
+        )
+    );
+}
