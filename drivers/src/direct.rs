@@ -40,6 +40,10 @@ pub struct DirectConn {
     client: Client,
     task: JoinHandle<()>,
     notices: Arc<Mutex<Vec<String>>>,
+    /// The error that ended the connection, e.g. the server's FATAL
+    /// `25P03 terminating connection due to idle-in-transaction timeout`,
+    /// sent while no statement was running.
+    ended_by: Arc<Mutex<Option<DriverError>>>,
 }
 
 impl DirectConn {
@@ -52,6 +56,8 @@ impl DirectConn {
         let (client, mut connection) = spec.tokio_postgres_config().connect(NoTls).await?;
         let notices = Arc::new(Mutex::new(Vec::new()));
         let sink = notices.clone();
+        let ended_by = Arc::new(Mutex::new(None));
+        let end = ended_by.clone();
         let task = tokio::spawn(async move {
             // Messages are handled in the order the server sent them, so a
             // statement's notices are stored before its result reaches the client.
@@ -66,12 +72,20 @@ impl DirectConn {
                     Ok(_) => {}
                     Err(e) => {
                         tracing::debug!(error = %e, "direct connection ended with an error");
+                        if let Ok(mut slot) = end.lock() {
+                            *slot = Some(DriverError::from(e));
+                        }
                         break;
                     }
                 }
             }
         });
-        Ok(DirectConn { client, task, notices })
+        Ok(DirectConn {
+            client,
+            task,
+            notices,
+            ended_by,
+        })
     }
 
     /// The underlying client.
@@ -92,7 +106,22 @@ impl Conn for DirectConn {
         if let Ok(mut v) = self.notices.lock() {
             v.clear();
         }
-        let mut rows = simple_query_rows(&self.client, sql).await?;
+        let mut rows = match simple_query_rows(&self.client, sql).await {
+            Ok(rows) => rows,
+            // A connection the server ended between statements: report why
+            // (with its SQLSTATE) rather than just "connection closed".
+            Err(DriverError::Client(closed)) if self.client.is_closed() => {
+                let why = self.ended_by.lock().ok().and_then(|e| e.clone());
+                return Err(match why {
+                    Some(DriverError::Db(db)) => DriverError::Db(crate::DbError {
+                        sqlstate: db.sqlstate,
+                        message: format!("{} (the server ended the connection: {closed})", db.message),
+                    }),
+                    _ => DriverError::Client(closed),
+                });
+            }
+            Err(e) => return Err(e),
+        };
         if let Ok(mut v) = self.notices.lock() {
             rows.notices = std::mem::take(&mut *v);
         }

@@ -591,8 +591,8 @@ fn summary(runs: &[RunResult]) -> String {
             r.scenario, r.driver, r.elapsed_ms
         ));
         for o in &r.observations {
-            match o.elapsed_ms {
-                Some(ms) => lines.push(format!("        {:<obs_width$} {} ({ms:.1} ms)", o.name, o.display)),
+            match o.timing() {
+                Some(t) => lines.push(format!("        {:<obs_width$} {} ({t})", o.name, o.display)),
                 None => lines.push(format!("        {:<obs_width$} {}", o.name, o.display)),
             }
         }

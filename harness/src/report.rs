@@ -15,6 +15,7 @@
 //! - `runs[]`: one per server × scenario × driver: `server` (a `servers[].id`), `scenario`,
 //!   `driver`, `failure` (null when passed),
 //!   `observations[]` (`name`, `step`, `value`, `display`, `sqlstate`, `elapsed_ms`,
+//!   `waited_ms` for `await` steps (the part of `elapsed_ms` spent at the await),
 //!   `notices` when the server sent any),
 //!   `steps[]` (`step`, `label`, `elapsed_ms`, `outcome`), `locks_left[]` (`key`, `mode`,
 //!   `granted`, `pid`, `state`, `application_name`), `elapsed_ms`
@@ -277,8 +278,8 @@ impl Report {
                     let cells = columns
                         .iter()
                         .map(|(v, d)| match run_of(v, &s.name, d).and_then(|r| r.observation(name)) {
-                            Some(o) => match o.elapsed_ms {
-                                Some(ms) => format!("{} ({ms:.1} ms)", esc(&o.display)),
+                            Some(o) => match o.timing() {
+                                Some(t) => format!("{} ({t})", esc(&o.display)),
                                 None => esc(&o.display),
                             },
                             None => "—".to_owned(),

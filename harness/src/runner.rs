@@ -34,6 +34,11 @@ pub struct Observation {
     pub sqlstate: Option<String>,
     /// Wall time of the step, in ms, measured around the driver call.
     pub elapsed_ms: Option<f64>,
+    /// For an `await` step: the part of `elapsed_ms` spent at the `await` (from
+    /// the step's start until the result was in, 0 when it already was), in ms:
+    /// e.g. how long a waiter still waited once the step before it released the lock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waited_ms: Option<f64>,
     /// Server notices of the step (`SEVERITY: message`; direct actors only).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notices: Vec<String>,
@@ -75,6 +80,18 @@ pub struct RunResult {
     pub locks_left: Vec<LockRow>,
     /// Wall time of the whole run in ms, database creation and drop included.
     pub elapsed_ms: f64,
+}
+
+impl Observation {
+    /// The timing shown next to the value: `201.2 ms`, or for an `await` step
+    /// `201.2 ms, 3.1 at await`; `None` for observations without a timing.
+    pub fn timing(&self) -> Option<String> {
+        let ms = self.elapsed_ms?;
+        Some(match self.waited_ms {
+            Some(w) => format!("{ms:.1} ms, {w:.1} at await"),
+            None => format!("{ms:.1} ms"),
+        })
+    }
 }
 
 impl RunResult {
@@ -159,6 +176,7 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
             last_user: HashMap::new(),
             vars: HashMap::new(),
             finished: HashMap::new(),
+            waited: None,
         };
         let outcome = run.execute(driver).await;
         if let Err(msg) = outcome {
@@ -239,14 +257,22 @@ struct Run<'a> {
     vars: HashMap<String, Option<String>>,
     /// When each awaited background step (index) completed, client side.
     finished: HashMap<usize, Instant>,
+    /// For the `await` step being finished: how long it waited (from its start
+    /// until the background step's result was in; zero when it already was).
+    waited: Option<Duration>,
 }
 
 impl Run<'_> {
+    /// The run proper, then `teardown` whatever happened.
     async fn execute(&mut self, driver: &dyn Driver) -> Result<(), String> {
+        let outcome = self.execute_steps(driver).await;
+        let teardown = self.run_sql_list(&self.scenario.teardown, "teardown").await;
+        outcome.and(teardown)
+    }
+
+    async fn execute_steps(&mut self, driver: &dyn Driver) -> Result<(), String> {
         let spec = self.spec(&format!("locklab-{}", self.info.id), &self.scenario.pool_settings);
-        if let Err(e) = self.run_sql_list(&self.scenario.setup, "setup").await {
-            return Err(e);
-        }
+        self.run_sql_list(&self.scenario.setup, "setup").await?;
         let opts = PoolOptions {
             max_size: self.scenario.pool_max_size,
             checkout_timeout: Duration::from_secs(CHECKOUT_TIMEOUT_S),
@@ -360,9 +386,6 @@ impl Run<'_> {
         }
         let _ = tokio::time::timeout(Duration::from_secs(10), pool.close()).await;
         monitor.close().await;
-        if let Err(e) = self.run_sql_list(&self.scenario.teardown, "teardown").await {
-            outcome = outcome.and(Err(e));
-        }
         outcome
     }
 
@@ -433,6 +456,7 @@ impl Run<'_> {
                 display: "n/a".into(),
                 sqlstate: None,
                 elapsed_ms: None,
+                waited_ms: None,
                 notices: Vec::new(),
             });
         }
@@ -631,6 +655,7 @@ impl Run<'_> {
                         display: actual.join(" → "),
                         sqlstate: None,
                         elapsed_ms: None,
+                        waited_ms: None,
                         notices: Vec::new(),
                     });
                 }
@@ -645,6 +670,7 @@ impl Run<'_> {
                 }
             }
             StepKind::Await(bg) => {
+                let await_began = Instant::now();
                 let Slot::Busy {
                     step: s,
                     started,
@@ -672,7 +698,10 @@ impl Run<'_> {
                 };
                 self.slots[actor] = Slot::Ready(conn);
                 self.finished.insert(*bg, done);
-                self.finish_sql(step, outcome)
+                self.waited = Some(done.saturating_duration_since(await_began));
+                let r = self.finish_sql(step, outcome);
+                self.waited = None;
+                r
             }
         }
     }
@@ -741,7 +770,13 @@ impl Run<'_> {
             self.vars.insert(var.clone(), v.map(str::to_owned));
         }
         if let Some(name) = &step.record {
-            let notices = result.as_ref().map(|r| r.notices.clone()).unwrap_or_default();
+            // Only direct actors capture notices for every driver; a pool actor's
+            // would show for the tokio-postgres driver alone (its "pool" opens
+            // direct connections), a difference that is not the pools'.
+            let notices = match (&result, self.scenario.actors[step.actor].via) {
+                (Ok(r), Via::Direct) => r.notices.clone(),
+                _ => Vec::new(),
+            };
             let (value, mut display, sqlstate) = match &result {
                 Ok(rows) => match rows.first_value() {
                     None => (serde_json::Value::Null, "(no rows)".to_owned(), None),
@@ -768,6 +803,7 @@ impl Run<'_> {
                 display,
                 sqlstate,
                 elapsed_ms: Some(elapsed),
+                waited_ms: self.waited.map(ms),
                 notices,
             });
         }
@@ -821,6 +857,7 @@ impl Run<'_> {
                 display,
                 sqlstate: None,
                 elapsed_ms: None,
+                waited_ms: None,
                 notices: Vec::new(),
             });
         }

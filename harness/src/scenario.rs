@@ -793,13 +793,27 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<Scenario>, Vec<ScenarioError
         serde_saphyr::from_str(&neutralize_placeholders(text)).map_err(|e| vec![yaml_error(path, &e)])?;
     let instances = match head.params {
         None => vec![Vec::new()],
-        Some(p) => expand_params(path, p)?,
+        Some(p) => {
+            let pos = Pos::of(&p.referenced);
+            let combos = expand_params(path, p)?;
+            let body = neutralize_params_section(text);
+            for (name, _) in combos.first().into_iter().flatten() {
+                if !body.contains(&format!("${{{name}}}")) {
+                    return Err(vec![ScenarioError {
+                        file: path.to_owned(),
+                        pos,
+                        message: format!("parameter '{name}' is never used as '${{{name}}}'"),
+                    }]);
+                }
+            }
+            combos
+        }
     };
     let mut out = Vec::new();
-    let mut errors: Vec<ScenarioError> = Vec::new();
-    let mut seen: Vec<(Pos, String)> = Vec::new();
+    // Each parameter set's errors, positions mapped back to the file as written.
+    let mut per_instance: Vec<Vec<ScenarioError>> = Vec::new();
     for params in &instances {
-        let expanded = substitute_params(text, params);
+        let (expanded, shifts) = substitute_params(text, params);
         let result = serde_saphyr::from_str::<RawScenario>(&expanded)
             .map_err(|e| vec![yaml_error(path, &e)])
             .and_then(|raw| {
@@ -812,35 +826,34 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<Scenario>, Vec<ScenarioError
             });
         match result {
             Ok(s) => out.push(s),
-            Err(errs) => {
-                for mut e in errs {
-                    let key = (e.pos, e.message.clone());
-                    if seen.contains(&key) {
-                        continue;
-                    }
-                    seen.push(key);
-                    if instances.len() > 1 {
-                        let every = instances.iter().all(|p| {
-                            let t = substitute_params(text, p);
-                            match serde_saphyr::from_str::<RawScenario>(&t) {
-                                Err(pe) => yaml_error(path, &pe).message == e.message,
-                                Ok(raw) => Validator {
-                                    file: path,
-                                    errors: Vec::new(),
-                                    params: p,
-                                }
-                                .run(raw)
-                                .err()
-                                .is_some_and(|v| v.iter().any(|x| x.pos == e.pos && x.message == e.message)),
-                            }
-                        });
-                        if !every {
-                            e.message = format!("with {}: {}", instance_suffix(params), e.message);
-                        }
-                    }
-                    errors.push(e);
+            Err(mut errs) => {
+                for e in &mut errs {
+                    e.pos = shifts.original(e.pos);
                 }
+                per_instance.push(errs);
+                continue;
             }
+        }
+        per_instance.push(Vec::new());
+    }
+    // An error every set has is reported once; one only some have names the set.
+    let mut errors: Vec<ScenarioError> = Vec::new();
+    let mut seen: Vec<(Pos, String)> = Vec::new();
+    for (params, errs) in instances.iter().zip(&per_instance) {
+        for e in errs {
+            let key = (e.pos, e.message.clone());
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key);
+            let every = per_instance
+                .iter()
+                .all(|other| other.iter().any(|x| x.pos == e.pos && x.message == e.message));
+            let mut e = e.clone();
+            if !every {
+                e.message = format!("with {}: {}", instance_suffix(params), e.message);
+            }
+            errors.push(e);
         }
     }
     if errors.is_empty() { Ok(out) } else { Err(errors) }
@@ -866,6 +879,18 @@ fn expand_params(path: &Path, p: Spanned<RawParams>) -> Result<Vec<Vec<(String, 
             message,
         }]
     };
+    // A number too large for a float to hold exactly has already been rounded
+    // by the YAML reader: ask for text instead of expanding a different value.
+    let inexact = |v: &Scalar| matches!(v, Scalar::Float(f) if f.fract() == 0.0 && f.abs() >= 9_007_199_254_740_992.0);
+    let values: Vec<(&String, &Scalar)> = match &p.value {
+        RawParams::Matrix(m) => m.iter().flat_map(|(k, vs)| vs.iter().map(move |v| (k, v))).collect(),
+        RawParams::Cases(cs) => cs.iter().flat_map(|c| c.iter()).collect(),
+    };
+    if let Some((name, v)) = values.into_iter().find(|(_, v)| inexact(v)) {
+        return Err(err(format!(
+            "parameter '{name}': a number this large ({v} after rounding) cannot be read exactly; quote it as text"
+        )));
+    }
     let mut combos: Vec<Vec<(String, String)>> = match p.value {
         RawParams::Matrix(m) => {
             if m.is_empty() {
@@ -923,12 +948,14 @@ fn expand_params(path: &Path, p: Spanned<RawParams>) -> Result<Vec<Vec<(String, 
                 .collect()
         }
     };
-    for (name, value) in combos.first().into_iter().flatten() {
+    for (name, _) in combos.first().into_iter().flatten() {
         if !is_identifier(name) {
             return Err(err(format!(
                 "parameter name '{name}' must be a letter or '_' followed by letters, digits or '_'"
             )));
         }
+    }
+    for (name, value) in combos.iter().flatten() {
         if value.contains("${") {
             return Err(err(format!("parameter '{name}': a value cannot contain '${{'")));
         }
@@ -978,12 +1005,87 @@ fn neutralize_placeholders(text: &str) -> String {
     out
 }
 
+/// Where substitutions changed a line's length: (line, column in the expanded
+/// text, placeholder width, value width), in order.
+#[derive(Default)]
+struct Shifts(Vec<(u64, u64, u64, u64)>);
+
+impl Shifts {
+    /// The position in the file as written of `pos` in the expanded text; a
+    /// position inside a substituted value maps to its placeholder.
+    fn original(&self, pos: Pos) -> Pos {
+        let mut delta: i64 = 0;
+        for &(line, col, width, value) in self.0.iter().filter(|s| s.0 == pos.line) {
+            let _ = line;
+            if pos.column < col {
+                break;
+            }
+            if pos.column < col + value {
+                return Pos {
+                    line: pos.line,
+                    column: (col as i64 - delta).max(1) as u64,
+                };
+            }
+            delta += value as i64 - width as i64;
+        }
+        Pos {
+            line: pos.line,
+            column: (pos.column as i64 - delta).max(1) as u64,
+        }
+    }
+}
+
 /// Replaces `${name}` for every parameter `name` in the file's text (other
-/// placeholders, the saved values, are left for the runner).
-fn substitute_params(text: &str, params: &[(String, String)]) -> String {
-    let mut out = text.to_owned();
-    for (name, value) in params {
-        out = out.replace(&format!("${{{name}}}"), value);
+/// placeholders, the saved values, are left for the runner), in one pass, so a
+/// value is never expanded again. Values contain no line breaks.
+fn substitute_params(text: &str, params: &[(String, String)]) -> (String, Shifts) {
+    let mut out = String::with_capacity(text.len());
+    let mut shifts = Shifts::default();
+    let (mut line, mut col) = (1u64, 1u64);
+    let mut rest = text;
+    while !rest.is_empty() {
+        if rest.starts_with("${")
+            && let Some(j) = rest[2..].find('}')
+            && let Some((_, value)) = params.iter().find(|(k, _)| *k == rest[2..2 + j])
+        {
+            let width = j as u64 + 3;
+            let len = value.chars().count() as u64;
+            shifts.0.push((line, col, width, len));
+            out.push_str(value);
+            col += len;
+            rest = &rest[j + 3..];
+            continue;
+        }
+        let c = rest.chars().next().unwrap_or_default();
+        out.push(c);
+        if c == '\n' {
+            line += 1;
+            col = 1;
+        } else {
+            col += 1;
+        }
+        rest = &rest[c.len_utf8()..];
+    }
+    (out, shifts)
+}
+
+/// The text without the top-level `params:` block and without comment lines
+/// (to tell used parameters from their declaration).
+fn neutralize_params_section(text: &str) -> String {
+    let mut out = String::new();
+    let mut in_params = false;
+    for l in text.lines() {
+        if l.trim_start().starts_with('#') {
+            continue;
+        }
+        let top = !l.starts_with([' ', '\t', '-', '#']) && !l.trim().is_empty();
+        if top {
+            in_params = l.starts_with("params:");
+        }
+        if !in_params {
+            out.push_str(l);
+            out.push('\n');
+        }
     }
     out
 }
@@ -1292,6 +1394,10 @@ impl Validator<'_> {
         records: &mut HashMap<String, Pos>,
     ) -> Option<Step> {
         let n = index + 1;
+        if actors.is_empty() {
+            // Already reported ("a scenario needs at least one actor").
+            return None;
+        }
         let kinds = [
             s.sql.is_some(),
             s.action.is_some(),
@@ -1555,6 +1661,15 @@ impl Validator<'_> {
                     format!("step {n}: 'save' on a step expected to fail saves nothing"),
                 );
             }
+            if !is_identifier(&v.value) {
+                self.err(
+                    Pos::of(&v.referenced),
+                    format!(
+                        "step {n}: 'save: {}' must be a letter or '_' followed by letters, digits or '_' (it is used as ${{name}})",
+                        v.value
+                    ),
+                );
+            }
             if self.params.iter().any(|(p, _)| *p == v.value) {
                 self.err(
                     Pos::of(&v.referenced),
@@ -1684,6 +1799,12 @@ impl Validator<'_> {
                     format!("step {n}: '{}' is not a valid regular expression: {why}", pattern.value),
                 );
             }
+        }
+        if e.notices.is_some() && e.error.is_some() {
+            self.err(
+                pos,
+                format!("step {n}: 'notices' are checked on steps that succeed; a failed step's notices are not kept"),
+            );
         }
         if e.notices.is_some() && !direct {
             self.err(

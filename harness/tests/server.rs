@@ -333,7 +333,7 @@ async fn v2_expectations_fail_when_they_do_not_hold(#[case] step: &str, #[case] 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn order_fails_when_the_steps_completed_otherwise() {
     let r = run_inline(
-        "name: order\ndescription: d\nactors: { h: { via: direct }, w1: { via: direct }, w2: { via: direct }, o: { via: direct } }\nsteps:\n  - { actor: h, sql: select pg_advisory_lock(3) }\n  - { actor: w1, id: one, sql: 'select pg_advisory_xact_lock(3), pg_sleep(0.05)', background: true }\n  - { actor: o, blocked: w1 }\n  - { actor: w2, id: two, sql: 'select pg_advisory_xact_lock(3), pg_sleep(0.05)', background: true }\n  - { actor: o, blocked: [w1, w2] }\n  - { actor: h, sql: select pg_advisory_unlock(3) }\n  - { await: one }\n  - { await: two }\n  - { order: [two, one], record: o }\n",
+        "name: order\ndescription: d\nactors: { h: { via: direct }, w1: { via: direct }, w2: { via: direct }, o: { via: direct } }\nsteps:\n  - { actor: h, sql: select pg_advisory_lock(3) }\n  - { actor: w1, id: one, sql: 'select pg_advisory_xact_lock(3), pg_sleep(0.3)', background: true }\n  - { actor: o, blocked: w1 }\n  - { actor: w2, id: two, sql: 'select pg_advisory_xact_lock(3), pg_sleep(0.3)', background: true }\n  - { actor: o, blocked: [w1, w2] }\n  - { actor: h, sql: select pg_advisory_unlock(3) }\n  - { await: one }\n  - { await: two }\n  - { order: [two, one], record: o }\n",
         "tokio-postgres",
     )
     .await;

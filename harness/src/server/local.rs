@@ -385,8 +385,11 @@ fn chown_tree(dir: &Path, u: &RunAs) -> Result<()> {
     Ok(())
 }
 
+/// Free space `/dev/shm` needs to be used for a cluster, in bytes (1 GiB).
+const SHM_MIN_FREE: u64 = 1 << 30;
+
 /// Where cluster directories go: `LOCKLAB_CLUSTER_DIR` when set, else
-/// `/dev/shm` when it is a writable directory (a tmpfs: each run's
+/// `/dev/shm` when it is a writable directory with at least 1 GiB free (a tmpfs: each run's
 /// `CREATE DATABASE` copies ~300 files, about 6× faster there than on a disk
 /// file system), else the temporary directory (`TMPDIR`, `/tmp`).
 pub fn cluster_parent() -> PathBuf {
@@ -395,7 +398,11 @@ pub fn cluster_parent() -> PathBuf {
     }
     let shm = Path::new("/dev/shm");
     let writable = nix::unistd::access(shm, nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK).is_ok();
-    if shm.is_dir() && writable {
+    // A cluster with a few run databases in flight needs a few hundred MB;
+    // Docker gives containers a 64 MB /dev/shm by default.
+    let roomy = nix::sys::statvfs::statvfs(shm)
+        .is_ok_and(|v| (v.blocks_available() as u64).saturating_mul(v.fragment_size() as u64) >= SHM_MIN_FREE);
+    if shm.is_dir() && writable && roomy {
         return shm.to_path_buf();
     }
     std::env::temp_dir()
