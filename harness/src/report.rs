@@ -17,7 +17,7 @@
 //!   `observations[]` (`name`, `step`, `value`, `display`, `sqlstate`, `elapsed_ms`,
 //!   `waited_ms` for `await` steps (the part of `elapsed_ms` spent at the await),
 //!   `notices` when the server sent any),
-//!   `steps[]` (`step`, `label`, `elapsed_ms`, `outcome`), `locks_left[]` (`key`, `mode`,
+//!   `steps[]` (failed runs only: `step`, `label`, `elapsed_ms`, `outcome`), `locks_left[]` (`key`, `mode`,
 //!   `granted`, `pid`, `state`, `application_name`), `elapsed_ms`
 //! - `summary`: `runs`, `passed`, `failed`, `elapsed_ms`
 //!
@@ -202,7 +202,19 @@ impl Report {
     /// # Errors
     /// Serialisation failure (not expected).
     pub fn to_json(&self) -> Result<String> {
-        Ok(serde_json::to_string_pretty(self)? + "\n")
+        let mut v = serde_json::to_value(self)?;
+        // Step-by-step detail is for diagnosing a failure; a passed run's
+        // observations already carry what it measured (and the file stays small).
+        if let Some(runs) = v.get_mut("runs").and_then(|r| r.as_array_mut()) {
+            for run in runs {
+                if run.get("failure").is_some_and(|f| f.is_null())
+                    && let Some(o) = run.as_object_mut()
+                {
+                    o.remove("steps");
+                }
+            }
+        }
+        Ok(serde_json::to_string_pretty(&v)? + "\n")
     }
 
     /// The report as GitHub-flavoured Markdown: per scenario, one row per

@@ -796,7 +796,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<Scenario>, Vec<ScenarioError
         Some(p) => {
             let pos = Pos::of(&p.referenced);
             let combos = expand_params(path, p)?;
-            let body = neutralize_params_section(text);
+            let body = without_params_and_comments(text);
             for (name, _) in combos.first().into_iter().flatten() {
                 if !body.contains(&format!("${{{name}}}")) {
                     return Err(vec![ScenarioError {
@@ -1071,7 +1071,7 @@ fn substitute_params(text: &str, params: &[(String, String)]) -> (String, Shifts
 
 /// The text without the top-level `params:` block and without comment lines
 /// (to tell used parameters from their declaration).
-fn neutralize_params_section(text: &str) -> String {
+fn without_params_and_comments(text: &str) -> String {
     let mut out = String::new();
     let mut in_params = false;
     for l in text.lines() {
