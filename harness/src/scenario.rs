@@ -1015,8 +1015,7 @@ impl Shifts {
     /// position inside a substituted value maps to its placeholder.
     fn original(&self, pos: Pos) -> Pos {
         let mut delta: i64 = 0;
-        for &(line, col, width, value) in self.0.iter().filter(|s| s.0 == pos.line) {
-            let _ = line;
+        for &(_, col, width, value) in self.0.iter().filter(|s| s.0 == pos.line) {
             if pos.column < col {
                 break;
             }
