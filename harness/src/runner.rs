@@ -176,7 +176,6 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
             last_user: HashMap::new(),
             vars: HashMap::new(),
             finished: HashMap::new(),
-            waited: None,
         };
         let outcome = run.execute(driver).await;
         if let Err(msg) = outcome {
@@ -257,9 +256,6 @@ struct Run<'a> {
     vars: HashMap<String, Option<String>>,
     /// When each awaited background step (index) completed, client side.
     finished: HashMap<usize, Instant>,
-    /// For the `await` step being finished: how long it waited (from its start
-    /// until the background step's result was in; zero when it already was).
-    waited: Option<Duration>,
 }
 
 impl Run<'_> {
@@ -563,7 +559,7 @@ impl Run<'_> {
                 let r = tokio::time::timeout(deadline, conn.simple_query(&sql))
                     .await
                     .map_err(|_| late())?;
-                self.finish_sql(step, (r, t0.elapsed()))
+                self.finish_sql(step, (r, t0.elapsed()), None)
             }
             StepKind::Do(Action::Checkout) => {
                 let conn = tokio::time::timeout(deadline, pool.checkout())
@@ -587,7 +583,7 @@ impl Run<'_> {
                 let r = tokio::time::timeout(deadline, conn.simple_query(sql))
                     .await
                     .map_err(|_| late())?;
-                self.finish_sql(step, (r, t0.elapsed()))
+                self.finish_sql(step, (r, t0.elapsed()), None)
             }
             StepKind::Observe(_, key) => {
                 let conn = self.conn(actor)?;
@@ -698,10 +694,7 @@ impl Run<'_> {
                 };
                 self.slots[actor] = Slot::Ready(conn);
                 self.finished.insert(*bg, done);
-                self.waited = Some(done.saturating_duration_since(await_began));
-                let r = self.finish_sql(step, outcome);
-                self.waited = None;
-                r
+                self.finish_sql(step, outcome, Some(done.saturating_duration_since(await_began)))
             }
         }
     }
@@ -741,7 +734,9 @@ impl Run<'_> {
         }
     }
 
-    fn finish_sql(&mut self, step: &Step, (result, took): SqlOutcome) -> Result<(), String> {
+    /// Checks and records an SQL step's outcome. `waited`: for an `await` step,
+    /// how long the await itself waited (zero when the result was already in).
+    fn finish_sql(&mut self, step: &Step, (result, took): SqlOutcome, waited: Option<Duration>) -> Result<(), String> {
         let elapsed = ms(took);
         if let Some(e) = &step.expect {
             let mut e = e.clone();
@@ -803,7 +798,7 @@ impl Run<'_> {
                 display,
                 sqlstate,
                 elapsed_ms: Some(elapsed),
-                waited_ms: self.waited.map(ms),
+                waited_ms: waited.map(ms),
                 notices,
             });
         }
