@@ -48,6 +48,7 @@ impl Driver for Bb8Postgres {
             crate_version: format!("{} (bb8 {})", crate_version("bb8-postgres"), crate_version("bb8")),
             configuration: "Builder defaults (test_on_check_out = true)",
             kind: DriverKind::Pooled,
+            pooler: None,
         }
     }
 

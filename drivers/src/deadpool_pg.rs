@@ -25,6 +25,25 @@ impl Deadpool {
         }
     }
 
+    /// `RecyclingMethod::Verified`: runs an empty simple query on recycle.
+    pub fn verified() -> Self {
+        Deadpool {
+            id: "deadpool-verified",
+            configuration: "RecyclingMethod::Verified",
+            method: || RecyclingMethod::Verified,
+        }
+    }
+
+    /// `RecyclingMethod::Custom("select pg_advisory_unlock_all()")`: the
+    /// mitigation on its own, run on recycle (the next checkout).
+    pub fn custom_unlock_all() -> Self {
+        Deadpool {
+            id: "deadpool-custom",
+            configuration: "RecyclingMethod::Custom(\"select pg_advisory_unlock_all()\")",
+            method: || RecyclingMethod::Custom("select pg_advisory_unlock_all()".into()),
+        }
+    }
+
     /// `RecyclingMethod::Clean`: runs the crate's DISCARD-like script, which includes
     /// `SELECT pg_advisory_unlock_all()`, on recycle.
     pub fn clean() -> Self {
@@ -73,6 +92,7 @@ impl Driver for Deadpool {
             crate_version: crate_version("deadpool-postgres"),
             configuration: self.configuration,
             kind: DriverKind::Pooled,
+            pooler: None,
         }
     }
 

@@ -8,8 +8,14 @@ use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, Client, NoTls, SimpleQueryMessage};
 
 use crate::{
-    Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, Returned, Rows, crate_version,
+    Canceller, Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, Returned, Rows,
+    crate_version,
 };
+
+/// A [`Canceller`] from a tokio-postgres cancel token (`CancelToken::cancel_query`).
+pub(crate) fn token_canceller(token: tokio_postgres::CancelToken) -> Canceller {
+    Box::new(move || Box::pin(async move { token.cancel_query(NoTls).await.map_err(DriverError::from) }))
+}
 
 /// Runs `sql` on a tokio-postgres client with the simple query protocol and
 /// collects every data row as text.
@@ -132,6 +138,10 @@ impl Conn for DirectConn {
         self.close().await;
         Returned::Closed
     }
+
+    fn canceller(&self) -> Option<Canceller> {
+        Some(token_canceller(self.client.cancel_token()))
+    }
 }
 
 /// A pooled tokio-postgres client (deadpool's `Object`, bb8's `PooledConnection`).
@@ -153,6 +163,10 @@ impl<G: ClientGuard> Conn for DropReturns<G> {
     async fn give_back(self: Box<Self>) -> Returned {
         drop(self);
         Returned::ToPool
+    }
+
+    fn canceller(&self) -> Option<Canceller> {
+        Some(token_canceller(self.0.client().cancel_token()))
     }
 }
 
@@ -181,6 +195,7 @@ impl Driver for TokioPostgresDirect {
             crate_version: crate_version("tokio-postgres"),
             configuration: "no pool: connect on checkout, close on return",
             kind: DriverKind::Direct,
+            pooler: None,
         }
     }
 

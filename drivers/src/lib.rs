@@ -13,7 +13,11 @@
 
 mod bb8_pg;
 mod deadpool_pg;
+mod diesel_async_pg;
 mod direct;
+mod mobc_pg;
+mod pgbouncer;
+mod r2d2_pg;
 mod sqlx_pg;
 mod versions;
 
@@ -21,6 +25,7 @@ use std::fmt;
 use std::time::Duration;
 
 pub use direct::{DirectConn, simple_query_rows};
+pub use pgbouncer::PoolerMode;
 pub use versions::crate_version;
 
 /// Where and as whom to connect. Every driver builds its own client
@@ -136,12 +141,17 @@ pub struct DriverInfo {
     pub configuration: &'static str,
     /// Direct or pooled.
     pub kind: DriverKind,
+    /// The PgBouncer mode this configuration connects through, if any: the
+    /// harness starts PgBouncer in front of the server and points the driver's
+    /// [`ConnectSpec`] at it.
+    pub pooler: Option<PoolerMode>,
 }
 
 /// A server-side error: SQLSTATE and message as PostgreSQL sent them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DbError {
-    /// Five-character SQLSTATE, e.g. `55P03` (lock_not_available).
+    /// Five-character SQLSTATE, e.g. `55P03` (lock_not_available); empty when
+    /// the driver does not pass it on (diesel-async for most codes).
     pub sqlstate: String,
     /// The server's primary message.
     pub message: String,
@@ -157,14 +167,19 @@ pub enum DriverError {
     /// pool timeout, protocol error).
     #[error("{0}")]
     Client(String),
+    /// The driver has no API for what was asked (e.g. no cancel request, no
+    /// advisory-lock guard); the text says what is missing.
+    #[error("not supported: {0}")]
+    Unsupported(String),
 }
 
 impl DriverError {
-    /// The SQLSTATE, when the server sent one.
+    /// The SQLSTATE, when the server sent one and the driver passed it on
+    /// (a [`DriverError::Db`] with an empty `sqlstate` gives `None`).
     pub fn sqlstate(&self) -> Option<&str> {
         match self {
-            DriverError::Db(e) => Some(&e.sqlstate),
-            DriverError::Client(_) => None,
+            DriverError::Db(e) => Some(e.sqlstate.as_str()).filter(|c| !c.is_empty()),
+            DriverError::Client(_) | DriverError::Unsupported(_) => None,
         }
     }
 }
@@ -228,6 +243,26 @@ pub enum Returned {
     Closed,
 }
 
+/// A way to send a cancel request (PostgreSQL protocol §55.2.8 "Canceling
+/// Requests in Progress": a new connection carrying the backend pid and secret
+/// key) for the statement running on a connection, obtained before the
+/// statement starts, as application code would (tokio-postgres
+/// `Client::cancel_token`, postgres `Client::cancel_token`).
+pub type Canceller = Box<dyn FnOnce() -> futures::future::BoxFuture<'static, Result<(), DriverError>> + Send>;
+
+/// How a test of an advisory-lock guard API ends (sqlx `PgAdvisoryLockGuard`,
+/// sqlx-postgres `src/advisory_lock.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuardEnd {
+    /// `release_now()`: runs `pg_advisory_unlock` and waits for it.
+    ReleaseNow,
+    /// The guard is dropped: sqlx queues `pg_advisory_unlock` to run the next
+    /// time the connection is used.
+    Drop,
+    /// `leak()`: the lock stays held and the connection is handed back.
+    Leak,
+}
+
 /// A checked-out connection.
 #[async_trait::async_trait]
 pub trait Conn: Send {
@@ -244,6 +279,27 @@ pub trait Conn: Send {
     /// what is measured. Returns once the pool has taken the connection back
     /// (some pools finish a return in a background task: this waits for it).
     async fn give_back(self: Box<Self>) -> Returned;
+
+    /// A cancel request for whatever statement runs on this connection later,
+    /// or `None` when the driver offers no cancel API (sqlx, diesel through a
+    /// pool object that hides it is still `Some`).
+    fn canceller(&self) -> Option<Canceller> {
+        None
+    }
+
+    /// Takes the session-level advisory lock on `key` (i64) through the
+    /// driver's own guard API, then ends the guard as `end` says. Returns
+    /// once the guard is acquired and ended.
+    ///
+    /// # Errors
+    /// [`DriverError::Unsupported`] for drivers without such an API (all but
+    /// sqlx); the server's or client's error otherwise.
+    async fn advisory_lock_guard(&mut self, key: i64, end: GuardEnd) -> Result<(), DriverError> {
+        let _ = (key, end);
+        Err(DriverError::Unsupported(
+            "this driver has no advisory-lock guard API".into(),
+        ))
+    }
 }
 
 /// A pool (or, for the direct driver, a connection factory) for one scenario run.
@@ -278,9 +334,39 @@ pub fn registry() -> Vec<Box<dyn Driver>> {
     vec![
         Box::new(direct::TokioPostgresDirect),
         Box::new(deadpool_pg::Deadpool::fast()),
+        Box::new(deadpool_pg::Deadpool::verified()),
         Box::new(deadpool_pg::Deadpool::clean()),
+        Box::new(deadpool_pg::Deadpool::custom_unlock_all()),
         Box::new(bb8_pg::Bb8Postgres),
-        Box::new(sqlx_pg::SqlxPgPool),
+        Box::new(sqlx_pg::SqlxPgPool::defaults()),
+        Box::new(sqlx_pg::SqlxPgPool::after_release_unlock_all()),
+        Box::new(mobc_pg::MobcPostgres),
+        Box::new(r2d2_pg::R2d2Postgres),
+        Box::new(diesel_async_pg::DieselAsyncDeadpool),
+        Box::new(pgbouncer::ViaPgBouncer::new(
+            "pgbouncer-session",
+            "PgBouncer pool_mode=session; tokio-postgres, no pool",
+            PoolerMode::Session,
+            direct::TokioPostgresDirect,
+        )),
+        Box::new(pgbouncer::ViaPgBouncer::new(
+            "pgbouncer-session+deadpool",
+            "PgBouncer pool_mode=session; deadpool-postgres RecyclingMethod::Fast",
+            PoolerMode::Session,
+            deadpool_pg::Deadpool::fast(),
+        )),
+        Box::new(pgbouncer::ViaPgBouncer::new(
+            "pgbouncer-transaction",
+            "PgBouncer pool_mode=transaction; tokio-postgres, no pool",
+            PoolerMode::Transaction,
+            direct::TokioPostgresDirect,
+        )),
+        Box::new(pgbouncer::ViaPgBouncer::new(
+            "pgbouncer-transaction+deadpool",
+            "PgBouncer pool_mode=transaction; deadpool-postgres RecyclingMethod::Fast",
+            PoolerMode::Transaction,
+            deadpool_pg::Deadpool::fast(),
+        )),
     ]
 }
 

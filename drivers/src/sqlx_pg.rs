@@ -1,22 +1,52 @@
-//! `sqlx` `PgPool` with default options. On return sqlx pings the connection in a
-//! background task before it becomes idle again (`PoolConnection::return_to_pool`,
-//! sqlx-core `src/pool/connection.rs`); it does not reset session state.
+//! `sqlx` `PgPool`, with default options and with an `after_release` hook. On
+//! return sqlx pings the connection in a background task before it becomes idle
+//! again (`PoolConnection::return_to_pool`, sqlx-core `src/pool/connection.rs`);
+//! it does not reset session state. sqlx has no cancel API; its own
+//! advisory-lock guard (`PgAdvisoryLock`, sqlx-postgres `src/advisory_lock.rs`)
+//! is reachable through [`Conn::advisory_lock_guard`].
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::TryStreamExt;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::{PgAdvisoryLock, PgAdvisoryLockKey, PgConnectOptions, PgPoolOptions};
 use sqlx::{Column, Either, Postgres, Row, ValueRef};
 
 use crate::{
-    Conn, ConnectSpec, DbError, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, Returned, Rows,
-    crate_version,
+    Conn, ConnectSpec, DbError, Driver, DriverError, DriverInfo, DriverKind, GuardEnd, Pool, PoolOptions, Returned,
+    Rows, crate_version,
 };
 
-/// sqlx `PgPool` with `PgPoolOptions` defaults apart from the size.
-pub struct SqlxPgPool;
+/// sqlx `PgPool` with `PgPoolOptions` defaults apart from the size, with or
+/// without the mitigation hook.
+pub struct SqlxPgPool {
+    id: &'static str,
+    configuration: &'static str,
+    /// Install an `after_release` hook running `select pg_advisory_unlock_all()`.
+    unlock_all_after_release: bool,
+}
+
+impl SqlxPgPool {
+    /// `PgPoolOptions` defaults.
+    pub fn defaults() -> Self {
+        SqlxPgPool {
+            id: "sqlx",
+            configuration: "PgPoolOptions defaults (test_before_acquire = true)",
+            unlock_all_after_release: false,
+        }
+    }
+
+    /// `PgPoolOptions::after_release` running `select pg_advisory_unlock_all()`
+    /// on every return (the mitigation); the connection is kept when it succeeds.
+    pub fn after_release_unlock_all() -> Self {
+        SqlxPgPool {
+            id: "sqlx-after-release",
+            configuration: "after_release hook: select pg_advisory_unlock_all()",
+            unlock_all_after_release: true,
+        }
+    }
+}
 
 struct SqlxPool(sqlx::PgPool);
 
@@ -81,6 +111,21 @@ impl Conn for SqlxConn {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
+
+    async fn advisory_lock_guard(&mut self, key: i64, end: GuardEnd) -> Result<(), DriverError> {
+        let lock = PgAdvisoryLock::with_key(PgAdvisoryLockKey::BigInt(key));
+        let guard = lock.acquire(&mut *self.conn).await.map_err(sqlx_error)?;
+        match end {
+            GuardEnd::ReleaseNow => {
+                guard.release_now().await.map_err(sqlx_error)?;
+            }
+            GuardEnd::Drop => drop(guard),
+            GuardEnd::Leak => {
+                guard.leak();
+            }
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -102,11 +147,12 @@ impl Pool for SqlxPool {
 impl Driver for SqlxPgPool {
     fn info(&self) -> DriverInfo {
         DriverInfo {
-            id: "sqlx",
+            id: self.id,
             crate_name: "sqlx",
             crate_version: crate_version("sqlx"),
-            configuration: "PgPoolOptions defaults (test_before_acquire = true)",
+            configuration: self.configuration,
             kind: DriverKind::Pooled,
+            pooler: None,
         }
     }
 
@@ -123,10 +169,20 @@ impl Driver for SqlxPgPool {
         if !spec.options.is_empty() {
             options = options.options(spec.options.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         }
-        let pool = PgPoolOptions::new()
+        let mut pool = PgPoolOptions::new()
             .max_connections(opts.max_size)
-            .acquire_timeout(opts.checkout_timeout)
-            .connect_lazy_with(options);
+            .acquire_timeout(opts.checkout_timeout);
+        if self.unlock_all_after_release {
+            pool = pool.after_release(|conn, _meta| {
+                Box::pin(async move {
+                    sqlx::raw_sql("select pg_advisory_unlock_all()")
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(true)
+                })
+            });
+        }
+        let pool = pool.connect_lazy_with(options);
         Ok(Box::new(SqlxPool(pool)))
     }
 }

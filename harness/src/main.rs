@@ -580,14 +580,22 @@ fn summary(runs: &[RunResult]) -> String {
         .unwrap_or(0)
         .max(34);
     for r in runs {
-        let status = if r.passed() { "pass" } else { "FAIL" };
+        let status = if !r.passed() {
+            "FAIL"
+        } else if r.skipped.is_some() {
+            "n/a "
+        } else if r.deviation.is_some() {
+            "dev "
+        } else {
+            "pass"
+        };
         let server = if several {
             format!("{:<16} ", r.server)
         } else {
             String::new()
         };
         lines.push(format!(
-            "{status}  {server}{:<width$} {:<16} {:>8.1} ms",
+            "{status}  {server}{:<width$} {:<30} {:>8.1} ms",
             r.scenario, r.driver, r.elapsed_ms
         ));
         for o in &r.observations {
@@ -603,12 +611,24 @@ fn summary(runs: &[RunResult]) -> String {
                 describe_locks_left(&r.locks_left)
             ));
         }
-        if let Some(f) = &r.failure {
-            lines.push(format!("        {f}"));
+        if !r.cleaned_backends.is_empty() {
+            lines.push(format!(
+                "        {:<obs_width$} ended backend(s) {:?}",
+                "cleaned after run", r.cleaned_backends
+            ));
+        }
+        for note in [&r.failure, &r.deviation, &r.skipped].into_iter().flatten() {
+            lines.push(format!("        {note}"));
         }
     }
     let failed = runs.iter().filter(|r| !r.passed()).count();
-    lines.push(format!("{} passed, {} failed", runs.len() - failed, failed));
+    let deviated = runs.iter().filter(|r| r.deviation.is_some()).count();
+    let skipped = runs.iter().filter(|r| r.skipped.is_some()).count();
+    lines.push(format!(
+        "{} passed, {} failed ({deviated} of the passed deviate behind transaction pooling, {skipped} not applicable)",
+        runs.len() - failed,
+        failed
+    ));
     lines.join("\n") + "\n"
 }
 

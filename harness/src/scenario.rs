@@ -189,6 +189,10 @@ pub enum Action {
     Commit,
     /// `ROLLBACK`.
     Rollback,
+    /// Drop the actor's in-flight background step together with its connection
+    /// (the future and the pooled connection object go away mid-call; a pool
+    /// gets the connection back with the statement still running).
+    Abandon,
 }
 
 impl Action {
@@ -198,7 +202,45 @@ impl Action {
             Action::Begin => Some("begin"),
             Action::Commit => Some("commit"),
             Action::Rollback => Some("rollback"),
-            Action::Checkout | Action::Return | Action::Disconnect => None,
+            Action::Checkout | Action::Return | Action::Disconnect | Action::Abandon => None,
+        }
+    }
+}
+
+/// What happens when a step's `client_timeout_ms` elapses (`on_timeout:`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OnTimeout {
+    /// Drop the future, as `tokio::time::timeout` does: the client stops
+    /// waiting, the server is not told.
+    #[default]
+    Drop,
+    /// Send a cancel request (tokio-postgres `CancelToken::cancel_query`) and
+    /// keep waiting for the statement's own outcome (57014 query_canceled when
+    /// the cancel lands).
+    Cancel,
+}
+
+/// How a `lock_guard` step ends its guard (`end:`); see
+/// [`locklab_drivers::GuardEnd`].
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardEndRaw {
+    /// `release_now()`.
+    ReleaseNow,
+    /// Drop the guard.
+    Drop,
+    /// `leak()`.
+    Leak,
+}
+
+impl GuardEndRaw {
+    /// The driver-side value.
+    pub fn to_driver(self) -> locklab_drivers::GuardEnd {
+        match self {
+            GuardEndRaw::ReleaseNow => locklab_drivers::GuardEnd::ReleaseNow,
+            GuardEndRaw::Drop => locklab_drivers::GuardEnd::Drop,
+            GuardEndRaw::Leak => locklab_drivers::GuardEnd::Leak,
         }
     }
 }
@@ -279,9 +321,34 @@ struct RawStep {
     #[serde(default)]
     #[schemars(with = "Option<Vec<String>>")]
     order: Option<Spanned<Vec<String>>>,
+    /// Take the session-level advisory lock on this bigint key through the
+    /// driver's own guard API (sqlx `PgAdvisoryLock`) and end the guard as `end`
+    /// says; other drivers record "not supported".
+    #[serde(default)]
+    #[schemars(with = "Option<i64>")]
+    lock_guard: Option<Spanned<i64>>,
+    /// For `lock_guard`: `release_now`, `drop` or `leak`.
+    #[serde(default)]
+    end: Option<GuardEndRaw>,
     /// Start the `sql` step and go on; finish it with an `await` step.
     #[serde(default)]
     background: bool,
+    /// Client-side bound in ms (1–600000, below the deadline) on a foreground
+    /// `sql`, transaction, `checkout` or `return` step, like
+    /// `tokio::time::timeout`: when it elapses the call's future is dropped
+    /// (or, with `on_timeout: cancel`, a cancel request is sent) and the step
+    /// records that instead of failing.
+    #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 1, max = 600000))]
+    client_timeout_ms: Option<Spanned<i64>>,
+    /// What `client_timeout_ms` does when it elapses: `drop` (default) or `cancel`.
+    #[serde(default)]
+    on_timeout: Option<OnTimeout>,
+    /// For `observe`: first wait (within the deadline) until no other backend
+    /// of the run's database is running a statement other than a lock wait,
+    /// seen twice in a row, so queued statements have run.
+    #[serde(default)]
+    settle: bool,
     /// Deadline of this step in ms (1–600000).
     #[serde(default)]
     #[schemars(with = "Option<u32>", range(min = 1, max = 600000))]
@@ -584,6 +651,9 @@ pub enum StepKind {
     Blocked(Vec<usize>),
     /// Wait for background step index `.0` to finish and check its expectation.
     Await(usize),
+    /// Take the advisory lock on a bigint key through the driver's guard API
+    /// and end the guard.
+    Guard(i64, GuardEndRaw),
     /// The listed background steps (indices) completed in this order.
     Order(Vec<usize>),
 }
@@ -605,6 +675,12 @@ pub struct Step {
     pub background: bool,
     /// Deadline in ms, after which the scenario fails.
     pub deadline_ms: u64,
+    /// Client-side bound in ms whose expiry is recorded, not a failure.
+    pub client_timeout_ms: Option<u64>,
+    /// What the client does when `client_timeout_ms` elapses.
+    pub on_timeout: OnTimeout,
+    /// For `observe`: wait for other backends to settle first.
+    pub settle: bool,
     /// What must hold afterwards.
     pub expect: Option<Expect>,
     /// Observation name for the matrix.
@@ -628,6 +704,7 @@ impl Step {
                 format!("blocked: {}", names.join(", "))
             }
             StepKind::Await(s) => format!("await {}", id_of(s)),
+            StepKind::Guard(k, e) => format!("lock_guard {k}, end {e:?}").to_lowercase(),
             StepKind::Order(ids) => {
                 let names: Vec<String> = ids.iter().map(id_of).collect();
                 return format!("step {} (order: {})", self.index + 1, names.join(" → "));
@@ -1404,13 +1481,14 @@ impl Validator<'_> {
             s.blocked.is_some(),
             s.await_step.is_some(),
             s.order.is_some(),
+            s.lock_guard.is_some(),
         ];
         let count = kinds.iter().filter(|k| **k).count();
         if count != 1 {
             self.err(
                 pos,
                 format!(
-                    "step {n} must have exactly one of 'sql', 'do', 'observe', 'blocked', 'await', 'order' (found {count})"
+                    "step {n} must have exactly one of 'sql', 'do', 'observe', 'blocked', 'await', 'order', 'lock_guard' (found {count})"
                 ),
             );
             return None;
@@ -1431,6 +1509,49 @@ impl Validator<'_> {
         };
         if s.key.is_some() && s.observe.is_none() {
             self.err(pos, format!("step {n}: 'key' only applies to 'observe' steps"));
+        }
+        if s.settle && s.observe.is_none() {
+            self.err(pos, format!("step {n}: 'settle' only applies to 'observe' steps"));
+        }
+        if s.end.is_some() != s.lock_guard.is_some() {
+            self.err(pos, format!("step {n}: 'lock_guard' and 'end' go together"));
+        }
+        let client_timeout_ms = match &s.client_timeout_ms {
+            Some(c) => {
+                let cpos = Pos::of(&c.referenced);
+                let takes = !s.background
+                    && (s.sql.is_some()
+                        || matches!(
+                            s.action,
+                            Some(Action::Checkout | Action::Return | Action::Begin | Action::Commit | Action::Rollback)
+                        ));
+                if !takes {
+                    self.err(
+                        cpos,
+                        format!("step {n}: 'client_timeout_ms' applies to foreground 'sql', transaction, 'checkout' and 'return' steps"),
+                    );
+                }
+                match u64::try_from(c.value) {
+                    Ok(v) if (1..deadline_ms).contains(&v) => Some(v),
+                    _ => {
+                        self.err(
+                            cpos,
+                            format!(
+                                "step {n}: 'client_timeout_ms' must be between 1 and the step's deadline ({deadline_ms} ms) minus 1, got {}",
+                                c.value
+                            ),
+                        );
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        if s.on_timeout.is_some() && (s.client_timeout_ms.is_none() || s.sql.is_none()) {
+            self.err(
+                pos,
+                format!("step {n}: 'on_timeout' goes with 'client_timeout_ms' on an 'sql' step"),
+            );
         }
 
         // Resolve the actor.
@@ -1504,6 +1625,8 @@ impl Validator<'_> {
             StepKind::Sql(sql)
         } else if let Some(a) = s.action {
             StepKind::Do(a)
+        } else if let Some(k) = &s.lock_guard {
+            StepKind::Guard(k.value, s.end.unwrap_or(GuardEndRaw::ReleaseNow))
         } else if let Some(o) = s.observe {
             StepKind::Observe(o, s.key)
         } else if let Some(b) = s.blocked {
@@ -1570,6 +1693,16 @@ impl Validator<'_> {
         match (&kind, state[actor]) {
             (StepKind::Await(_), _) => state[actor] = Conn::Ready,
             (StepKind::Order(_), _) => {}
+            (StepKind::Do(Action::Abandon), Conn::Busy(b)) => {
+                background.insert(b, Some(index));
+                state[actor] = Conn::None;
+            }
+            (StepKind::Do(Action::Abandon), _) => {
+                self.err(
+                    pos,
+                    format!("step {n}: 'abandon' drops a background step in flight, but '{an}' runs none"),
+                );
+            }
             (_, Conn::Busy(b)) => {
                 self.err(
                     pos,
@@ -1678,14 +1811,16 @@ impl Validator<'_> {
             saved.push(v.value.clone());
         }
         if let Some(r) = &s.record {
+            let timed = client_timeout_ms.is_some();
             if matches!(
                 kind,
-                StepKind::Do(Action::Checkout | Action::Return | Action::Disconnect) | StepKind::Blocked(_)
-            ) || s.background
+                StepKind::Do(Action::Disconnect | Action::Abandon) | StepKind::Blocked(_)
+            ) || (matches!(kind, StepKind::Do(Action::Checkout | Action::Return)) && !timed)
+                || s.background
             {
                 self.err(
                     Pos::of(&r.referenced),
-                    format!("step {n}: 'record' works on 'sql', 'observe', 'await', 'order' and transaction steps"),
+                    format!("step {n}: 'record' works on 'sql', 'observe', 'await', 'order', 'lock_guard' and transaction steps, and on 'checkout' and 'return' with 'client_timeout_ms'"),
                 );
             }
             if let Some(first) = records.insert(r.value.clone(), Pos::of(&r.referenced)) {
@@ -1719,6 +1854,9 @@ impl Validator<'_> {
             kind,
             background: s.background,
             deadline_ms,
+            client_timeout_ms,
+            on_timeout: s.on_timeout.unwrap_or_default(),
+            settle: s.settle,
             expect,
             record: s.record.map(|r| r.value),
             save: s.save.map(|v| v.value),

@@ -93,13 +93,13 @@ fn check_bin(dir: &Path) -> Result<()> {
 }
 
 /// The unprivileged account a root harness runs PostgreSQL as.
-struct RunAs {
-    uid: u32,
-    gid: u32,
-    name: String,
+pub(super) struct RunAs {
+    pub(super) uid: u32,
+    pub(super) gid: u32,
+    pub(super) name: String,
 }
 
-fn run_as() -> Result<Option<RunAs>> {
+pub(super) fn run_as() -> Result<Option<RunAs>> {
     if !nix::unistd::geteuid().is_root() {
         return Ok(None);
     }
@@ -113,7 +113,7 @@ fn run_as() -> Result<Option<RunAs>> {
     }))
 }
 
-fn command(program: &Path, who: Option<&RunAs>) -> Command {
+pub(super) fn command(program: &Path, who: Option<&RunAs>) -> Command {
     let mut c = Command::new(program);
     if let Some(u) = who {
         // std clears root's supplementary groups when it sets the uid.
@@ -156,17 +156,22 @@ done
 "#;
 
 /// The running watchdog; dropping it starts the cleanup and waits for it.
-struct Watchdog(Child);
+pub(super) struct Watchdog(Child);
 
 impl Watchdog {
     fn start(dir: &Path) -> Result<Watchdog> {
-        let child = super::spawn_watchdog(WATCHDOG, "locklab-watchdog", &[dir.as_os_str()])
+        Watchdog::start_script(WATCHDOG, dir)
+    }
+
+    /// A watchdog running `script` (see [`super::spawn_watchdog`]) for `dir`.
+    pub(super) fn start_script(script: &str, dir: &Path) -> Result<Watchdog> {
+        let child = super::spawn_watchdog(script, "locklab-watchdog", &[dir.as_os_str()])
             .context("cannot start the cleanup watchdog (sh)")?;
         Ok(Watchdog(child))
     }
 
-    /// The process group that `initdb` and `postgres` join.
-    fn group(&self) -> i32 {
+    /// The process group that the processes it watches join.
+    pub(super) fn group(&self) -> i32 {
         self.0.id() as i32
     }
 }
@@ -365,7 +370,7 @@ fn runs_as(bin: &Path, u: &RunAs) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+pub(super) fn copy_tree(from: &Path, to: &Path) -> Result<()> {
     let status = Command::new("cp").arg("-a").arg(from).arg(to).status()?;
     if !status.success() {
         bail!("copying {} to {} failed", from.display(), to.display());
@@ -373,7 +378,7 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-fn chown_tree(dir: &Path, u: &RunAs) -> Result<()> {
+pub(super) fn chown_tree(dir: &Path, u: &RunAs) -> Result<()> {
     let status = Command::new("chown")
         .arg("-R")
         .arg(format!("{}:{}", u.uid, u.gid))
@@ -409,7 +414,7 @@ pub fn cluster_parent() -> PathBuf {
 }
 
 /// A new path `<cluster_parent>/locklab-pg-<pid>-<n>` that does not exist yet.
-fn cluster_dir_name() -> PathBuf {
+pub(super) fn cluster_dir_name() -> PathBuf {
     static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let parent = cluster_parent();
     loop {
@@ -421,14 +426,14 @@ fn cluster_dir_name() -> PathBuf {
     }
 }
 
-fn free_port() -> Result<u16> {
+pub(super) fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")
         .context("cannot bind a loopback port")?
         .local_addr()?
         .port())
 }
 
-fn tail(path: &Path, lines: usize) -> String {
+pub(super) fn tail(path: &Path, lines: usize) -> String {
     let mut s = String::new();
     if let Ok(mut f) = std::fs::File::open(path) {
         let _ = f.read_to_string(&mut s);

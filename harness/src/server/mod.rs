@@ -14,13 +14,14 @@
 
 pub mod container;
 pub mod local;
+pub mod pgbouncer;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use locklab_drivers::{ConnectSpec, DirectConn};
+use locklab_drivers::{ConnectSpec, DirectConn, PoolerMode};
 
 pub use local::{install_script, resolve_binaries};
 
@@ -216,6 +217,9 @@ pub struct Server {
     startup: Duration,
     image_time: Duration,
     image: Option<String>,
+    /// PgBouncer instances in front of this server, by mode, started on first
+    /// use; declared before the server so they stop first.
+    poolers: tokio::sync::Mutex<std::collections::HashMap<PoolerMode, pgbouncer::PgBouncer>>,
     local: Option<local::LocalCluster>,
     container: Option<container::ContainerServer>,
 }
@@ -249,6 +253,7 @@ impl Server {
             startup: Duration::ZERO,
             image_time: Duration::ZERO,
             image: None,
+            poolers: Default::default(),
             local: None,
             container: None,
         }
@@ -361,6 +366,31 @@ impl Server {
         admin.close().await;
         server.startup = began.elapsed().saturating_sub(server.image_time);
         Ok(server)
+    }
+
+    /// PgBouncer in `mode` in front of this server (started on first use, on a
+    /// free loopback port, stopped with the server): its port and version.
+    ///
+    /// # Errors
+    /// PgBouncer cannot be installed, started, or is not ready within 30 s.
+    pub async fn pooler(&self, mode: PoolerMode) -> Result<(u16, String)> {
+        let mut poolers = self.poolers.lock().await;
+        if let Some(b) = poolers.get(&mode) {
+            return Ok((b.port, b.version.clone()));
+        }
+        let up = pgbouncer::Upstream {
+            host: &self.host,
+            port: self.port,
+            user: &self.user,
+            password: self.password.as_deref(),
+            admin_db: &self.admin_db,
+        };
+        let b = pgbouncer::PgBouncer::start(&up, mode, Duration::from_secs(30))
+            .await
+            .with_context(|| format!("cannot start PgBouncer in {} mode", mode.as_str()))?;
+        let out = (b.port, b.version.clone());
+        poolers.insert(mode, b);
+        Ok(out)
     }
 
     /// Connection settings for database `dbname` with `application_name`.

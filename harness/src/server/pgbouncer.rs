@@ -1,0 +1,297 @@
+//! PgBouncer in front of a server, for the driver configurations that go
+//! through a pooler ([`locklab_drivers::PoolerMode`]).
+//!
+//! The binary is Debian's `pgbouncer` package, unpacked into
+//! `.cache/pgbouncer` by `harness/scripts/install-pgbouncer.sh` on first use
+//! (or given by `LOCKLAB_PGBOUNCER`). Each instance gets a directory
+//! `locklab-pg-bouncer-…` next to the local clusters with its configuration,
+//! log and a copy of the binary, listens on a free loopback port, runs as the
+//! unprivileged user when we are root (PgBouncer refuses root), and joins the
+//! process group of a watchdog that stops it and removes the directory when
+//! our process ends without dropping it (see `local.rs`).
+//!
+//! Configuration (PgBouncer docs, "Configuration"): one wildcard database
+//! `* = host=… port=… user=…` (every run database reaches the same server as
+//! the harness's own role), `auth_type = trust` for the clients, the given
+//! `pool_mode`, `server_reset_query` left at its default `DISCARD ALL` (used
+//! in session mode only), and `ignore_startup_parameters = extra_float_digits`
+//! (sent by sqlx). PgBouncer 1.18 rejects the `options` startup parameter, so
+//! connection settings cannot pass through it.
+
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use locklab_drivers::{ConnectSpec, DirectConn, PoolerMode};
+
+use super::local::{RunAs, Watchdog, chown_tree, command, free_port, run_as, tail};
+use crate::observe::{Polled, poll_until};
+
+/// Where `install-pgbouncer.sh` is.
+pub fn install_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-pgbouncer.sh")
+}
+
+/// The watchdog for a PgBouncer directory (`$1`): on end-of-file, SIGTERM to
+/// the group (PgBouncer's immediate shutdown), SIGKILL after 5 s, then the
+/// directory goes.
+const WATCHDOG: &str = r#"
+trap '' INT TERM HUP
+read -r _ || true
+kill -TERM "-$$" 2>/dev/null
+pidfile="$1/pgbouncer.pid"
+n=0
+while [ -f "$pidfile" ] && [ "$n" -lt 50 ]; do
+  pid=$(head -n 1 "$pidfile" 2>/dev/null)
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || break
+  sleep 0.1
+  n=$((n+1))
+done
+if [ -f "$pidfile" ]; then
+  pid=$(head -n 1 "$pidfile" 2>/dev/null)
+  [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
+fi
+rm -rf "$1"
+"#;
+
+/// The `pgbouncer` launcher to use: `LOCKLAB_PGBOUNCER`, else
+/// `.cache/pgbouncer/bin/pgbouncer`, installed there on first use.
+///
+/// # Errors
+/// A `LOCKLAB_PGBOUNCER` that is not a file, or an install that failed (with
+/// the script's output).
+pub fn resolve_binary() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("LOCKLAB_PGBOUNCER").filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        if !p.is_file() {
+            bail!("LOCKLAB_PGBOUNCER={} is not a file", p.display());
+        }
+        return Ok(p);
+    }
+    let bin = super::workspace_root().join(".cache/pgbouncer/bin/pgbouncer");
+    if bin.is_file() {
+        return Ok(bin);
+    }
+    let out = Command::new("bash")
+        .arg(install_script())
+        .output()
+        .context("cannot run bash for install-pgbouncer.sh")?;
+    if !out.status.success() || !bin.is_file() {
+        bail!(
+            "PgBouncer is not installed and {} failed ({}):\n{}{}\n\
+             (install Debian's pgbouncer package's binary there, or set LOCKLAB_PGBOUNCER)",
+            install_script().display(),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(bin)
+}
+
+/// The server PgBouncer forwards to.
+pub(super) struct Upstream<'a> {
+    pub host: &'a str,
+    pub port: u16,
+    pub user: &'a str,
+    pub password: Option<&'a str>,
+    /// A database that exists, for the readiness check.
+    pub admin_db: &'a str,
+}
+
+/// A running PgBouncer.
+pub struct PgBouncer {
+    dir: PathBuf,
+    /// The loopback port it listens on.
+    pub port: u16,
+    /// Its `pool_mode`.
+    pub mode: PoolerMode,
+    /// `PgBouncer 1.18.0`, from `--version`.
+    pub version: String,
+    child: Child,
+    _watchdog: Watchdog,
+}
+
+impl PgBouncer {
+    /// Starts PgBouncer in `mode` in front of `up`; ready (a `select 1`
+    /// through it answers) within `timeout`.
+    ///
+    /// # Errors
+    /// No binary, a directory or configuration that cannot be written,
+    /// PgBouncer exiting or not ready in time (with the end of its log).
+    pub(super) async fn start(up: &Upstream<'_>, mode: PoolerMode, timeout: Duration) -> Result<PgBouncer> {
+        let launcher = resolve_binary()?;
+        let who = run_as()?;
+        let dir = bouncer_dir_name();
+        let watchdog = Watchdog::start_script(WATCHDOG, &dir)?;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        // A copy of the launcher, binary and libraries that the unprivileged
+        // user can reach (ours may live under /root).
+        let install = launcher
+            .parent()
+            .and_then(Path::parent)
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| dir.clone());
+        let own = dir.join("pgbouncer");
+        let bin = if install.join("bin/pgbouncer.real").is_file() {
+            super::local::copy_tree(&install, &own)?;
+            own.join("bin/pgbouncer")
+        } else {
+            launcher.clone()
+        };
+        let version = Command::new(&bin)
+            .arg("--version")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.lines().next().map(str::to_owned))
+            .unwrap_or_else(|| "PgBouncer (version unknown)".into());
+        let port = free_port()?;
+        let quote = |v: &str| format!("'{}'", v.replace('\'', "''"));
+        let mut server = format!("host={} port={} user={}", up.host, up.port, quote(up.user));
+        if let Some(p) = up.password {
+            server.push_str(&format!(" password={}", quote(p)));
+        }
+        let ini = format!(
+            "[databases]\n\
+             * = {server}\n\
+             \n\
+             [pgbouncer]\n\
+             listen_addr = 127.0.0.1\n\
+             listen_port = {port}\n\
+             unix_socket_dir =\n\
+             auth_type = trust\n\
+             auth_file = {dir}/userlist.txt\n\
+             pool_mode = {mode}\n\
+             max_client_conn = 1000\n\
+             default_pool_size = 100\n\
+             ignore_startup_parameters = extra_float_digits\n\
+             logfile = {dir}/pgbouncer.log\n\
+             pidfile = {dir}/pgbouncer.pid\n\
+             log_connections = 0\n\
+             log_disconnections = 0\n",
+            dir = dir.display(),
+            mode = mode.as_str(),
+        );
+        let config = dir.join("pgbouncer.ini");
+        write_private(&config, &ini)?;
+        write_private(
+            &dir.join("userlist.txt"),
+            &format!("\"{}\" \"\"\n", up.user.replace('"', "\"\"")),
+        )?;
+        if let Some(u) = &who {
+            chown_tree(&dir, u)?;
+        }
+        let child = spawn(&bin, &config, who.as_ref(), watchdog.group())?;
+        let mut bouncer = PgBouncer {
+            dir,
+            port,
+            mode,
+            version,
+            child,
+            _watchdog: watchdog,
+        };
+        bouncer.wait_ready(up, timeout).await?;
+        Ok(bouncer)
+    }
+
+    async fn wait_ready(&mut self, up: &Upstream<'_>, timeout: Duration) -> Result<()> {
+        let spec = ConnectSpec {
+            host: "127.0.0.1".into(),
+            port: self.port,
+            user: up.user.into(),
+            password: None,
+            dbname: up.admin_db.into(),
+            application_name: "locklab-ready".into(),
+            options: Vec::new(),
+        };
+        let log = self.dir.join("pgbouncer.log");
+        let mut last_error = String::new();
+        let polled = poll_until(Instant::now() + timeout, async || {
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "PgBouncer exited during start-up ({status}); end of its log:\n{}",
+                    tail(&log, 15)
+                );
+            }
+            match DirectConn::connect(&spec).await {
+                Ok(c) => {
+                    let ok = locklab_drivers::simple_query_rows(c.client(), "select 1").await;
+                    c.close().await;
+                    match ok {
+                        Ok(_) => Ok(Some(())),
+                        Err(e) => {
+                            last_error = e.to_string();
+                            Ok(None)
+                        }
+                    }
+                }
+                Err(e) => {
+                    last_error = e.to_string();
+                    Ok(None)
+                }
+            }
+        })
+        .await?;
+        match polled {
+            Polled::Done(()) => Ok(()),
+            Polled::TimedOut => bail!(
+                "PgBouncer ({} mode) was not ready within {} s (last error: {last_error}); end of its log:\n{}",
+                self.mode.as_str(),
+                timeout.as_secs(),
+                tail(&log, 15)
+            ),
+        }
+    }
+}
+
+impl Drop for PgBouncer {
+    fn drop(&mut self) {
+        use nix::sys::signal::{Signal, kill};
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = kill(nix::unistd::Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn spawn(bin: &Path, config: &Path, who: Option<&RunAs>, group: i32) -> Result<Child> {
+    // The launcher is a shell script that execs the binary: same pid.
+    let mut c = command(Path::new("/bin/sh"), who);
+    c.arg(bin)
+        .arg(config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(group);
+    c.spawn().with_context(|| format!("cannot run {}", bin.display()))
+}
+
+fn write_private(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(())
+}
+
+/// `<cluster_parent>/locklab-pg-bouncer-<pid>-<n>`: named like the clusters so
+/// the same leftover checks find it.
+fn bouncer_dir_name() -> PathBuf {
+    let d = super::local::cluster_dir_name();
+    let name = d
+        .file_name()
+        .map(|n| n.to_string_lossy().replacen("locklab-pg-", "locklab-pg-bouncer-", 1))
+        .unwrap_or_else(|| "locklab-pg-bouncer".into());
+    d.with_file_name(name)
+}
