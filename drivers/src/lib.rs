@@ -281,8 +281,8 @@ pub trait Conn: Send {
     async fn give_back(self: Box<Self>) -> Returned;
 
     /// A cancel request for whatever statement runs on this connection later,
-    /// or `None` when the driver offers no cancel API (sqlx, diesel through a
-    /// pool object that hides it is still `Some`).
+    /// or `None` when the driver offers no cancel API (sqlx) or locklab does
+    /// not send one (through PgBouncer, see `pgbouncer.rs`).
     fn canceller(&self) -> Option<Canceller> {
         None
     }

@@ -345,8 +345,9 @@ struct RawStep {
     #[serde(default)]
     on_timeout: Option<OnTimeout>,
     /// For `observe`: first wait (within the deadline) until no other backend
-    /// of the run's database is running a statement other than a lock wait,
-    /// seen twice in a row, so queued statements have run.
+    /// of the run's database is running a statement other than a lock wait
+    /// and none changed state in the last 100 ms, seen twice in a row, so
+    /// statements queued behind a dropped call have run.
     #[serde(default)]
     settle: bool,
     /// Deadline of this step in ms (1–600000).

@@ -375,8 +375,18 @@ impl Server {
     /// PgBouncer cannot be installed, started, or is not ready within 30 s.
     pub async fn pooler(&self, mode: PoolerMode) -> Result<(u16, String)> {
         let mut poolers = self.poolers.lock().await;
-        if let Some(b) = poolers.get(&mode) {
-            return Ok((b.port, b.version.clone()));
+        if let Some(b) = poolers.get_mut(&mode) {
+            match b.exited() {
+                None => return Ok((b.port, b.version.clone())),
+                Some(why) => {
+                    tracing::warn!("PgBouncer ({} mode) exited: {why}; starting a new one", mode.as_str());
+                    eprintln!(
+                        "locklab: PgBouncer ({} mode) exited: {why}; starting a new one",
+                        mode.as_str()
+                    );
+                    poolers.remove(&mode);
+                }
+            }
         }
         let up = pgbouncer::Upstream {
             host: &self.host,

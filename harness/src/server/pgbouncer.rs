@@ -251,6 +251,19 @@ impl PgBouncer {
     }
 }
 
+impl PgBouncer {
+    /// When PgBouncer has exited: its exit status and the end of its log.
+    pub(super) fn exited(&mut self) -> Option<String> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => Some(format!(
+                "{status}; end of its log:\n{}",
+                tail(&self.dir.join("pgbouncer.log"), 15)
+            )),
+            _ => None,
+        }
+    }
+}
+
 impl Drop for PgBouncer {
     fn drop(&mut self) {
         use nix::sys::signal::{Signal, kill};
