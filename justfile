@@ -5,9 +5,10 @@
 default:
     @just --list
 
-# Install the PostgreSQL 17 binaries into .cache/postgres/17 (the harness also does this on first use).
+# Install the PostgreSQL binaries into .cache/postgres/MAJOR and PgBouncer into .cache/pgbouncer (the harness also does both on first use).
 setup major="17":
     bash harness/scripts/install-postgres.sh {{major}}
+    bash harness/scripts/install-pgbouncer.sh
 
 # Build the stand-in PostgreSQL image locklab/postgres:MAJOR for machines that cannot pull postgres:MAJOR (needs root and Docker; skipped when it exists).
 image major="17":

@@ -7,13 +7,18 @@
 //!   `major` (17), `version` (PostgreSQL `version()`), `backend` (`container`/`local`/`external`),
 //!   `image` (the container image, else null), `startup_ms` (start request to ready,
 //!   without `image_ms`), `image_ms` (finding, pulling or building the image)
-//! - `drivers[]`: `id`, `crate_name`, `crate_version` (from Cargo.lock), `configuration`, `kind` (`direct`/`pooled`)
+//! - `drivers[]`: `id`, `crate_name`, `crate_version` (from Cargo.lock), `configuration`, `kind` (`direct`/`pooled`),
+//!   `pooler` (`session`/`transaction` for configurations behind PgBouncer, else null)
 //! - `scenarios[]`: one per scenario run of a file (one per parameter set): `name`
 //!   (`extreme-keys[key=-1,fn=pg_try_advisory_lock]`), `family` (the file's name),
 //!   `params` (`[[name, value], …]`), `description`, `source`, `file`, `observations`
 //!   (record names in step order)
 //! - `runs[]`: one per server × scenario × driver: `server` (a `servers[].id`), `scenario`,
-//!   `driver`, `failure` (null when passed),
+//!   `driver`, `failure` (null when passed), `deviation` (behind transaction
+//!   pooling: the expectation that did not hold, recorded rather than failed;
+//!   absent otherwise), `skipped` (why the run was not made; absent otherwise),
+//!   `cleaned_backends` (pids the harness ended after the run because they
+//!   still held or waited for an advisory lock; absent when none),
 //!   `observations[]` (`name`, `step`, `value`, `display`, `sqlstate`, `elapsed_ms`,
 //!   `waited_ms` for `await` steps (the part of `elapsed_ms` spent at the await),
 //!   `notices` when the server sent any),
@@ -22,7 +27,8 @@
 //! - `summary`: `runs`, `passed`, `failed`, `elapsed_ms`
 //!
 //! All times are in ms. Version 1 had a single `server` object and no `runs[].server`;
-//! version 2 had no `scenarios[].family`/`params` and no `observations[].notices`.
+//! version 2 had no `scenarios[].family`/`params` and no `observations[].notices`;
+//! version 3 had no `drivers[].pooler` and no `runs[].deviation`/`skipped`/`cleaned_backends`.
 
 use std::path::{Path, PathBuf};
 
@@ -35,7 +41,7 @@ use crate::scenario::Scenario;
 use crate::server::Server;
 
 /// Version of the `matrix.json` layout; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Everything one `locklab report` produced.
 #[derive(Debug, Serialize)]
@@ -108,6 +114,9 @@ pub struct DriverColumn {
     pub configuration: String,
     /// `direct` or `pooled`.
     pub kind: String,
+    /// PgBouncer's pool mode for configurations behind it (`session` /
+    /// `transaction`), else `None`.
+    pub pooler: Option<String>,
 }
 
 /// A scenario (one parameter set of a file).
@@ -168,6 +177,7 @@ impl Report {
                         crate_version: i.crate_version,
                         configuration: i.configuration.to_owned(),
                         kind: i.kind.as_str().to_owned(),
+                        pooler: i.pooler.map(|m| m.as_str().to_owned()),
                     }
                 })
                 .collect(),
@@ -352,8 +362,14 @@ impl Report {
                     .map(|(v, d)| {
                         let runs: Vec<&RunResult> = family.iter().filter_map(|s| run_of(v, &s.name, d)).collect();
                         let failed = runs.iter().filter(|r| !r.passed()).count();
+                        let deviated = runs.iter().filter(|r| r.deviation.is_some()).count();
+                        let skipped = runs.iter().filter(|r| r.skipped.is_some()).count();
                         match (runs.len(), failed) {
                             (0, _) => "—".to_owned(),
+                            (n, 0) if skipped == n => "n/a".to_owned(),
+                            (n, 0) if deviated > 0 => {
+                                format!("deviates ({deviated} of {n}: a session assumption fails)")
+                            }
                             (_, 0) => "pass".to_owned(),
                             (1, _) => "**FAIL**".to_owned(),
                             (n, f) => format!("**FAIL** ({f} of {n})"),

@@ -45,7 +45,23 @@ fn container_server() -> &'static Server {
 }
 
 /// The driver ids this file tests; must equal the registry (checked below).
-const DRIVERS: [&str; 5] = ["tokio-postgres", "deadpool-fast", "deadpool-clean", "bb8", "sqlx"];
+const DRIVERS: [&str; 15] = [
+    "tokio-postgres",
+    "deadpool-fast",
+    "deadpool-verified",
+    "deadpool-clean",
+    "deadpool-custom",
+    "bb8",
+    "sqlx",
+    "sqlx-after-release",
+    "mobc",
+    "r2d2",
+    "diesel-async",
+    "pgbouncer-session",
+    "pgbouncer-session+deadpool",
+    "pgbouncer-transaction",
+    "pgbouncer-transaction+deadpool",
+];
 
 #[test]
 fn every_registered_driver_is_in_the_matrix_tests() {
@@ -65,7 +81,24 @@ fn load(path: &Path) -> Vec<Scenario> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scenario_through_driver(
     #[files("../scenarios/*.yaml")] path: PathBuf,
-    #[values("tokio-postgres", "deadpool-fast", "deadpool-clean", "bb8", "sqlx")] driver: &str,
+    #[values(
+        "tokio-postgres",
+        "deadpool-fast",
+        "deadpool-verified",
+        "deadpool-clean",
+        "deadpool-custom",
+        "bb8",
+        "sqlx",
+        "sqlx-after-release",
+        "mobc",
+        "r2d2",
+        "diesel-async",
+        "pgbouncer-session",
+        "pgbouncer-session+deadpool",
+        "pgbouncer-transaction",
+        "pgbouncer-transaction+deadpool"
+    )]
+    driver: &str,
 ) {
     let d = locklab_drivers::find(driver).unwrap();
     for scenario in load(&path) {
@@ -84,7 +117,24 @@ async fn scenario_through_driver(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scenario_through_driver_in_container(
     #[files("../scenarios/*.yaml")] path: PathBuf,
-    #[values("tokio-postgres", "deadpool-fast", "deadpool-clean", "bb8", "sqlx")] driver: &str,
+    #[values(
+        "tokio-postgres",
+        "deadpool-fast",
+        "deadpool-verified",
+        "deadpool-clean",
+        "deadpool-custom",
+        "bb8",
+        "sqlx",
+        "sqlx-after-release",
+        "mobc",
+        "r2d2",
+        "diesel-async",
+        "pgbouncer-session",
+        "pgbouncer-session+deadpool",
+        "pgbouncer-transaction",
+        "pgbouncer-transaction+deadpool"
+    )]
+    driver: &str,
 ) {
     let d = locklab_drivers::find(driver).unwrap();
     let server = container_server();
@@ -99,11 +149,17 @@ async fn scenario_through_driver_in_container(
 }
 
 fn assert_observations_well_formed(s: &Scenario, r: &RunResult, pooled: bool) {
+    if r.skipped.is_some() {
+        assert!(r.observations.iter().all(|o| o.display.starts_with("n/a")), "{r:?}");
+        return;
+    }
     for step in s.steps.iter().filter(|st| st.record.is_some()) {
         let name = step.record.as_deref().unwrap();
-        let o = r
-            .observation(name)
-            .unwrap_or_else(|| panic!("observation {name} missing"));
+        let Some(o) = r.observation(name) else {
+            // A deviation stops the run where the expectation failed.
+            assert!(r.deviation.is_some(), "observation {name} missing");
+            continue;
+        };
         assert_eq!(o.step, step.index + 1);
         assert!(!o.display.is_empty(), "{name}: empty display");
         let applies = match step.when {
@@ -142,6 +198,9 @@ fn assert_observations_well_formed(s: &Scenario, r: &RunResult, pooled: bool) {
                     .as_array()
                     .unwrap_or_else(|| panic!("{name}: not a list: {}", o.value));
                 assert_eq!(got.len(), ids.len(), "{name}: {}", o.value);
+            }
+            _ if o.value.get("no_connection").is_some() || o.value.get("unsupported").is_some() => {
+                assert!(o.elapsed_ms.is_none(), "{name}: {}", o.value);
             }
             _ => {
                 let ms = o.elapsed_ms.unwrap_or_else(|| panic!("{name}: no timing"));
@@ -221,7 +280,24 @@ async fn run_inline(text: &str, driver: &str) -> RunResult {
 #[rstest]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_past_its_deadline_fails_the_scenario_with_its_name(
-    #[values("tokio-postgres", "deadpool-fast", "deadpool-clean", "bb8", "sqlx")] driver: &str,
+    #[values(
+        "tokio-postgres",
+        "deadpool-fast",
+        "deadpool-verified",
+        "deadpool-clean",
+        "deadpool-custom",
+        "bb8",
+        "sqlx",
+        "sqlx-after-release",
+        "mobc",
+        "r2d2",
+        "diesel-async",
+        "pgbouncer-session",
+        "pgbouncer-session+deadpool",
+        "pgbouncer-transaction",
+        "pgbouncer-transaction+deadpool"
+    )]
+    driver: &str,
 ) {
     let started = std::time::Instant::now();
     let r = run_inline(
@@ -442,7 +518,24 @@ async fn locks_left_waits_for_closed_connections_to_be_released() {
 #[rstest]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holders_are_named_after_the_latest_actor_on_that_backend(
-    #[values("tokio-postgres", "deadpool-fast", "deadpool-clean", "bb8", "sqlx")] driver: &str,
+    #[values(
+        "tokio-postgres",
+        "deadpool-fast",
+        "deadpool-verified",
+        "deadpool-clean",
+        "deadpool-custom",
+        "bb8",
+        "sqlx",
+        "sqlx-after-release",
+        "mobc",
+        "r2d2",
+        "diesel-async",
+        "pgbouncer-session",
+        "pgbouncer-session+deadpool",
+        "pgbouncer-transaction",
+        "pgbouncer-transaction+deadpool"
+    )]
+    driver: &str,
 ) {
     let r = run_inline(
         "name: reuse\ndescription: two actors on one pooled connection\npool: { max_size: 1 }\nactors: { first: { via: pool }, second: { via: pool }, o: { via: direct } }\nsteps:\n  - { actor: first, do: checkout }\n  - { actor: first, sql: select pg_advisory_lock(1) }\n  - { actor: first, do: return }\n  - { actor: second, do: checkout }\n  - { actor: second, sql: select pg_advisory_lock(2) }\n  - { actor: o, observe: advisory_locks, key: 2, record: who_holds_2 }\n",
@@ -460,7 +553,24 @@ async fn holders_are_named_after_the_latest_actor_on_that_backend(
 #[rstest]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_returned_in_an_aborted_transaction_is_recorded_not_fatal(
-    #[values("tokio-postgres", "deadpool-fast", "deadpool-clean", "bb8", "sqlx")] driver: &str,
+    #[values(
+        "tokio-postgres",
+        "deadpool-fast",
+        "deadpool-verified",
+        "deadpool-clean",
+        "deadpool-custom",
+        "bb8",
+        "sqlx",
+        "sqlx-after-release",
+        "mobc",
+        "r2d2",
+        "diesel-async",
+        "pgbouncer-session",
+        "pgbouncer-session+deadpool",
+        "pgbouncer-transaction",
+        "pgbouncer-transaction+deadpool"
+    )]
+    driver: &str,
 ) {
     let r = run_inline(
         "name: aborted\ndescription: return in an aborted transaction\npool: { max_size: 1 }\nactors: { w: { via: pool } }\nsteps:\n  - { actor: w, do: checkout }\n  - { actor: w, do: begin }\n  - { actor: w, sql: select 1/0, expect: { error: \"22012\" } }\n  - { actor: w, do: return }\n  - { actor: w, do: checkout }\n  - { actor: w, sql: select 1, record: first_query_after_checkout }\n",
@@ -470,4 +580,52 @@ async fn a_connection_returned_in_an_aborted_transaction_is_recorded_not_fatal(
     assert!(r.passed(), "{:?}", r.failure);
     let o = r.observation("first_query_after_checkout").unwrap();
     assert!(o.display == "1" || o.sqlstate.is_some(), "{o:?}");
+}
+
+/// `client_timeout_ms` drops the call's future when it elapses: the step
+/// records that (not a failure), within bounds, and the server is not told:
+/// the backend still waits. `on_timeout: cancel` sends a cancel request and
+/// records the statement's own outcome.
+#[rstest]
+#[case::drop("drop")]
+#[case::cancel("cancel")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_timeout_is_recorded_and_the_server_side_is_observed(#[case] on_timeout: &str) {
+    let r = run_inline(
+        &format!(
+            "name: bounded\ndescription: d\nactors: {{ holder: {{ via: direct }}, w: {{ via: direct }}, observer: {{ via: direct }} }}\nsteps:\n  - {{ actor: holder, sql: select pg_advisory_lock(98) }}\n  - {{ actor: w, sql: select pg_advisory_lock(98), client_timeout_ms: 200, on_timeout: {on_timeout}, record: call }}\n  - {{ actor: observer, observe: advisory_locks, key: 98, record: after }}\n  - {{ actor: holder, sql: select pg_advisory_unlock(98) }}\n"
+        ),
+        "tokio-postgres",
+    )
+    .await;
+    assert!(r.passed(), "{:?}", r.failure);
+    let call = r.observation("call").unwrap();
+    let ms = call.elapsed_ms.unwrap();
+    assert!((200.0..5000.0).contains(&ms), "{ms} ms");
+    let after = r.observation("after").unwrap();
+    let waiters = after.value["waiters"].as_array().unwrap();
+    match on_timeout {
+        "drop" => {
+            assert_eq!(call.display, "dropped at 200 ms");
+            assert_eq!(waiters.len(), 1, "{}", after.display);
+        }
+        _ => {
+            assert_eq!(call.sqlstate.as_deref(), Some("57014"), "{}", call.display);
+            assert!(waiters.is_empty(), "{}", after.display);
+        }
+    }
+}
+
+/// A bounded checkout that gives up leaves the actor without a connection:
+/// its later steps record that instead of failing the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkout_that_gives_up_is_recorded_and_later_steps_say_so() {
+    let r = run_inline(
+        "name: full\ndescription: d\npool: { max_size: 1 }\nactors: { a: { via: pool }, b: { via: pool } }\nsteps:\n  - { actor: a, do: checkout }\n  - { actor: b, do: checkout, client_timeout_ms: 300, record: second }\n  - { actor: b, sql: select 1, record: probe }\n  - { actor: b, do: return }\n  - { actor: a, do: return }\n",
+        "deadpool-fast",
+    )
+    .await;
+    assert!(r.passed(), "{:?}", r.failure);
+    assert_eq!(r.observation("second").unwrap().display, "checkout dropped at 300 ms");
+    assert!(r.observation("probe").unwrap().display.starts_with("no connection"));
 }
