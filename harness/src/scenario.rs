@@ -329,6 +329,7 @@ struct RawStep {
     lock_guard: Option<Spanned<i64>>,
     /// For `lock_guard`: `release_now`, `drop` or `leak`.
     #[serde(default)]
+    #[schemars(with = "Option<GuardEndOrParam>")]
     end: Option<GuardEndRaw>,
     /// Start the `sql` step and go on; finish it with an `await` step.
     #[serde(default)]
@@ -339,10 +340,11 @@ struct RawStep {
     /// (or, with `on_timeout: cancel`, a cancel request is sent) and the step
     /// records that instead of failing.
     #[serde(default)]
-    #[schemars(with = "Option<u32>", range(min = 1, max = 600000))]
+    #[schemars(with = "Option<MsOrParam>")]
     client_timeout_ms: Option<Spanned<i64>>,
     /// What `client_timeout_ms` does when it elapses: `drop` (default) or `cancel`.
     #[serde(default)]
+    #[schemars(with = "Option<OnTimeoutOrParam>")]
     on_timeout: Option<OnTimeout>,
     /// For `observe`: first wait (within the deadline) until no other backend
     /// of the run's database is running a statement other than a lock wait
@@ -369,6 +371,39 @@ struct RawStep {
     /// Run only for pooled drivers or only for the direct driver.
     #[serde(default)]
     when: Option<When>,
+}
+
+/// The schema of a duration in ms that a parameter may give.
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum MsOrParam {
+    /// 1–600000 ms.
+    Ms(#[schemars(range(min = 1, max = 600000))] u32),
+    /// A parameter (`"${ms}"`) that expands to one.
+    Param(#[schemars(regex(pattern = r"^\s*\$\{[A-Za-z_][A-Za-z0-9_]*\}\s*$"))] String),
+}
+
+/// The schema of `on_timeout`, which a parameter may give.
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum OnTimeoutOrParam {
+    /// `drop` or `cancel`.
+    Value(OnTimeout),
+    /// A parameter (`"${on_timeout}"`) that expands to one.
+    Param(#[schemars(regex(pattern = r"^\s*\$\{[A-Za-z_][A-Za-z0-9_]*\}\s*$"))] String),
+}
+
+/// The schema of `end`, which a parameter may give.
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum GuardEndOrParam {
+    /// `release_now`, `drop` or `leak`.
+    Value(GuardEndRaw),
+    /// A parameter (`"${end}"`) that expands to one.
+    Param(#[schemars(regex(pattern = r"^\s*\$\{[A-Za-z_][A-Za-z0-9_]*\}\s*$"))] String),
 }
 
 /// The schema of an advisory lock key (see [`AdvisoryKey`]).
