@@ -341,9 +341,10 @@ impl Run<'_> {
     async fn execute_steps(&mut self, driver: &dyn Driver) -> Result<(), String> {
         let mut spec = self.spec(&format!("locklab-{}", self.info.id), &self.scenario.pool_settings);
         if let Some(mode) = self.info.pooler {
-            let (port, _) = self.server.pooler(mode).await.map_err(|e| format!("{e:#}"))?;
+            let (port, _, password) = self.server.pooler(mode).await.map_err(|e| format!("{e:#}"))?;
             spec.host = "127.0.0.1".into();
             spec.port = port;
+            spec.password = Some(password);
         }
         self.run_sql_list(&self.scenario.setup, "setup").await?;
         let opts = PoolOptions {
@@ -593,8 +594,14 @@ impl Run<'_> {
     }
 
     /// The actor that most recently checked out the connection of backend `pid`.
+    /// Behind transaction pooling a backend serves whichever client has a
+    /// transaction, so a pooled backend is named `server connection`.
     fn actor_of(&self, pid: i32) -> Option<&str> {
-        self.last_user.get(&pid).map(|a| self.scenario.actors[*a].name.as_str())
+        let actor = self.last_user.get(&pid)?;
+        if self.info.pooler == Some(PoolerMode::Transaction) && self.scenario.actors[*actor].via == Via::Pool {
+            return Some("server connection");
+        }
+        Some(self.scenario.actors[*actor].name.as_str())
     }
 
     /// Replaces each `${name}` with its saved value (`NULL` for SQL NULL), in
@@ -634,6 +641,18 @@ impl Run<'_> {
         if own_connection && let Slot::Lost(why) = &self.slots[actor] {
             // A bounded checkout of this actor gave up: record that, run nothing.
             let why = why.clone();
+            if step.expect.is_some() || step.save.is_some() || step.background {
+                let needs = if step.expect.is_some() {
+                    "an expectation"
+                } else if step.save.is_some() {
+                    "'save'"
+                } else {
+                    "'background'"
+                };
+                return Err(format!(
+                    "actor '{name}' has no connection ({why}), and this step needs one (it has {needs})"
+                ));
+            }
             if matches!(step.kind, StepKind::Do(Action::Return)) {
                 self.slots[actor] = Slot::Empty;
             }
@@ -683,12 +702,13 @@ impl Run<'_> {
                         Ok(())
                     }
                     Ok(Ok(conn)) => {
-                        let took = t0.elapsed();
                         self.slots[actor] = Slot::Ready(conn);
-                        // The harness's one added statement, bounded too: a
-                        // connection handed out with a statement still queued
-                        // on it does not answer.
-                        let answered = self.learn_pid(actor, bound.saturating_sub(took)).await;
+                        // The harness's one added statement, bounded by the
+                        // same client timeout on its own (so how long the
+                        // checkout took does not decide the cell): a connection
+                        // handed out with a statement still queued on it does
+                        // not answer.
+                        let answered = self.learn_pid(actor, bound).await;
                         let (value, display) = if answered {
                             (serde_json::json!({ "checkout": "ok" }), "ok".to_owned())
                         } else {
@@ -949,8 +969,16 @@ impl Run<'_> {
                 Ok(r) => Ok(r),
                 Err(_) => match (step.on_timeout, canceller) {
                     (OnTimeout::Cancel, Some(cancel)) => {
-                        if let Err(e) = cancel().await {
-                            return Err(format!("the cancel request failed: {e}"));
+                        let rest = deadline.saturating_sub(t0.elapsed());
+                        match tokio::time::timeout(rest, cancel()).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => return Err(format!("the cancel request failed: {e}")),
+                            Err(_) => {
+                                return Err(format!(
+                                    "the cancel request was not sent within the deadline of {} ms",
+                                    step.deadline_ms
+                                ));
+                            }
                         }
                         // A cancel that lands ends the statement at once; one that
                         // does not is recorded as such and the call dropped.
@@ -984,7 +1012,14 @@ impl Run<'_> {
                 }
                 self.record_note(
                     step,
-                    serde_json::json!({ "dropped_at_ms": bound.as_millis() as u64, "cancel": !why.is_empty() }),
+                    serde_json::json!({
+                        "dropped_at_ms": bound.as_millis() as u64,
+                        "cancel": match step.on_timeout {
+                            OnTimeout::Drop => "none",
+                            OnTimeout::Cancel if why.starts_with("cancel sent") => "sent, no effect",
+                            OnTimeout::Cancel => "not sent",
+                        },
+                    }),
                     display,
                     Some(took),
                 );

@@ -373,6 +373,10 @@ struct RawStep {
     when: Option<When>,
 }
 
+/// Marks a background step in the validator's `background` map as dropped by
+/// `do: abandon` (it is never awaited and never completes).
+const ABANDONED: usize = usize::MAX;
+
 /// The schema of a duration in ms that a parameter may give.
 #[derive(JsonSchema)]
 #[serde(untagged)]
@@ -1608,6 +1612,7 @@ impl Validator<'_> {
             let Some(a) = state.iter().position(|c| *c == Conn::Busy(target)) else {
                 let why = match background.get(&target) {
                     None => "not a background step",
+                    Some(Some(ABANDONED)) => "abandoned by an earlier step",
                     Some(Some(_)) => "already awaited",
                     Some(None) => "not in flight",
                 };
@@ -1709,6 +1714,10 @@ impl Validator<'_> {
                         opos,
                         format!("step {n}: 'order' names '{id}', which is still in flight (await it first)"),
                     ),
+                    Some((_, Some(Some(ABANDONED)))) => self.err(
+                        opos,
+                        format!("step {n}: 'order' names '{id}', which was abandoned (it never completes)"),
+                    ),
                     Some((i, Some(Some(_)))) => {
                         if steps.contains(&i) {
                             self.err(opos, format!("step {n}: 'order' names '{id}' twice"));
@@ -1730,7 +1739,7 @@ impl Validator<'_> {
             (StepKind::Await(_), _) => state[actor] = Conn::Ready,
             (StepKind::Order(_), _) => {}
             (StepKind::Do(Action::Abandon), Conn::Busy(b)) => {
-                background.insert(b, Some(index));
+                background.insert(b, Some(ABANDONED));
                 state[actor] = Conn::None;
             }
             (StepKind::Do(Action::Abandon), _) => {
@@ -1793,6 +1802,25 @@ impl Validator<'_> {
             }
             if s.id.is_none() {
                 self.err(pos, format!("step {n}: a background step needs an 'id' to await it by"));
+            }
+        }
+        if matches!(kind, StepKind::Guard(..)) && actors[actor].via != Via::Pool {
+            self.err(
+                pos,
+                format!("step {n}: 'lock_guard' uses the driver under test, so it runs on a pool actor, not on direct actor '{an}'"),
+            );
+        }
+        if client_timeout_ms.is_some() {
+            if s.save.is_some() {
+                self.err(
+                    pos,
+                    format!(
+                        "step {n}: 'save' cannot be combined with 'client_timeout_ms' (a dropped call saves nothing)"
+                    ),
+                );
+            }
+            if s.record.is_none() {
+                self.err(pos, format!("step {n}: a step with 'client_timeout_ms' needs 'record', so that a timeout shows in the report"));
             }
         }
         if matches!(kind, StepKind::Observe(..) | StepKind::Blocked(_)) && actors[actor].via != Via::Direct {

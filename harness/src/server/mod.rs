@@ -369,15 +369,16 @@ impl Server {
     }
 
     /// PgBouncer in `mode` in front of this server (started on first use, on a
-    /// free loopback port, stopped with the server): its port and version.
+    /// free loopback port, stopped with the server): its port, version and the
+    /// password its clients give.
     ///
     /// # Errors
     /// PgBouncer cannot be installed, started, or is not ready within 30 s.
-    pub async fn pooler(&self, mode: PoolerMode) -> Result<(u16, String)> {
+    pub async fn pooler(&self, mode: PoolerMode) -> Result<(u16, String, String)> {
         let mut poolers = self.poolers.lock().await;
         if let Some(b) = poolers.get_mut(&mode) {
             match b.exited() {
-                None => return Ok((b.port, b.version.clone())),
+                None => return Ok((b.port, b.version.clone(), b.password.clone())),
                 Some(why) => {
                     tracing::warn!("PgBouncer ({} mode) exited: {why}; starting a new one", mode.as_str());
                     eprintln!(
@@ -398,7 +399,7 @@ impl Server {
         let b = pgbouncer::PgBouncer::start(&up, mode, Duration::from_secs(30))
             .await
             .with_context(|| format!("cannot start PgBouncer in {} mode", mode.as_str()))?;
-        let out = (b.port, b.version.clone());
+        let out = (b.port, b.version.clone(), b.password.clone());
         poolers.insert(mode, b);
         Ok(out)
     }

@@ -12,7 +12,9 @@
 //!
 //! Configuration (PgBouncer docs, "Configuration"): one wildcard database
 //! `* = host=… port=… user=…` (every run database reaches the same server as
-//! the harness's own role), `auth_type = trust` for the clients, the given
+//! the harness's own role), `auth_type = scram-sha-256` for the clients with
+//! a random password made for this instance (so another local user cannot
+//! borrow the harness's role through the loopback port), the given
 //! `pool_mode`, `server_reset_query` left at its default `DISCARD ALL` (used
 //! in session mode only), and `ignore_startup_parameters = extra_float_digits`
 //! (sent by sqlx). PgBouncer 1.18 rejects the `options` startup parameter, so
@@ -36,15 +38,16 @@ pub fn install_script() -> PathBuf {
 }
 
 /// The watchdog for a PgBouncer directory (`$1`): on end-of-file, SIGTERM to
-/// the group (PgBouncer's immediate shutdown), SIGKILL after 5 s, then the
-/// directory goes.
+/// the group (an immediate shutdown up to PgBouncer 1.22; from 1.23 it waits
+/// for clients), SIGKILL after 1 s, then the directory goes. PgBouncer keeps
+/// no state worth a clean shutdown here.
 const WATCHDOG: &str = r#"
 trap '' INT TERM HUP
 read -r _ || true
 kill -TERM "-$$" 2>/dev/null
 pidfile="$1/pgbouncer.pid"
 n=0
-while [ -f "$pidfile" ] && [ "$n" -lt 50 ]; do
+while [ -f "$pidfile" ] && [ "$n" -lt 10 ]; do
   pid=$(head -n 1 "$pidfile" 2>/dev/null)
   [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || break
   sleep 0.1
@@ -64,6 +67,16 @@ rm -rf "$1"
 /// A `LOCKLAB_PGBOUNCER` that is not a file, or an install that failed (with
 /// the script's output).
 pub fn resolve_binary() -> Result<PathBuf> {
+    // One install attempt per process: a failed one is not retried for every
+    // run of the report.
+    static INSTALLED: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    INSTALLED
+        .get_or_init(|| find_or_install().map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(|e| anyhow::anyhow!(e))
+}
+
+fn find_or_install() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("LOCKLAB_PGBOUNCER").filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
         if !p.is_file() {
@@ -107,6 +120,8 @@ pub struct PgBouncer {
     dir: PathBuf,
     /// The loopback port it listens on.
     pub port: u16,
+    /// The password clients give (scram-sha-256), made for this instance.
+    pub password: String,
     /// Its `pool_mode`.
     pub mode: PoolerMode,
     /// `PgBouncer 1.18.0`, from `--version`.
@@ -153,6 +168,15 @@ impl PgBouncer {
             .and_then(|s| s.lines().next().map(str::to_owned))
             .unwrap_or_else(|| "PgBouncer (version unknown)".into());
         let port = free_port()?;
+        if [up.user, up.password.unwrap_or_default()]
+            .iter()
+            .any(|v| v.contains(['\n', '\r', '"']))
+        {
+            bail!(
+                "the server's user name or password contains a newline or '\"', which PgBouncer's configuration cannot hold"
+            );
+        }
+        let password = random_password()?;
         let quote = |v: &str| format!("'{}'", v.replace('\'', "''"));
         let mut server = format!("host={} port={} user={}", up.host, up.port, quote(up.user));
         if let Some(p) = up.password {
@@ -166,7 +190,7 @@ impl PgBouncer {
              listen_addr = 127.0.0.1\n\
              listen_port = {port}\n\
              unix_socket_dir =\n\
-             auth_type = trust\n\
+             auth_type = scram-sha-256\n\
              auth_file = {dir}/userlist.txt\n\
              pool_mode = {mode}\n\
              max_client_conn = 1000\n\
@@ -181,17 +205,15 @@ impl PgBouncer {
         );
         let config = dir.join("pgbouncer.ini");
         write_private(&config, &ini)?;
-        write_private(
-            &dir.join("userlist.txt"),
-            &format!("\"{}\" \"\"\n", up.user.replace('"', "\"\"")),
-        )?;
+        write_private(&dir.join("userlist.txt"), &format!("\"{}\" \"{password}\"\n", up.user))?;
         if let Some(u) = &who {
             chown_tree(&dir, u)?;
         }
-        let child = spawn(&bin, &config, who.as_ref(), watchdog.group())?;
+        let child = spawn(&bin, &dir, &config, who.as_ref(), watchdog.group())?;
         let mut bouncer = PgBouncer {
             dir,
             port,
+            password,
             mode,
             version,
             child,
@@ -206,7 +228,7 @@ impl PgBouncer {
             host: "127.0.0.1".into(),
             port: self.port,
             user: up.user.into(),
-            password: None,
+            password: Some(self.password.clone()),
             dbname: up.admin_db.into(),
             application_name: "locklab-ready".into(),
             options: Vec::new(),
@@ -216,8 +238,9 @@ impl PgBouncer {
         let polled = poll_until(Instant::now() + timeout, async || {
             if let Some(status) = self.child.try_wait()? {
                 bail!(
-                    "PgBouncer exited during start-up ({status}); end of its log:\n{}",
-                    tail(&log, 15)
+                    "PgBouncer exited during start-up ({status}); end of its log:\n{}\n{}",
+                    tail(&log, 15),
+                    tail(&self.dir.join("pgbouncer.stderr"), 15)
                 );
             }
             match DirectConn::connect(&spec).await {
@@ -256,8 +279,9 @@ impl PgBouncer {
     pub(super) fn exited(&mut self) -> Option<String> {
         match self.child.try_wait() {
             Ok(Some(status)) => Some(format!(
-                "{status}; end of its log:\n{}",
-                tail(&self.dir.join("pgbouncer.log"), 15)
+                "{status}; end of its log:\n{}\n{}",
+                tail(&self.dir.join("pgbouncer.log"), 15),
+                tail(&self.dir.join("pgbouncer.stderr"), 15)
             )),
             _ => None,
         }
@@ -269,7 +293,7 @@ impl Drop for PgBouncer {
         use nix::sys::signal::{Signal, kill};
         if matches!(self.child.try_wait(), Ok(None)) {
             let _ = kill(nix::unistd::Pid::from_raw(self.child.id() as i32), Signal::SIGTERM);
-            let deadline = Instant::now() + Duration::from_secs(5);
+            let deadline = Instant::now() + Duration::from_secs(1);
             while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -280,16 +304,37 @@ impl Drop for PgBouncer {
     }
 }
 
-fn spawn(bin: &Path, config: &Path, who: Option<&RunAs>, group: i32) -> Result<Child> {
-    // The launcher is a shell script that execs the binary: same pid.
-    let mut c = command(Path::new("/bin/sh"), who);
-    c.arg(bin)
-        .arg(config)
+fn spawn(bin: &Path, dir: &Path, config: &Path, who: Option<&RunAs>, group: i32) -> Result<Child> {
+    // Our launcher is a shell script that execs the binary (same pid); a
+    // binary given by LOCKLAB_PGBOUNCER runs as itself.
+    let script = std::fs::read(bin).is_ok_and(|b| b.starts_with(b"#!"));
+    let mut c = if script {
+        let mut c = command(Path::new("/bin/sh"), who);
+        c.arg(bin);
+        c
+    } else {
+        command(bin, who)
+    };
+    let out = std::fs::File::create(dir.join("pgbouncer.stderr"))?;
+    if let Some(u) = who {
+        nix::unistd::chown(&dir.join("pgbouncer.stderr"), Some(u.uid.into()), Some(u.gid.into()))?;
+    }
+    c.arg(config)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
         .process_group(group);
     c.spawn().with_context(|| format!("cannot run {}", bin.display()))
+}
+
+/// 32 hex digits from the kernel's random source.
+fn random_password() -> Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .context("cannot read /dev/urandom for PgBouncer's password")?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 fn write_private(path: &Path, text: &str) -> Result<()> {
