@@ -241,6 +241,10 @@ pub enum Returned {
     ToPool,
     /// The connection was closed (direct driver, or a pool that discarded it).
     Closed,
+    /// The client connection to a pooler was closed; its server connection
+    /// went back to the pooler's pool (which, in session mode, resets it with
+    /// `server_reset_query`, asynchronously).
+    ToPooler,
 }
 
 /// A way to send a cancel request (PostgreSQL protocol §55.2.8 "Canceling
@@ -285,6 +289,11 @@ pub trait Conn: Send {
     /// not send one (through PgBouncer, see `pgbouncer.rs`).
     fn canceller(&self) -> Option<Canceller> {
         None
+    }
+
+    /// Why [`Conn::canceller`] gives `None`, for the report.
+    fn no_cancel_reason(&self) -> &'static str {
+        "the driver has no cancel API"
     }
 
     /// Takes the session-level advisory lock on `key` (i64) through the

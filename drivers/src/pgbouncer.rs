@@ -77,8 +77,10 @@ impl Conn for BouncedConn {
     async fn give_back(self: Box<Self>) -> Returned {
         // A closed client connection leaves its server connection in
         // PgBouncer's pool: for the server, the connection went back to a pool.
-        self.0.give_back().await;
-        Returned::ToPool
+        match self.0.give_back().await {
+            Returned::Closed => Returned::ToPooler,
+            other => other,
+        }
     }
 
     fn canceller(&self) -> Option<Canceller> {
@@ -87,6 +89,10 @@ impl Conn for BouncedConn {
         // PgBouncer exited ("FATAL … disconnect_client(): bad client state"),
         // taking every later run of the report with it.
         None
+    }
+
+    fn no_cancel_reason(&self) -> &'static str {
+        "not sent through PgBouncer"
     }
 
     async fn advisory_lock_guard(&mut self, key: i64, end: GuardEnd) -> Result<(), DriverError> {

@@ -95,8 +95,8 @@ struct RunArgs {
 fn main() -> ExitCode {
     // sqlx warns about connections the harness terminates on purpose and about
     // statements that wait on a lock for over a second: both expected here.
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_env("LOCKLAB_LOG").unwrap_or_else(|_| "warn,sqlx=error".into());
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LOCKLAB_LOG")
+        .unwrap_or_else(|_| "warn,sqlx=error,deadpool=error".into());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -199,11 +199,12 @@ fn list(dir: &Path) -> Result<ExitCode> {
         let _ = writeln!(text, "  (not listed: {e:#})");
     }
     text.push_str("drivers:\n");
-    for d in locklab_drivers::registry() {
-        let i = d.info();
+    let drivers: Vec<_> = locklab_drivers::registry().iter().map(|d| d.info()).collect();
+    let id_width = drivers.iter().map(|i| i.id.chars().count()).max().unwrap_or(0);
+    for i in drivers {
         let _ = writeln!(
             text,
-            "  {:<28} {} {} — {}",
+            "  {:<id_width$}  {} {} — {}",
             i.id, i.crate_name, i.crate_version, i.configuration
         );
     }
@@ -625,9 +626,8 @@ fn summary(runs: &[RunResult]) -> String {
     let deviated = runs.iter().filter(|r| r.deviation.is_some()).count();
     let skipped = runs.iter().filter(|r| r.skipped.is_some()).count();
     lines.push(format!(
-        "{} passed, {} failed ({deviated} of the passed deviate behind transaction pooling, {skipped} not applicable)",
-        runs.len() - failed,
-        failed
+        "{} passed, {deviated} deviated (behind transaction pooling), {skipped} not applicable, {failed} failed",
+        runs.len() - failed - deviated - skipped
     ));
     lines.join("\n") + "\n"
 }

@@ -24,7 +24,8 @@
 //!   `notices` when the server sent any),
 //!   `steps[]` (failed runs only: `step`, `label`, `elapsed_ms`, `outcome`), `locks_left[]` (`key`, `mode`,
 //!   `granted`, `pid`, `state`, `application_name`), `elapsed_ms`
-//! - `summary`: `runs`, `passed`, `failed`, `elapsed_ms`
+//! - `summary`: `runs`, `passed` (including `deviated` and `not_applicable`), `deviated`,
+//!   `not_applicable`, `failed`, `elapsed_ms`
 //!
 //! All times are in ms. Version 1 had a single `server` object and no `runs[].server`;
 //! version 2 had no `scenarios[].family`/`params` and no `observations[].notices`;
@@ -143,8 +144,14 @@ pub struct ScenarioInfo {
 pub struct Summary {
     /// Number of runs.
     pub runs: usize,
-    /// Runs that passed.
+    /// Runs that passed (the two counts below included).
     pub passed: usize,
+    /// Of the passed runs: those behind transaction pooling whose scenario's
+    /// session assumption failed (`runs[].deviation`).
+    pub deviated: usize,
+    /// Of the passed runs: those not applicable to their configuration
+    /// (`runs[].skipped`).
+    pub not_applicable: usize,
     /// Runs that failed.
     pub failed: usize,
     /// Wall time of all runs together, in ms.
@@ -200,6 +207,8 @@ impl Report {
             summary: Summary {
                 runs: runs.len(),
                 passed,
+                deviated: runs.iter().filter(|r| r.deviation.is_some()).count(),
+                not_applicable: runs.iter().filter(|r| r.skipped.is_some()).count(),
                 failed: runs.len() - passed,
                 elapsed_ms,
             },

@@ -571,12 +571,15 @@ impl Run<'_> {
     /// `select pg_backend_pid()`, the one statement the harness adds to a
     /// checkout. When it fails (e.g. the pool handed out a connection in an
     /// aborted transaction) the pid stays unknown; only steps that need it fail.
+    /// Returns false when no answer came `within` (a connection handed out with
+    /// a statement still queued on it).
     async fn learn_pid(&mut self, actor: usize, within: Duration) -> bool {
         self.pids.remove(&actor);
-        let Ok(conn) = self.conn(actor) else { return false };
-        let Ok(Ok(rows)) = tokio::time::timeout(within, conn.simple_query("select pg_backend_pid()")).await else {
+        let Ok(conn) = self.conn(actor) else { return true };
+        let Ok(answer) = tokio::time::timeout(within, conn.simple_query("select pg_backend_pid()")).await else {
             return false;
         };
+        let Ok(rows) = answer else { return true };
         if let Some(pid) = rows.first_value().flatten().and_then(|v| v.parse().ok()) {
             self.pids.insert(actor, pid);
             self.last_user.insert(pid, actor);
@@ -732,6 +735,10 @@ impl Run<'_> {
                 let (value, display) = match tokio::time::timeout(bound, conn.give_back()).await {
                     Ok(Returned::ToPool) => (serde_json::json!({ "return": "to pool" }), "to pool".to_owned()),
                     Ok(Returned::Closed) => (serde_json::json!({ "return": "closed" }), "closed".to_owned()),
+                    Ok(Returned::ToPooler) => (
+                        serde_json::json!({ "return": "closed, server connection to the pooler" }),
+                        "closed, server connection to the pooler".to_owned(),
+                    ),
                     Err(_) => (
                         serde_json::json!({ "return": "unfinished" }),
                         format!("unfinished at {} ms", bound.as_millis()),
@@ -818,7 +825,13 @@ impl Run<'_> {
                         )
                     })?;
                 self.slots[actor] = Slot::Ready(conn);
-                self.learn_pid(actor, deadline).await;
+                if !self.learn_pid(actor, deadline).await {
+                    return Err(format!(
+                        "the connection handed out did not answer `select pg_backend_pid()` within the deadline of {} ms \
+                         (a statement still queued on it?); a 'client_timeout_ms' on the checkout records this instead",
+                        step.deadline_ms
+                    ));
+                }
                 Ok(())
             }
             StepKind::Do(Action::Return | Action::Disconnect) => self.give_back(actor, monitor, deadline).await,
@@ -962,6 +975,7 @@ impl Run<'_> {
             OnTimeout::Cancel => conn.canceller(),
             OnTimeout::Drop => None,
         };
+        let no_cancel = conn.no_cancel_reason();
         let t0 = Instant::now();
         let outcome = {
             let mut fut = conn.simple_query(sql);
@@ -988,7 +1002,7 @@ impl Run<'_> {
                             Err(_) => Err(format!("cancel sent, no effect within {} ms", rest.as_millis())),
                         }
                     }
-                    (OnTimeout::Cancel, None) => Err("no cancel request sent (see the driver)".to_owned()),
+                    (OnTimeout::Cancel, None) => Err(format!("no cancel request sent ({no_cancel})")),
                     (OnTimeout::Drop, _) => Err(String::new()),
                 },
             }
@@ -1092,10 +1106,34 @@ impl Run<'_> {
         let returned = tokio::time::timeout(deadline, conn.give_back())
             .await
             .map_err(|_| format!("deadline of {} ms exceeded", deadline.as_millis()))?;
-        if returned == Returned::Closed {
-            self.wait_gone(monitor, pid?, Instant::now() + deadline).await?;
+        match returned {
+            Returned::Closed => self.wait_gone(monitor, pid?, Instant::now() + deadline).await?,
+            Returned::ToPooler if self.info.pooler == Some(PoolerMode::Session) => {
+                self.wait_reset(monitor, pid?, Instant::now() + deadline).await?;
+            }
+            _ => {}
         }
         Ok(())
+    }
+
+    /// Waits until PgBouncer (session mode) has run its `server_reset_query`
+    /// (`DISCARD ALL`, the default) on backend `pid` after the client closed:
+    /// the last statement of that backend, finished.
+    async fn wait_reset(&self, monitor: &mut DirectConn, pid: i32, until: Instant) -> Result<(), String> {
+        let sql = format!(
+            "select count(*) from pg_stat_activity where pid = {pid} and state = 'idle' and query = 'DISCARD ALL'"
+        );
+        let polled = poll_until(until, async || {
+            let rows = monitor.simple_query(&sql).await.map_err(|e| e.to_string())?;
+            Ok::<_, String>((rows.first_value().flatten() == Some("1")).then_some(()))
+        })
+        .await?;
+        match polled {
+            Polled::Done(()) => Ok(()),
+            Polled::TimedOut => Err(format!(
+                "PgBouncer did not reset backend {pid} (DISCARD ALL) after its client closed"
+            )),
+        }
     }
 
     async fn wait_gone(&self, monitor: &mut DirectConn, pid: i32, until: Instant) -> Result<(), String> {

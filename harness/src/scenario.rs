@@ -1884,7 +1884,11 @@ impl Validator<'_> {
             {
                 self.err(
                     Pos::of(&r.referenced),
-                    format!("step {n}: 'record' works on 'sql', 'observe', 'await', 'order', 'lock_guard' and transaction steps, and on 'checkout' and 'return' with 'client_timeout_ms'"),
+                    if s.background {
+                        format!("step {n}: a background step's outcome is recorded on its 'await' step; move 'record' there")
+                    } else {
+                        format!("step {n}: 'record' works on 'sql', 'observe', 'await', 'order', 'lock_guard' and transaction steps, and on 'checkout' and 'return' with 'client_timeout_ms'")
+                    },
                 );
             }
             if let Some(first) = records.insert(r.value.clone(), Pos::of(&r.referenced)) {

@@ -88,6 +88,10 @@ fn find_or_install() -> Result<PathBuf> {
     if bin.is_file() {
         return Ok(bin);
     }
+    eprintln!(
+        "locklab: no PgBouncer in {}; installing it (once) from Debian's packages",
+        bin.parent().and_then(Path::parent).unwrap_or(&bin).display()
+    );
     let out = Command::new("bash")
         .arg(install_script())
         .output()
