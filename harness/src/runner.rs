@@ -1117,15 +1117,21 @@ impl Run<'_> {
     }
 
     /// Waits until PgBouncer (session mode) has run its `server_reset_query`
-    /// (`DISCARD ALL`, the default) on backend `pid` after the client closed:
-    /// the last statement of that backend, finished.
+    /// (`DISCARD ALL`, the default) on backend `pid` after the client closed
+    /// (the last statement of that backend, finished), or has closed that
+    /// server connection instead (it does so for one left inside a
+    /// transaction): the backend is gone.
     async fn wait_reset(&self, monitor: &mut DirectConn, pid: i32, until: Instant) -> Result<(), String> {
         let sql = format!(
-            "select count(*) from pg_stat_activity where pid = {pid} and state = 'idle' and query = 'DISCARD ALL'"
+            "select count(*) filter (where state = 'idle' and query = 'DISCARD ALL'), count(*) \
+             from pg_stat_activity where pid = {pid}"
         );
         let polled = poll_until(until, async || {
             let rows = monitor.simple_query(&sql).await.map_err(|e| e.to_string())?;
-            Ok::<_, String>((rows.first_value().flatten() == Some("1")).then_some(()))
+            let row = rows.rows.first().cloned().unwrap_or_default();
+            let reset = row.first().cloned().flatten().as_deref() == Some("1");
+            let gone = row.get(1).cloned().flatten().as_deref() == Some("0");
+            Ok::<_, String>((reset || gone).then_some(()))
         })
         .await?;
         match polled {
