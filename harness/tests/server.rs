@@ -19,6 +19,7 @@ use locklab::scenario::{self, Scenario, StepKind, When};
 use locklab::server::{BackendChoice, Server, ServerOptions};
 use locklab_drivers::{Conn, DirectConn};
 use rstest::rstest;
+use rstest_reuse::{self, apply, template};
 
 /// The local cluster (PostgreSQL 17), or the server `LOCKLAB_DSN` names.
 fn server() -> &'static Server {
@@ -42,6 +43,32 @@ fn container_server() -> &'static Server {
         .get_or_init(|| Server::start(&ServerOptions::new(BackendChoice::Container, 17)).map_err(|e| format!("{e:#}")))
         .as_ref()
         .unwrap_or_else(|e| panic!("no PostgreSQL container for the tests: {e}"))
+}
+
+/// Every registered driver id, for the per-driver tests (`#[apply(every_driver)]`);
+/// must equal the registry (checked below).
+#[template]
+#[rstest]
+fn every_driver(
+    #[values(
+        "tokio-postgres",
+        "deadpool-fast",
+        "deadpool-verified",
+        "deadpool-clean",
+        "deadpool-custom",
+        "bb8",
+        "sqlx",
+        "sqlx-after-release",
+        "mobc",
+        "r2d2",
+        "diesel-async",
+        "pgbouncer-session",
+        "pgbouncer-session+deadpool",
+        "pgbouncer-transaction",
+        "pgbouncer-transaction+deadpool"
+    )]
+    driver: &str,
+) {
 }
 
 /// The driver ids this file tests; must equal the registry (checked below).
@@ -68,7 +95,7 @@ fn every_registered_driver_is_in_the_matrix_tests() {
     assert_eq!(
         locklab_drivers::ids(),
         DRIVERS,
-        "update DRIVERS and the #[values] list of scenario_through_driver"
+        "update DRIVERS and the #[values] list of every_driver"
     );
 }
 
@@ -77,29 +104,9 @@ fn load(path: &Path) -> Vec<Scenario> {
         .unwrap_or_else(|e| panic!("{}", e.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")))
 }
 
-#[rstest]
+#[apply(every_driver)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scenario_through_driver(
-    #[files("../scenarios/*.yaml")] path: PathBuf,
-    #[values(
-        "tokio-postgres",
-        "deadpool-fast",
-        "deadpool-verified",
-        "deadpool-clean",
-        "deadpool-custom",
-        "bb8",
-        "sqlx",
-        "sqlx-after-release",
-        "mobc",
-        "r2d2",
-        "diesel-async",
-        "pgbouncer-session",
-        "pgbouncer-session+deadpool",
-        "pgbouncer-transaction",
-        "pgbouncer-transaction+deadpool"
-    )]
-    driver: &str,
-) {
+async fn scenario_through_driver(#[files("../scenarios/*.yaml")] path: PathBuf, driver: &str) {
     let d = locklab_drivers::find(driver).unwrap();
     for scenario in load(&path) {
         let r = runner::run(server(), &scenario, d.as_ref()).await;
@@ -109,33 +116,13 @@ async fn scenario_through_driver(
 }
 
 /// The same matrix against a PostgreSQL 17 container started by testcontainers.
-#[rstest]
+#[apply(every_driver)]
 #[cfg_attr(
     not(locklab_docker),
     ignore = "needs Docker: no Docker engine answered when the tests were built"
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scenario_through_driver_in_container(
-    #[files("../scenarios/*.yaml")] path: PathBuf,
-    #[values(
-        "tokio-postgres",
-        "deadpool-fast",
-        "deadpool-verified",
-        "deadpool-clean",
-        "deadpool-custom",
-        "bb8",
-        "sqlx",
-        "sqlx-after-release",
-        "mobc",
-        "r2d2",
-        "diesel-async",
-        "pgbouncer-session",
-        "pgbouncer-session+deadpool",
-        "pgbouncer-transaction",
-        "pgbouncer-transaction+deadpool"
-    )]
-    driver: &str,
-) {
+async fn scenario_through_driver_in_container(#[files("../scenarios/*.yaml")] path: PathBuf, driver: &str) {
     let d = locklab_drivers::find(driver).unwrap();
     let server = container_server();
     assert_eq!(server.backend(), locklab::server::Backend::Container);
@@ -277,28 +264,9 @@ async fn run_inline(text: &str, driver: &str) -> RunResult {
 /// A step waiting on a lock nobody releases fails at its deadline, naming the
 /// scenario, the driver, the actor and the step; the run then ends the stuck
 /// backends and cleans up promptly, whatever the pool.
-#[rstest]
+#[apply(every_driver)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_step_past_its_deadline_fails_the_scenario_with_its_name(
-    #[values(
-        "tokio-postgres",
-        "deadpool-fast",
-        "deadpool-verified",
-        "deadpool-clean",
-        "deadpool-custom",
-        "bb8",
-        "sqlx",
-        "sqlx-after-release",
-        "mobc",
-        "r2d2",
-        "diesel-async",
-        "pgbouncer-session",
-        "pgbouncer-session+deadpool",
-        "pgbouncer-transaction",
-        "pgbouncer-transaction+deadpool"
-    )]
-    driver: &str,
-) {
+async fn a_step_past_its_deadline_fails_the_scenario_with_its_name(driver: &str) {
     let started = std::time::Instant::now();
     let r = run_inline(
         "name: hangs\ndescription: b waits forever\nactors: { a: { via: direct }, b: { via: pool } }\nsteps:\n  - { actor: a, sql: select pg_advisory_lock(99) }\n  - { actor: b, do: checkout }\n  - { actor: b, sql: select pg_advisory_lock(99), deadline_ms: 300 }\n",
@@ -531,28 +499,9 @@ async fn locks_left_waits_for_closed_connections_to_be_released() {
 
 /// A holder is named after the actor that most recently checked its backend
 /// out, even when another actor used the same pooled connection before.
-#[rstest]
+#[apply(every_driver)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn holders_are_named_after_the_latest_actor_on_that_backend(
-    #[values(
-        "tokio-postgres",
-        "deadpool-fast",
-        "deadpool-verified",
-        "deadpool-clean",
-        "deadpool-custom",
-        "bb8",
-        "sqlx",
-        "sqlx-after-release",
-        "mobc",
-        "r2d2",
-        "diesel-async",
-        "pgbouncer-session",
-        "pgbouncer-session+deadpool",
-        "pgbouncer-transaction",
-        "pgbouncer-transaction+deadpool"
-    )]
-    driver: &str,
-) {
+async fn holders_are_named_after_the_latest_actor_on_that_backend(driver: &str) {
     let r = run_inline(
         "name: reuse\ndescription: two actors on one pooled connection\npool: { max_size: 1 }\nactors: { first: { via: pool }, second: { via: pool }, o: { via: direct } }\nsteps:\n  - { actor: first, do: checkout }\n  - { actor: first, sql: select pg_advisory_lock(1) }\n  - { actor: first, do: return }\n  - { actor: second, do: checkout }\n  - { actor: second, sql: select pg_advisory_lock(2) }\n  - { actor: o, observe: advisory_locks, key: 2, record: who_holds_2 }\n",
         driver,
@@ -572,28 +521,9 @@ async fn holders_are_named_after_the_latest_actor_on_that_backend(
 /// A checkout that hands out a connection in an aborted transaction does not
 /// fail the checkout step; the scenario's own recorded query sees what the
 /// pool handed out (what it sees differs by pool, so only presence is checked).
-#[rstest]
+#[apply(every_driver)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_connection_returned_in_an_aborted_transaction_is_recorded_not_fatal(
-    #[values(
-        "tokio-postgres",
-        "deadpool-fast",
-        "deadpool-verified",
-        "deadpool-clean",
-        "deadpool-custom",
-        "bb8",
-        "sqlx",
-        "sqlx-after-release",
-        "mobc",
-        "r2d2",
-        "diesel-async",
-        "pgbouncer-session",
-        "pgbouncer-session+deadpool",
-        "pgbouncer-transaction",
-        "pgbouncer-transaction+deadpool"
-    )]
-    driver: &str,
-) {
+async fn a_connection_returned_in_an_aborted_transaction_is_recorded_not_fatal(driver: &str) {
     let r = run_inline(
         "name: aborted\ndescription: return in an aborted transaction\npool: { max_size: 1 }\nactors: { w: { via: pool } }\nsteps:\n  - { actor: w, do: checkout }\n  - { actor: w, do: begin }\n  - { actor: w, sql: select 1/0, expect: { error: \"22012\" } }\n  - { actor: w, do: return }\n  - { actor: w, do: checkout }\n  - { actor: w, sql: select 1, record: first_query_after_checkout }\n",
         driver,
