@@ -534,18 +534,7 @@ impl Run<'_> {
     }
 
     fn skip(&mut self, step: &Step) -> Result<(), String> {
-        if let Some(name) = &step.record {
-            self.result.observations.push(Observation {
-                name: name.clone(),
-                step: step.index + 1,
-                value: serde_json::Value::Null,
-                display: "n/a".into(),
-                sqlstate: None,
-                elapsed_ms: None,
-                waited_ms: None,
-                notices: Vec::new(),
-            });
-        }
+        self.record_note(step, serde_json::Value::Null, "n/a".into(), None);
         Ok(())
     }
 
@@ -906,18 +895,7 @@ impl Run<'_> {
                 seen.sort();
                 let actual: Vec<String> = seen.iter().map(|(_, i)| id_of(i)).collect();
                 let wanted: Vec<String> = ids.iter().map(id_of).collect();
-                if let Some(name) = &step.record {
-                    self.result.observations.push(Observation {
-                        name: name.clone(),
-                        step: step.index + 1,
-                        value: serde_json::json!(actual),
-                        display: actual.join(" → "),
-                        sqlstate: None,
-                        elapsed_ms: None,
-                        waited_ms: None,
-                        notices: Vec::new(),
-                    });
-                }
+                self.record_note(step, serde_json::json!(actual), actual.join(" → "), None);
                 if actual == wanted {
                     Ok(())
                 } else {
@@ -1042,8 +1020,9 @@ impl Run<'_> {
         }
     }
 
-    /// Records an observation that is not a statement result (a dropped call,
-    /// a bounded checkout or return, a guard), when the step has `record`.
+    /// Records an observation that is not a statement result (an `observe`,
+    /// an `order`, a dropped call, a bounded checkout or return, a guard, a
+    /// step that does not apply), when the step has `record`.
     fn record_note(&mut self, step: &Step, value: serde_json::Value, display: String, took: Option<Duration>) {
         if let Some(name) = &step.record {
             self.result.observations.push(Observation {
@@ -1266,7 +1245,7 @@ impl Run<'_> {
                 ));
             }
         }
-        if let Some(name) = &step.record {
+        if step.record.is_some() {
             let who = |r: &LockRow| serde_json::json!({ "actor": self.actor_of(r.pid), "pid": r.pid, "state": r.state, "key": r.key.to_string(), "mode": r.mode });
             let value = serde_json::json!({
                 "held": !holders.is_empty(),
@@ -1274,16 +1253,7 @@ impl Run<'_> {
                 "waiters": waiters.iter().map(|r| who(r)).collect::<Vec<_>>(),
             });
             let display = self.describe(&holders, &waiters);
-            self.result.observations.push(Observation {
-                name: name.clone(),
-                step: step.index + 1,
-                value,
-                display,
-                sqlstate: None,
-                elapsed_ms: None,
-                waited_ms: None,
-                notices: Vec::new(),
-            });
+            self.record_note(step, value, display, None);
         }
         Ok(())
     }

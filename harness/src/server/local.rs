@@ -123,20 +123,21 @@ pub(super) fn command(program: &Path, who: Option<&RunAs>) -> Command {
     c
 }
 
-/// The cleanup watchdog (POSIX sh). It leads a process group that `initdb` and
-/// the postmaster join, and waits for end-of-file on its stdin, which comes when
-/// our process ends or drops the [`Watchdog`]. Then it sends SIGINT to the
-/// group (the postmaster does a fast shutdown, an unfinished `initdb` aborts),
-/// waits up to 10 s for the postmaster (`postmaster.pid` names it), kills it if
-/// need be, and removes the directory. `$1` is the cluster directory. (dash's
+/// The cleanup watchdog (POSIX sh), for a local cluster and for PgBouncer. It
+/// leads a process group that the processes it watches join, and waits for
+/// end-of-file on its stdin, which comes when our process ends or drops the
+/// [`Watchdog`]. Then it sends signal `$2` to the group (SIGINT: the
+/// postmaster does a fast shutdown, an unfinished `initdb` aborts; SIGTERM for
+/// PgBouncer), waits up to `$4` tenths of a second for the process named by
+/// pid file `$3`, kills it if need be, and removes directory `$1`. (dash's
 /// `kill` takes no `--`, so the group is named as `-PGID` directly.)
 const WATCHDOG: &str = r#"
 trap '' INT TERM HUP
 read -r _ || true
-kill -INT "-$$" 2>/dev/null
-pidfile="$1/data/postmaster.pid"
+kill -"$2" "-$$" 2>/dev/null
+pidfile="$3"
 n=0
-while [ -f "$pidfile" ] && [ "$n" -lt 100 ]; do
+while [ -f "$pidfile" ] && [ "$n" -lt "$4" ]; do
   pid=$(head -n 1 "$pidfile" 2>/dev/null)
   [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || break
   sleep 0.1
@@ -159,14 +160,21 @@ done
 pub(super) struct Watchdog(Child);
 
 impl Watchdog {
+    /// The watchdog of a local cluster in `dir`: SIGINT, 10 s for the postmaster.
     fn start(dir: &Path) -> Result<Watchdog> {
-        Watchdog::start_script(WATCHDOG, dir)
+        Watchdog::start_for(dir, "INT", &dir.join("data/postmaster.pid"), 100)
     }
 
-    /// A watchdog running `script` (see [`super::spawn_watchdog`]) for `dir`.
-    pub(super) fn start_script(script: &str, dir: &Path) -> Result<Watchdog> {
-        let child = super::spawn_watchdog(script, "locklab-watchdog", &[dir.as_os_str()])
-            .context("cannot start the cleanup watchdog (sh)")?;
+    /// A watchdog for `dir` that sends `signal` (`INT`, `TERM`) to its group
+    /// and waits `tenths` tenths of a second for the process in `pidfile`.
+    pub(super) fn start_for(dir: &Path, signal: &str, pidfile: &Path, tenths: u32) -> Result<Watchdog> {
+        let tenths = tenths.to_string();
+        let child = super::spawn_watchdog(
+            WATCHDOG,
+            "locklab-watchdog",
+            &[dir.as_os_str(), signal.as_ref(), pidfile.as_os_str(), tenths.as_ref()],
+        )
+        .context("cannot start the cleanup watchdog (sh)")?;
         Ok(Watchdog(child))
     }
 

@@ -37,29 +37,6 @@ pub fn install_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-pgbouncer.sh")
 }
 
-/// The watchdog for a PgBouncer directory (`$1`): on end-of-file, SIGTERM to
-/// the group (an immediate shutdown up to PgBouncer 1.22; from 1.23 it waits
-/// for clients), SIGKILL after 1 s, then the directory goes. PgBouncer keeps
-/// no state worth a clean shutdown here.
-const WATCHDOG: &str = r#"
-trap '' INT TERM HUP
-read -r _ || true
-kill -TERM "-$$" 2>/dev/null
-pidfile="$1/pgbouncer.pid"
-n=0
-while [ -f "$pidfile" ] && [ "$n" -lt 10 ]; do
-  pid=$(head -n 1 "$pidfile" 2>/dev/null)
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || break
-  sleep 0.1
-  n=$((n+1))
-done
-if [ -f "$pidfile" ]; then
-  pid=$(head -n 1 "$pidfile" 2>/dev/null)
-  [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
-fi
-rm -rf "$1"
-"#;
-
 /// The `pgbouncer` launcher to use: `LOCKLAB_PGBOUNCER`, else
 /// `.cache/pgbouncer/bin/pgbouncer`, installed there on first use.
 ///
@@ -145,7 +122,9 @@ impl PgBouncer {
         let launcher = resolve_binary()?;
         let who = run_as()?;
         let dir = bouncer_dir_name();
-        let watchdog = Watchdog::start_script(WATCHDOG, &dir)?;
+        // SIGTERM: an immediate shutdown up to PgBouncer 1.22 (from 1.23 it
+        // waits for clients); SIGKILL after 1 s. Nothing here needs a clean one.
+        let watchdog = Watchdog::start_for(&dir, "TERM", &dir.join("pgbouncer.pid"), 10)?;
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&dir)
