@@ -191,6 +191,53 @@ impl Drop for Watchdog {
     }
 }
 
+/// How a started server process came up ([`wait_accepting`]).
+pub(super) enum Startup {
+    /// A connection and `select 1` on it succeeded.
+    Ready,
+    /// The process exited first, with this status.
+    Exited(std::process::ExitStatus),
+    /// Not ready by the deadline; the last connection error.
+    TimedOut(String),
+}
+
+/// Polls until a connection to `spec` answers `select 1` (the PostgreSQL
+/// server, or PgBouncer, which accepts a connection before it has reached the
+/// server), until `deadline`, or until `child` exits.
+///
+/// # Errors
+/// Only when the child's state cannot be read.
+pub(super) async fn wait_accepting(child: &mut Child, spec: &ConnectSpec, deadline: Instant) -> Result<Startup> {
+    let mut last_error = String::new();
+    let polled = poll_until(deadline, async || {
+        if let Some(status) = child.try_wait()? {
+            return Ok::<_, anyhow::Error>(Some(Startup::Exited(status)));
+        }
+        match DirectConn::connect(spec).await {
+            Ok(c) => {
+                let answer = locklab_drivers::simple_query_rows(c.client(), "select 1").await;
+                c.close().await;
+                match answer {
+                    Ok(_) => Ok(Some(Startup::Ready)),
+                    Err(e) => {
+                        last_error = e.to_string();
+                        Ok(None)
+                    }
+                }
+            }
+            Err(e) => {
+                last_error = e.to_string();
+                Ok(None)
+            }
+        }
+    })
+    .await?;
+    Ok(match polled {
+        Polled::Done(s) => s,
+        Polled::TimedOut => Startup::TimedOut(last_error),
+    })
+}
+
 /// A running throw-away cluster.
 pub(super) struct LocalCluster {
     pub(super) dir: PathBuf,
@@ -315,29 +362,13 @@ impl LocalCluster {
             application_name: "locklab-ready".into(),
             options: Vec::new(),
         };
-        let mut last_error = String::new();
-        let polled = poll_until(deadline, async || {
-            if let Some(status) = self.postgres.try_wait()? {
-                bail!(
-                    "postgres exited during start-up ({status}); end of its log:\n{}",
-                    tail(log_path, 15)
-                );
-            }
-            match DirectConn::connect(&spec).await {
-                Ok(c) => {
-                    c.close().await;
-                    Ok(Some(()))
-                }
-                Err(e) => {
-                    last_error = e.to_string();
-                    Ok(None)
-                }
-            }
-        })
-        .await?;
-        match polled {
-            Polled::Done(()) => Ok(()),
-            Polled::TimedOut => bail!(
+        match wait_accepting(&mut self.postgres, &spec, deadline).await? {
+            Startup::Ready => Ok(()),
+            Startup::Exited(status) => bail!(
+                "postgres exited during start-up ({status}); end of its log:\n{}",
+                tail(log_path, 15)
+            ),
+            Startup::TimedOut(last_error) => bail!(
                 "PostgreSQL was not ready within {} s (last error: {last_error}); end of its log:\n{}",
                 timeout.as_secs(),
                 tail(log_path, 15)

@@ -27,10 +27,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use locklab_drivers::{ConnectSpec, DirectConn, PoolerMode};
+use locklab_drivers::{ConnectSpec, PoolerMode};
 
-use super::local::{RunAs, Watchdog, chown_tree, command, free_port, run_as, tail};
-use crate::observe::{Polled, poll_until};
+use super::local::{RunAs, Startup, Watchdog, chown_tree, command, free_port, run_as, tail, wait_accepting};
 
 /// Where `install-pgbouncer.sh` is.
 pub fn install_script() -> PathBuf {
@@ -217,37 +216,14 @@ impl PgBouncer {
             options: Vec::new(),
         };
         let log = self.dir.join("pgbouncer.log");
-        let mut last_error = String::new();
-        let polled = poll_until(Instant::now() + timeout, async || {
-            if let Some(status) = self.child.try_wait()? {
-                bail!(
-                    "PgBouncer exited during start-up ({status}); end of its log:\n{}\n{}",
-                    tail(&log, 15),
-                    tail(&self.dir.join("pgbouncer.stderr"), 15)
-                );
-            }
-            match DirectConn::connect(&spec).await {
-                Ok(c) => {
-                    let ok = locklab_drivers::simple_query_rows(c.client(), "select 1").await;
-                    c.close().await;
-                    match ok {
-                        Ok(_) => Ok(Some(())),
-                        Err(e) => {
-                            last_error = e.to_string();
-                            Ok(None)
-                        }
-                    }
-                }
-                Err(e) => {
-                    last_error = e.to_string();
-                    Ok(None)
-                }
-            }
-        })
-        .await?;
-        match polled {
-            Polled::Done(()) => Ok(()),
-            Polled::TimedOut => bail!(
+        match wait_accepting(&mut self.child, &spec, Instant::now() + timeout).await? {
+            Startup::Ready => Ok(()),
+            Startup::Exited(status) => bail!(
+                "PgBouncer exited during start-up ({status}); end of its log:\n{}\n{}",
+                tail(&log, 15),
+                tail(&self.dir.join("pgbouncer.stderr"), 15)
+            ),
+            Startup::TimedOut(last_error) => bail!(
                 "PgBouncer ({} mode) was not ready within {} s (last error: {last_error}); end of its log:\n{}",
                 self.mode.as_str(),
                 timeout.as_secs(),
