@@ -4,10 +4,14 @@
 //! Data flows one way: a scenario file ([`scenario`]) is validated into a
 //! [`scenario::Scenario`], the [`runner`] executes it through a driver
 //! (`locklab-drivers`) against a [`server::Server`], [`observe`] reads the
-//! server's view, and [`report`] turns the results into the driver matrix.
+//! server's view, and [`report`] turns the results into the driver matrix;
+//! [`baseline`] compares them with the committed expected matrix, and
+//! [`browser`] renders the HTML report in headless Chromium.
 
 #![warn(missing_docs)]
 
+pub mod baseline;
+pub mod browser;
 pub mod keys;
 pub mod matrix;
 pub mod observe;

@@ -9,8 +9,9 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use locklab::baseline::{self, Baseline, Tolerance, short_version};
 use locklab::matrix::{self, DEFAULT_JOBS};
-use locklab::report::{Report, describe_locks_left};
+use locklab::report::{Format, Report, describe_locks_left};
 use locklab::runner::{self, RunResult};
 use locklab::scenario::{self, Scenario};
 use locklab::server::{self, Backend, BackendChoice, DEFAULT_PG_MAJOR, DEFAULT_START_TIMEOUT, Server, ServerOptions};
@@ -42,14 +43,55 @@ enum Command {
     Schema,
     /// Run scenarios × drivers and print the results.
     Run(RunArgs),
-    /// Run scenarios × drivers (default: all) and write matrix.md and matrix.json.
+    /// Run scenarios × drivers (default: all) and write matrix.json, matrix.md and index.html.
     Report {
         #[command(flatten)]
         run: RunArgs,
         /// Where to write the report (default: reports/ of this repository).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Which files to write, comma-separated: json (matrix.json), md
+        /// (matrix.md), html (index.html).
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "json,md,html")]
+        format: Vec<Format>,
+        /// Also screenshot index.html in headless Chromium into index.png
+        /// (needs the html format and Chromium: LOCKLAB_CHROMIUM or chromium on PATH).
+        #[arg(long)]
+        screenshot: bool,
     },
+    /// Run scenarios × drivers and compare the outcomes with the committed
+    /// baseline (reports/baseline.json); exit 1 with a per-cell diff on any change.
+    Check {
+        #[command(flatten)]
+        run: RunArgs,
+        /// The baseline file (default: reports/baseline.json of this repository).
+        #[arg(long)]
+        baseline: Option<PathBuf>,
+        /// Rewrite the baseline from this run instead of comparing (every cell must pass).
+        #[arg(long)]
+        update: bool,
+        /// Timing tolerance: a p50 time t against the baseline's b passes when
+        /// b/F - S <= t <= b*F + S, with F this factor (>= 1) ...
+        #[arg(long, default_value_t = Tolerance::default().factor, value_parser = parse_factor)]
+        timing_factor: f64,
+        /// ... and S this slack in ms (>= 0).
+        #[arg(long, default_value_t = Tolerance::default().slack_ms, value_parser = parse_slack)]
+        timing_slack_ms: f64,
+    },
+}
+
+fn parse_factor(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f.is_finite() && f >= 1.0 => Ok(f),
+        _ => Err(format!("'{s}' is not a number >= 1")),
+    }
+}
+
+fn parse_slack(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f.is_finite() && f >= 0.0 => Ok(f),
+        _ => Err(format!("'{s}' is not a number of ms >= 0")),
+    }
 }
 
 #[derive(Args, Clone)]
@@ -90,6 +132,10 @@ struct RunArgs {
     /// Also print the full results as JSON on stdout (the summary then goes to stderr).
     #[arg(long)]
     json: bool,
+    /// Run each cell this many times (1-1000): timings become min / p50 / p95 /
+    /// max, and a cell whose outcome differs between repeats is unstable (fails).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    repeat: u16,
 }
 
 fn main() -> ExitCode {
@@ -145,19 +191,37 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             }
             Ok(exit_for(&report.runs))
         }
-        Command::Report { run, out } => {
+        Command::Report {
+            run,
+            out,
+            format,
+            screenshot,
+        } => {
+            let partial = !run.scenario.is_empty() || !run.driver.is_empty() || custom_dir.is_some();
             let out = match out {
                 Some(out) => out,
-                None if !run.scenario.is_empty() || !run.driver.is_empty() || custom_dir.is_some() => bail!(
+                None if partial => bail!(
                     "`report` with --scenario, --driver or another scenario directory would replace \
                      the full matrix in reports/ with a partial one; give --out DIR, or use `run`"
                 ),
                 None => server::workspace_root().join("reports"),
             };
+            if screenshot && !format.contains(&Format::Html) {
+                bail!("--screenshot needs the html format (--format …,html)");
+            }
+            if screenshot {
+                // Fail before the runs, not after them.
+                locklab::browser::find_chromium()?;
+            }
             let report = execute(&dir, &run)?;
             let mut text = String::new();
-            for p in report.write(&out)? {
+            for p in report.write(&out, &format)? {
                 let _ = writeln!(text, "wrote {}", p.display());
+            }
+            if screenshot {
+                let png = out.join("index.png");
+                locklab::browser::screenshot(&out.join("index.html"), &png, SHOT_WIDTH, SHOT_HEIGHT)?;
+                let _ = writeln!(text, "wrote {}", png.display());
             }
             text.push_str(&summary(&report.runs));
             if run.json {
@@ -168,7 +232,96 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             }
             Ok(exit_for(&report.runs))
         }
+        Command::Check {
+            run,
+            baseline,
+            update,
+            timing_factor,
+            timing_slack_ms,
+        } => {
+            let partial = !run.scenario.is_empty() || !run.driver.is_empty() || custom_dir.is_some();
+            let explicit = baseline.is_some();
+            let path = baseline.unwrap_or_else(|| server::workspace_root().join("reports").join("baseline.json"));
+            let tolerance = Tolerance {
+                factor: timing_factor,
+                slack_ms: timing_slack_ms,
+            };
+            check(&dir, &run, &path, update, partial, explicit, tolerance)
+        }
     }
+}
+
+/// Size of the `index.png` screenshot, in CSS px: wide enough for the
+/// overview's columns, tall enough for its rows.
+const SHOT_WIDTH: u32 = 1800;
+const SHOT_HEIGHT: u32 = 1700;
+
+/// `locklab check`: compares a fresh run with the baseline, or (`update`)
+/// rewrites the baseline from it.
+fn check(
+    dir: &Path,
+    run: &RunArgs,
+    path: &Path,
+    update: bool,
+    partial: bool,
+    explicit: bool,
+    tolerance: Tolerance,
+) -> Result<ExitCode> {
+    if update && partial && !explicit {
+        bail!(
+            "`check --update` with --scenario, --driver or another scenario directory would replace \
+             the full baseline with a partial one; give --baseline FILE"
+        );
+    }
+    // Read the baseline before the runs: a missing one is an error at once.
+    let before = if update { None } else { Some(Baseline::load(path)?) };
+    let report = execute(dir, run)?;
+    let fresh = Baseline::from_report(&report)?;
+    let server = &report.servers[0];
+    let now = format!("{} ({})", short_version(&server.version), server.backend);
+    let failed: Vec<&RunResult> = report.runs.iter().filter(|r| !r.passed()).collect();
+    let Some(before) = before else {
+        if !failed.is_empty() {
+            let mut text = format!(
+                "locklab: not writing {}: {} cell(s) failed or were unstable; a baseline records passing behaviour\n",
+                path.display(),
+                failed.len()
+            );
+            for r in &failed {
+                let _ = writeln!(text, "  {}", r.failure.as_deref().unwrap_or_default());
+            }
+            eprint!("{text}");
+            return Ok(ExitCode::from(1));
+        }
+        fresh.save(path)?;
+        emit(&format!(
+            "wrote {} ({} cells, {now}, {} run(s) per cell)\n",
+            path.display(),
+            fresh.cells.len(),
+            report.repeat
+        ))?;
+        return Ok(ExitCode::SUCCESS);
+    };
+    if before.server.major != server.major {
+        eprintln!(
+            "locklab: note: the baseline was measured on PostgreSQL {}, this run is on {}",
+            before.server.major, server.major
+        );
+    }
+    let comparison = baseline::compare(&before, &fresh, tolerance, partial);
+    let mut text = comparison.render(&before, path, &now);
+    if !failed.is_empty() {
+        let _ = writeln!(text, "\n{} cell(s) failed or were unstable:", failed.len());
+        for r in &failed {
+            let _ = writeln!(text, "  {}", r.failure.as_deref().unwrap_or_default());
+        }
+    }
+    emit(&text)?;
+    Ok(if comparison.is_clean() && failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn list(dir: &Path) -> Result<ExitCode> {
@@ -353,16 +506,32 @@ fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
     for s in &servers {
         eprintln!("locklab: {}: {}", s.id(), s.describe());
     }
-    let bar = ProgressBar::new((servers.len() * scenarios.len() * drivers.len()) as u64);
-    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} runs {msg}").expect("static template"));
+    let repeat = usize::from(args.repeat);
+    let total = (servers.len() * scenarios.len() * drivers.len() * repeat) as u64;
+    // A bar on a terminal; on CI (the `CI` variable set) or into a pipe or
+    // file, nothing but the start and the summary lines.
+    let bar = if env_var("CI").is_some() || !std::io::stderr().is_terminal() {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} runs, {elapsed} (about {eta} left) {msg}")
+            .expect("static template"),
+    );
     let began = Instant::now();
-    let progress = |r: &RunResult| {
-        bar.set_message(format!("{} × {} × {}", r.server, r.scenario, r.driver));
+    let progress = |round: usize, r: &RunResult| {
+        let of = if repeat > 1 {
+            format!("repeat {round}/{repeat}: ")
+        } else {
+            String::new()
+        };
+        bar.set_message(format!("{of}{} × {} × {}", r.server, r.scenario, r.driver));
         bar.inc(1);
     };
     let runs = rt.block_on(async {
         tokio::select! {
-            runs = matrix::run_all(&servers, &scenarios, &drivers, args.jobs.into(), progress) => Ok(runs),
+            runs = matrix::run_all(&servers, &scenarios, &drivers, args.jobs.into(), repeat, progress) => Ok(runs),
             signal = interrupts.next() => Err(signal),
         }
     });
@@ -581,7 +750,9 @@ fn summary(runs: &[RunResult]) -> String {
         .unwrap_or(0)
         .max(34);
     for r in runs {
-        let status = if !r.passed() {
+        let status = if !r.unstable.is_empty() {
+            "UNST"
+        } else if !r.passed() {
             "FAIL"
         } else if r.skipped.is_some() {
             "n/a "
@@ -625,8 +796,16 @@ fn summary(runs: &[RunResult]) -> String {
     let failed = runs.iter().filter(|r| !r.passed()).count();
     let deviated = runs.iter().filter(|r| r.deviation.is_some()).count();
     let skipped = runs.iter().filter(|r| r.skipped.is_some()).count();
+    let unstable = runs.iter().filter(|r| !r.unstable.is_empty()).count();
+    let repeats = runs.iter().map(|r| r.repeats).max().unwrap_or(1);
+    let each = if repeats > 1 {
+        format!(" (cells, each run {repeats} times)")
+    } else {
+        String::new()
+    };
     lines.push(format!(
-        "{} passed, {deviated} deviated (behind transaction pooling), {skipped} not applicable, {failed} failed",
+        "{} passed, {deviated} deviated (behind transaction pooling), {skipped} not applicable, \
+         {failed} failed ({unstable} unstable){each}",
         runs.len() - failed - deviated - skipped
     ));
     lines.join("\n") + "\n"

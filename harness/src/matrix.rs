@@ -1,9 +1,11 @@
-//! Runs many server × scenario × driver triples concurrently, each in its own database.
+//! Runs many server × scenario × driver triples concurrently, each in its own
+//! database, `repeat` times over, and folds the repeats of each cell into one
+//! result with timing statistics and an instability verdict.
 
 use futures::StreamExt;
 use locklab_drivers::Driver;
 
-use crate::runner::{self, RunResult};
+use crate::runner::{self, Outcome, RunResult, Stats};
 use crate::scenario::Scenario;
 use crate::server::Server;
 
@@ -11,30 +13,163 @@ use crate::server::Server;
 pub const DEFAULT_JOBS: usize = 8;
 
 /// Runs every scenario with every driver on every server, at most `jobs` at a
-/// time, calling `on_done` as each finishes. Results come back server-major,
-/// then scenario, then driver, regardless of completion order.
+/// time, `repeat` times over (round after round: the whole matrix, then again),
+/// calling `on_done(round, result)` (round 1-based) as each run finishes.
+/// Returns one result per cell, server-major, then scenario, then driver,
+/// regardless of completion order: the repeats folded by [`fold_repeats`].
 pub async fn run_all(
     servers: &[Server],
     scenarios: &[Scenario],
     drivers: &[Box<dyn Driver>],
     jobs: usize,
-    mut on_done: impl FnMut(&RunResult),
+    repeat: usize,
+    mut on_done: impl FnMut(usize, &RunResult),
 ) -> Vec<RunResult> {
-    let triples: Vec<(usize, &Server, &Scenario, &dyn Driver)> = servers
+    let triples: Vec<(&Server, &Scenario, &dyn Driver)> = servers
         .iter()
         .flat_map(|v| scenarios.iter().map(move |s| (v, s)))
         .flat_map(|(v, s)| drivers.iter().map(move |d| (v, s, d.as_ref())))
-        .enumerate()
-        .map(|(i, (v, s, d))| (i, v, s, d))
         .collect();
-    let mut stream = futures::stream::iter(triples)
-        .map(|(i, v, s, d)| async move { (i, runner::run(v, s, d).await) })
-        .buffer_unordered(jobs.max(1));
-    let mut out: Vec<(usize, RunResult)> = Vec::new();
-    while let Some((i, r)) = stream.next().await {
-        on_done(&r);
-        out.push((i, r));
+    let mut cells: Vec<Vec<RunResult>> = triples.iter().map(|_| Vec::new()).collect();
+    for round in 1..=repeat.max(1) {
+        let mut stream = futures::stream::iter(triples.iter().enumerate())
+            .map(|(i, (v, s, d))| async move { (i, runner::run(v, s, *d).await) })
+            .buffer_unordered(jobs.max(1));
+        let mut out: Vec<(usize, RunResult)> = Vec::new();
+        while let Some((i, r)) = stream.next().await {
+            on_done(round, &r);
+            out.push((i, r));
+        }
+        for (i, r) in out {
+            cells[i].push(r);
+        }
     }
-    out.sort_by_key(|(i, _)| *i);
-    out.into_iter().map(|(_, r)| r).collect()
+    cells.into_iter().map(fold_repeats).collect()
+}
+
+/// Folds the repeats of one cell (at least one, in the order they ran) into
+/// one result: the first failing repeat's result if any failed, else the
+/// first's; `repeats` and the timing statistics over all of them; and
+/// `unstable` listing what their [`Outcome`]s disagreed on, in which case the
+/// cell fails.
+///
+/// # Panics
+/// When `runs` is empty.
+pub fn fold_repeats(runs: Vec<RunResult>) -> RunResult {
+    assert!(!runs.is_empty(), "a cell without runs");
+    let outcomes: Vec<Outcome> = runs.iter().map(RunResult::outcome).collect();
+    let unstable = disagreements(&outcomes);
+    let pick = runs.iter().position(|r| !r.passed()).unwrap_or(0);
+    let elapsed: Vec<f64> = runs.iter().map(|r| r.elapsed_ms).collect();
+    let n = runs.len();
+    let mut cell = runs[pick].clone();
+    for o in &mut cell.observations {
+        let same = |r: &RunResult| {
+            r.observations
+                .iter()
+                .find(|x| x.name == o.name && x.step == o.step)
+                .cloned()
+        };
+        let took: Vec<f64> = runs.iter().filter_map(same).filter_map(|x| x.elapsed_ms).collect();
+        let waited: Vec<f64> = runs.iter().filter_map(same).filter_map(|x| x.waited_ms).collect();
+        o.elapsed_stats = Stats::of(&took);
+        o.waited_stats = Stats::of(&waited);
+    }
+    cell.repeats = n;
+    cell.elapsed_stats = Stats::of(&elapsed);
+    if !unstable.is_empty() && cell.failure.is_none() {
+        cell.failure = Some(format!(
+            "{} × {}: unstable over {n} repeats: {}",
+            cell.scenario,
+            cell.driver,
+            unstable.join("; ")
+        ));
+    }
+    cell.unstable = unstable;
+    cell
+}
+
+/// `value ×count` for each distinct value, in first-seen order.
+fn tally<T: PartialEq + std::fmt::Display>(values: impl IntoIterator<Item = T>) -> Vec<(T, usize)> {
+    let mut seen: Vec<(T, usize)> = Vec::new();
+    for v in values {
+        match seen.iter_mut().find(|(x, _)| *x == v) {
+            Some((_, n)) => *n += 1,
+            None => seen.push((v, 1)),
+        }
+    }
+    seen
+}
+
+/// One line per item the outcomes disagree on; empty when they all agree.
+fn disagreements(outcomes: &[Outcome]) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut item = |what: String, values: Vec<String>| {
+        let t = tally(values);
+        if t.len() > 1 {
+            let each: Vec<String> = t.iter().map(|(v, n)| format!("{v} ×{n}")).collect();
+            lines.push(format!("{what}: {}", each.join(", ")));
+        }
+    };
+    item("outcome".into(), outcomes.iter().map(|o| o.status.clone()).collect());
+    let mut names: Vec<&str> = Vec::new();
+    for o in outcomes {
+        for (name, _, _) in &o.observations {
+            if !names.contains(&name.as_str()) {
+                names.push(name);
+            }
+        }
+    }
+    for name in names {
+        item(
+            format!("`{name}`"),
+            outcomes
+                .iter()
+                .map(|o| match o.observations.iter().find(|(n, _, _)| n == name) {
+                    Some((_, d, Some(state))) if !d.contains(state.as_str()) => format!("{d} [{state}]"),
+                    Some((_, d, _)) => d.clone(),
+                    None => "(not recorded)".into(),
+                })
+                .collect(),
+        );
+    }
+    item(
+        "locks left after run".into(),
+        outcomes.iter().map(|o| o.locks_left.clone()).collect(),
+    );
+    item(
+        "backends ended after run".into(),
+        outcomes.iter().map(|o| o.cleaned_backends.to_string()).collect(),
+    );
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(status: &str, held: &str) -> Outcome {
+        Outcome {
+            status: status.into(),
+            observations: vec![("held".into(), held.into(), None)],
+            locks_left: "none".into(),
+            cleaned_backends: 0,
+        }
+    }
+
+    #[test]
+    fn agreeing_outcomes_are_stable() {
+        let o = vec![outcome("pass", "true"); 5];
+        assert!(disagreements(&o).is_empty());
+    }
+
+    #[test]
+    fn a_differing_value_is_named_with_its_counts() {
+        let o = vec![
+            outcome("pass", "true"),
+            outcome("pass", "false"),
+            outcome("pass", "true"),
+        ];
+        assert_eq!(disagreements(&o), vec!["`held`: true ×2, false ×1".to_owned()]);
+    }
 }

@@ -1,8 +1,13 @@
-//! The driver matrix report: `reports/matrix.json` (schema below) and
-//! `reports/matrix.md` (rendered from `templates/matrix.md.j2`).
+//! The driver matrix report: `reports/matrix.json` (schema below),
+//! `reports/matrix.md` (rendered from `templates/matrix.md.j2`) and the
+//! self-contained `reports/index.html` (`templates/index.html.j2`, see [`html`]).
 //!
-//! `matrix.json`, schema version 3:
-//! - `schema_version` (3), `generated_at` (RFC 3339), `locklab_version`
+//! `matrix.json`, schema version 5:
+//! - `schema_version` (5), `generated_at` (RFC 3339), `locklab_version`, `repeat`
+//!   (runs per cell, `--repeat`)
+//! - `environment`: `os` (`/etc/os-release` PRETTY_NAME, else the Rust target OS),
+//!   `kernel`, `arch`, `cpus` (available parallelism), `git_commit` (of the
+//!   workspace, null outside a git checkout), `git_dirty` (tracked files modified)
 //! - `servers[]`: one per PostgreSQL version, in column-group order: `id` (`pg17`),
 //!   `major` (17), `version` (PostgreSQL `version()`), `backend` (`container`/`local`/`external`),
 //!   `image` (the container image, else null), `startup_ms` (start request to ready,
@@ -12,8 +17,8 @@
 //! - `scenarios[]`: one per scenario run of a file (one per parameter set): `name`
 //!   (`extreme-keys[key=-1,fn=pg_try_advisory_lock]`), `family` (the file's name),
 //!   `params` (`[[name, value], …]`), `description`, `source`, `file`, `observations`
-//!   (record names in step order)
-//! - `runs[]`: one per server × scenario × driver: `server` (a `servers[].id`), `scenario`,
+//!   (record names in step order), `observation_steps` (the step that records each, with its SQL)
+//! - `runs[]`: one per server × scenario × driver cell: `server` (a `servers[].id`), `scenario`,
 //!   `driver`, `failure` (null when passed), `deviation` (behind transaction
 //!   pooling: the expectation that did not hold, recorded rather than failed;
 //!   absent otherwise), `skipped` (why the run was not made; absent otherwise),
@@ -21,15 +26,23 @@
 //!   still held or waited for an advisory lock; absent when none),
 //!   `observations[]` (`name`, `step`, `value`, `display`, `sqlstate`, `elapsed_ms`,
 //!   `waited_ms` for `await` steps (the part of `elapsed_ms` spent at the await),
-//!   `notices` when the server sent any),
+//!   `notices` when the server sent any, `elapsed_stats`/`waited_stats`:
+//!   `{n, min, p50, p95, max}` over the repeats),
 //!   `steps[]` (failed runs only: `step`, `label`, `elapsed_ms`, `outcome`), `locks_left[]` (`key`, `mode`,
-//!   `granted`, `pid`, `state`, `application_name`), `elapsed_ms`
-//! - `summary`: `runs`, `passed` (including `deviated` and `not_applicable`), `deviated`,
-//!   `not_applicable`, `failed`, `elapsed_ms`
+//!   `granted`, `pid`, `state`, `application_name`), `elapsed_ms`, `repeats`,
+//!   `elapsed_stats`, `unstable` (what the repeats disagreed on; absent when they agreed)
+//! - `summary`: `runs` (cells), `passed` (including `deviated` and `not_applicable`), `deviated`,
+//!   `not_applicable`, `failed` (including `unstable`), `unstable`, `elapsed_ms`
 //!
-//! All times are in ms. Version 1 had a single `server` object and no `runs[].server`;
+//! All times are in ms. With `repeat` > 1 a cell's values are its first
+//! repeat's (its first failing one's, if any failed). Version 4 had no `repeat`,
+//! `environment`, `observation_steps`, `*_stats`, `repeats`, `unstable`;
+//! version 3 had no `drivers[].pooler` and no `runs[].deviation`/`skipped`/`cleaned_backends`;
 //! version 2 had no `scenarios[].family`/`params` and no `observations[].notices`;
-//! version 3 had no `drivers[].pooler` and no `runs[].deviation`/`skipped`/`cleaned_backends`.
+//! version 1 had a single `server` object and no `runs[].server`.
+
+mod chart;
+pub mod html;
 
 use std::path::{Path, PathBuf};
 
@@ -42,7 +55,7 @@ use crate::scenario::Scenario;
 use crate::server::Server;
 
 /// Version of the `matrix.json` layout; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// Everything one `locklab report` produced.
 #[derive(Debug, Serialize)]
@@ -53,6 +66,10 @@ pub struct Report {
     pub generated_at: String,
     /// Version of the locklab harness.
     pub locklab_version: String,
+    /// Runs per cell (`--repeat`).
+    pub repeat: usize,
+    /// Where the report was made.
+    pub environment: Environment,
     /// The servers the runs used, one per PostgreSQL version (column groups).
     pub servers: Vec<ServerInfo>,
     /// Driver columns, in order.
@@ -63,6 +80,71 @@ pub struct Report {
     pub runs: Vec<RunResult>,
     /// Totals.
     pub summary: Summary,
+}
+
+/// The machine and checkout a report was made on.
+#[derive(Debug, Serialize)]
+pub struct Environment {
+    /// Operating system: `/etc/os-release` PRETTY_NAME, else the Rust target OS.
+    pub os: String,
+    /// Kernel release (`/proc/sys/kernel/osrelease`), when readable.
+    pub kernel: Option<String>,
+    /// CPU architecture, e.g. `x86_64`.
+    pub arch: String,
+    /// CPUs available to the process (`std::thread::available_parallelism`).
+    pub cpus: usize,
+    /// `git rev-parse HEAD` of the workspace, `None` outside a git checkout.
+    pub git_commit: Option<String>,
+    /// Whether tracked files differed from that commit.
+    pub git_dirty: bool,
+}
+
+impl Environment {
+    /// Reads the environment of this process (runs `git` in the workspace).
+    pub fn current() -> Environment {
+        let os_release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+        let os = os_release
+            .lines()
+            .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+            .map(|v| v.trim_matches('"').to_owned())
+            .unwrap_or_else(|| std::env::consts::OS.to_owned());
+        let root = crate::server::workspace_root();
+        let git = |args: &[&str]| {
+            std::process::Command::new("git")
+                .arg("-C")
+                .arg(&root)
+                .args(args)
+                .stderr(std::process::Stdio::null())
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        };
+        let git_commit = git(&["rev-parse", "HEAD"]).filter(|c| !c.is_empty());
+        let git_dirty = git_commit.is_some()
+            && git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+        Environment {
+            os,
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .ok()
+                .map(|k| k.trim().to_owned()),
+            arch: std::env::consts::ARCH.to_owned(),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            git_commit,
+            git_dirty,
+        }
+    }
+}
+
+/// The report files `locklab report --format` can write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// `matrix.json` (the schema above).
+    Json,
+    /// `matrix.md` (GitHub-flavoured Markdown).
+    Md,
+    /// `index.html` (self-contained: inline CSS and SVG, no scripts or external assets).
+    Html,
 }
 
 /// A server (column group) in the report header.
@@ -137,6 +219,9 @@ pub struct ScenarioInfo {
     pub file: PathBuf,
     /// `record:` names in step order.
     pub observations: Vec<String>,
+    /// The step that records each observation, with its SQL
+    /// (`step 3 (w: select pg_try_advisory_lock(42))`), aligned with `observations`.
+    pub observation_steps: Vec<String>,
 }
 
 /// Totals.
@@ -152,8 +237,10 @@ pub struct Summary {
     /// Of the passed runs: those not applicable to their configuration
     /// (`runs[].skipped`).
     pub not_applicable: usize,
-    /// Runs that failed.
+    /// Runs that failed (unstable cells included).
     pub failed: usize,
+    /// Cells whose repeats disagreed (`runs[].unstable`).
+    pub unstable: usize,
     /// Wall time of all runs together, in ms.
     pub elapsed_ms: f64,
 }
@@ -173,6 +260,8 @@ impl Report {
             schema_version: SCHEMA_VERSION,
             generated_at: jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
             locklab_version: env!("CARGO_PKG_VERSION").to_owned(),
+            repeat: runs.iter().map(|r| r.repeats).max().unwrap_or(1),
+            environment: Environment::current(),
             servers: servers.iter().map(ServerInfo::of).collect(),
             drivers: drivers
                 .iter()
@@ -202,6 +291,12 @@ impl Report {
                         .map(Path::to_path_buf)
                         .unwrap_or_else(|_| s.file.clone()),
                     observations: s.steps.iter().filter_map(|st| st.record.clone()).collect(),
+                    observation_steps: s
+                        .steps
+                        .iter()
+                        .filter(|st| st.record.is_some())
+                        .map(|st| st.label(&s.actors, &s.steps))
+                        .collect(),
                 })
                 .collect(),
             summary: Summary {
@@ -210,6 +305,7 @@ impl Report {
                 deviated: runs.iter().filter(|r| r.deviation.is_some()).count(),
                 not_applicable: runs.iter().filter(|r| r.skipped.is_some()).count(),
                 failed: runs.len() - passed,
+                unstable: runs.iter().filter(|r| !r.unstable.is_empty()).count(),
                 elapsed_ms,
             },
             runs,
@@ -375,6 +471,10 @@ impl Report {
                         let skipped = runs.iter().filter(|r| r.skipped.is_some()).count();
                         match (runs.len(), failed) {
                             (0, _) => "—".to_owned(),
+                            (n, _) if runs.iter().any(|r| !r.unstable.is_empty()) => {
+                                let u = runs.iter().filter(|r| !r.unstable.is_empty()).count();
+                                format!("**UNSTABLE** ({u} of {n})")
+                            }
                             (n, 0) if skipped == n => "n/a".to_owned(),
                             (n, 0) if deviated > 0 => {
                                 format!("deviates ({deviated} of {n}: a session assumption fails)")
@@ -404,6 +504,8 @@ impl Report {
         env.add_template("matrix.md", include_str!("../templates/matrix.md.j2"))?;
         let out = env.get_template("matrix.md")?.render(minijinja::context! {
             generated_at => &self.generated_at,
+            repeat => self.repeat,
+            environment => minijinja::value::Serde(&self.environment),
             servers => minijinja::value::Serde(&self.servers),
             summary => minijinja::value::Serde(&self.summary),
             drivers => minijinja::value::Serde(&self.drivers),
@@ -414,18 +516,25 @@ impl Report {
         Ok(out)
     }
 
-    /// Writes `matrix.json` and `matrix.md` into `dir` (created if missing) and
-    /// returns their paths.
+    /// Writes the chosen formats into `dir` (created if missing):
+    /// `matrix.json`, `matrix.md`, `index.html`; returns their paths.
     ///
     /// # Errors
-    /// I/O errors, with the path.
-    pub fn write(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+    /// I/O errors, with the path; template errors (bugs).
+    pub fn write(&self, dir: &Path, formats: &[Format]) -> Result<Vec<PathBuf>> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let json = dir.join("matrix.json");
-        let md = dir.join("matrix.md");
-        std::fs::write(&json, self.to_json()?).with_context(|| format!("cannot write {}", json.display()))?;
-        std::fs::write(&md, self.to_markdown()?).with_context(|| format!("cannot write {}", md.display()))?;
-        Ok(vec![json, md])
+        let mut written = Vec::new();
+        for f in formats {
+            let (name, text) = match f {
+                Format::Json => ("matrix.json", self.to_json()?),
+                Format::Md => ("matrix.md", self.to_markdown()?),
+                Format::Html => ("index.html", self.to_html()?),
+            };
+            let path = dir.join(name);
+            std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+            written.push(path);
+        }
+        Ok(written)
     }
 }
 

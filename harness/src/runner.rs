@@ -46,6 +46,48 @@ pub struct Observation {
     /// Server notices of the step (`SEVERITY: message`; direct actors only).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notices: Vec<String>,
+    /// Spread of `elapsed_ms` over the cell's repeats (`--repeat`), in ms; set
+    /// by [`crate::matrix::run_all`], `None` for observations without a timing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elapsed_stats: Option<Stats>,
+    /// Spread of `waited_ms` over the cell's repeats, in ms (`await` steps).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waited_stats: Option<Stats>,
+}
+
+/// min / p50 / p95 / max of one timing over a cell's repeats, in ms
+/// (percentiles by nearest rank: p50 of 20 samples is the 10th smallest).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, serde::Deserialize)]
+pub struct Stats {
+    /// Number of samples (repeats that produced this timing).
+    pub n: usize,
+    /// Smallest sample, ms.
+    pub min: f64,
+    /// Median (nearest rank), ms.
+    pub p50: f64,
+    /// 95th percentile (nearest rank), ms.
+    pub p95: f64,
+    /// Largest sample, ms.
+    pub max: f64,
+}
+
+impl Stats {
+    /// The statistics of `samples` (ms); `None` when there are none.
+    pub fn of(samples: &[f64]) -> Option<Stats> {
+        let mut v: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let rank = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+        Some(Stats {
+            n: v.len(),
+            min: v[0],
+            p50: rank(0.5),
+            p95: rank(0.95),
+            max: v[v.len() - 1],
+        })
+    }
 }
 
 /// How a step went.
@@ -98,13 +140,33 @@ pub struct RunResult {
     pub skipped: Option<String>,
     /// Wall time of the whole run in ms, database creation and drop included.
     pub elapsed_ms: f64,
+    /// How many times the cell ran (`--repeat`, 1 by default). With more than
+    /// one, the fields above are the first run's, `failure` is the first
+    /// failure of any run, and the timings' spread is in `*_stats`.
+    pub repeats: usize,
+    /// Spread of `elapsed_ms` over the repeats, in ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elapsed_stats: Option<Stats>,
+    /// What differed between the repeats' [`Outcome`]s, one line per item
+    /// (`` `held` differs: true ×19, false ×1 ``); empty when every repeat agreed.
+    /// An unstable cell counts as failed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unstable: Vec<String>,
 }
 
 impl Observation {
     /// The timing shown next to the value: `201.2 ms`, or for an `await` step
     /// `201.2 ms, 3.1 at await`; `None` for observations without a timing.
+    /// With several repeats: `p50 201.2 ms, 198.0–230.5` (min–max), and for
+    /// an `await` step the p50 at the await.
     pub fn timing(&self) -> Option<String> {
         let ms = self.elapsed_ms?;
+        if let Some(s) = self.elapsed_stats.filter(|s| s.n > 1) {
+            return Some(match self.waited_stats {
+                Some(w) => format!("p50 {:.1} ms, {:.1}–{:.1}; {:.1} at await", s.p50, s.min, s.max, w.p50),
+                None => format!("p50 {:.1} ms, {:.1}–{:.1}", s.p50, s.min, s.max),
+            });
+        }
         Some(match self.waited_ms {
             Some(w) => format!("{ms:.1} ms, {w:.1} at await"),
             None => format!("{ms:.1} ms"),
@@ -112,10 +174,54 @@ impl Observation {
     }
 }
 
+/// What a run measured, without timings or backend pids: what repeats of a
+/// cell must agree on and what the baseline (`reports/baseline.json`) keeps.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Outcome {
+    /// `pass`, `deviates` (behind transaction pooling), `n/a`, `fail`, or
+    /// `unstable` (repeats disagreed).
+    pub status: String,
+    /// Each observation in step order: (name, displayed value, SQLSTATE).
+    pub observations: Vec<(String, String, Option<String>)>,
+    /// The "locks left after run" cell: `none`, or keys with backend states.
+    pub locks_left: String,
+    /// How many backends the harness had to end after the run.
+    pub cleaned_backends: usize,
+}
+
 impl RunResult {
-    /// Whether the run passed.
+    /// Whether the run passed (an unstable cell has a `failure`).
     pub fn passed(&self) -> bool {
         self.failure.is_none()
+    }
+
+    /// What this run measured, for comparing repeats and baselines.
+    pub fn outcome(&self) -> Outcome {
+        let status = if !self.unstable.is_empty() {
+            "unstable"
+        } else if self.failure.is_some() {
+            "fail"
+        } else if self.skipped.is_some() {
+            "n/a"
+        } else if self.deviation.is_some() {
+            "deviates"
+        } else {
+            "pass"
+        };
+        Outcome {
+            status: status.to_owned(),
+            observations: self
+                .observations
+                .iter()
+                .map(|o| (o.name.clone(), o.display.clone(), o.sqlstate.clone()))
+                .collect(),
+            locks_left: if self.locks_left.is_empty() {
+                "none".to_owned()
+            } else {
+                crate::report::describe_locks_left(&self.locks_left)
+            },
+            cleaned_backends: self.cleaned_backends.len(),
+        }
     }
 
     /// The observation named `name`.
@@ -159,6 +265,9 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
         deviation: None,
         skipped: None,
         elapsed_ms: 0.0,
+        repeats: 1,
+        elapsed_stats: None,
+        unstable: Vec::new(),
     };
     if info.pooler.is_some() && scenario.pool_settings.list.iter().any(|(k, _)| k != "application_name") {
         // PgBouncer (1.18) refuses the `options` startup parameter that carries
@@ -179,6 +288,8 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
                     elapsed_ms: None,
                     waited_ms: None,
                     notices: Vec::new(),
+                    elapsed_stats: None,
+                    waited_stats: None,
                 });
             }
         }
@@ -1034,6 +1145,8 @@ impl Run<'_> {
                 elapsed_ms: took.map(ms),
                 waited_ms: None,
                 notices: Vec::new(),
+                elapsed_stats: None,
+                waited_stats: None,
             });
         }
     }
@@ -1205,6 +1318,8 @@ impl Run<'_> {
                 elapsed_ms: Some(elapsed),
                 waited_ms: waited.map(ms),
                 notices,
+                elapsed_stats: None,
+                waited_stats: None,
             });
         }
         Ok(())

@@ -414,7 +414,7 @@ async fn the_report_has_a_cell_for_every_observation_and_driver() {
     let scenarios = scenario::load_dir(&root.join("scenarios")).unwrap();
     let drivers = locklab_drivers::registry();
     let servers = std::slice::from_ref(server());
-    let runs = locklab::matrix::run_all(servers, &scenarios, &drivers, 8, |_| {}).await;
+    let runs = locklab::matrix::run_all(servers, &scenarios, &drivers, 8, 1, |_, _| {}).await;
     assert_eq!(runs.len(), scenarios.len() * drivers.len());
     let failures: Vec<&str> = runs.iter().filter_map(|r| r.failure.as_deref()).collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));

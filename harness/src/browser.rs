@@ -1,0 +1,148 @@
+//! Headless Chromium, to check that `index.html` renders and to screenshot it.
+//!
+//! Uses Chromium's own headless switches (`--headless --dump-dom`,
+//! `--screenshot`, `--window-size`; see `chromium --help` and the Chromium
+//! headless documentation). Each call gets a throw-away profile directory, runs
+//! in its own process group and is killed (with its helper processes) at its
+//! deadline.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+/// How long one Chromium call may take, in s.
+pub const BROWSER_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Names tried on `PATH`, in order, when `LOCKLAB_CHROMIUM` is not set.
+const NAMES: [&str; 4] = ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable"];
+
+/// The Chromium binary: `LOCKLAB_CHROMIUM`, else the first of `chromium`,
+/// `chromium-browser`, `google-chrome`, `google-chrome-stable` on `PATH`.
+///
+/// # Errors
+/// None found (with how to install one), or `LOCKLAB_CHROMIUM` not a file.
+pub fn find_chromium() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("LOCKLAB_CHROMIUM").filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        if !p.is_file() {
+            bail!("LOCKLAB_CHROMIUM={} is not a file", p.display());
+        }
+        return Ok(p);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        for name in NAMES {
+            let p = dir.join(name);
+            if p.is_file() {
+                return Ok(p);
+            }
+        }
+    }
+    bail!(
+        "no Chromium found (tried {} on PATH; set LOCKLAB_CHROMIUM to use another): \
+         on Debian, `apt-get install chromium` (`just setup` does it)",
+        NAMES.join(", ")
+    )
+}
+
+/// Runs Chromium headless on the local file `page` with `args` and returns its
+/// stdout.
+fn run(page: &Path, args: &[String]) -> Result<String> {
+    let chromium = find_chromium()?;
+    let page = std::fs::canonicalize(page).with_context(|| format!("cannot open {}", page.display()))?;
+    let profile = tempfile::Builder::new()
+        .prefix("locklab-chromium-")
+        .tempdir()
+        .context("cannot create a Chromium profile directory")?;
+    let mut cmd = Command::new(&chromium);
+    cmd.arg("--headless")
+        .arg("--disable-gpu")
+        .arg("--no-first-run")
+        .arg("--hide-scrollbars")
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(args);
+    if nix::unistd::geteuid().is_root() {
+        // Chromium refuses to run as root with its sandbox.
+        cmd.arg("--no-sandbox");
+    }
+    let log = profile.path().join("stderr.log");
+    cmd.arg(format!("file://{}", page.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).context("cannot create Chromium's log file")?)
+        .process_group(0);
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start {}", chromium.display()))?;
+    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let mut stdout = child.stdout.take().expect("piped");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = stdout.read_to_string(&mut out);
+        let _ = tx.send((out, child.wait()));
+    });
+    let finished = rx.recv_timeout(BROWSER_DEADLINE);
+    // Chromium's helper processes share its process group: end any left.
+    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+    let Ok((out, status)) = finished else {
+        let _ = rx.recv();
+        bail!(
+            "{} did not finish within {} s on {}",
+            chromium.display(),
+            BROWSER_DEADLINE.as_secs(),
+            page.display()
+        );
+    };
+    let status = status.context("waiting for Chromium")?;
+    let err = std::fs::read_to_string(&log).unwrap_or_default();
+    if !status.success() && out.is_empty() {
+        let tail: Vec<&str> = err.lines().rev().take(10).collect();
+        bail!(
+            "{} failed ({status}) on {}:\n{}",
+            chromium.display(),
+            page.display(),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+    Ok(out)
+}
+
+/// The DOM of `page` as Chromium serialises it after loading and laying it
+/// out (`--dump-dom`).
+///
+/// # Errors
+/// No Chromium, a failed or timed-out run (with its last stderr lines).
+pub fn dump_dom(page: &Path) -> Result<String> {
+    let dom = run(page, &["--dump-dom".to_owned()])?;
+    if dom.trim().is_empty() {
+        bail!("Chromium returned no DOM for {}", page.display());
+    }
+    Ok(dom)
+}
+
+/// Writes a PNG screenshot of the top `width` × `height` CSS px of `page` to `png`.
+///
+/// # Errors
+/// No Chromium, a failed or timed-out run, or no PNG written.
+pub fn screenshot(page: &Path, png: &Path, width: u32, height: u32) -> Result<()> {
+    let png_abs = std::path::absolute(png).with_context(|| format!("bad path {}", png.display()))?;
+    let _ = std::fs::remove_file(&png_abs);
+    run(
+        page,
+        &[
+            format!("--screenshot={}", png_abs.display()),
+            format!("--window-size={width},{height}"),
+        ],
+    )?;
+    let bytes = std::fs::read(&png_abs).with_context(|| format!("Chromium wrote no screenshot {}", png.display()))?;
+    if !bytes.starts_with(b"\x89PNG") {
+        bail!("{} is not a PNG", png.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,352 @@
+//! `index.html`: one self-contained page (inline CSS and SVG, no scripts, no
+//! external assets) with an overview matrix, one colour-coded table per
+//! scenario with the evidence of each cell as hover text, timing charts and
+//! the environment. Rendered from `templates/index.html.j2`.
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::{Report, ScenarioInfo, chart};
+use crate::runner::{Observation, RunResult, Stats};
+
+/// A timing is charted when some column's p95 (or single value) reaches this, in ms;
+/// faster steps are just round trips.
+const CHART_MIN_MS: f64 = 10.0;
+
+/// One table cell: its text, CSS class (see the legend) and hover text.
+#[derive(Serialize)]
+struct Cell {
+    text: String,
+    sub: String,
+    class: &'static str,
+    title: String,
+}
+
+#[derive(Serialize)]
+struct Row {
+    name: String,
+    cells: Vec<Cell>,
+}
+
+#[derive(Serialize)]
+struct Chart {
+    title: String,
+    svg: String,
+}
+
+#[derive(Serialize)]
+struct Section {
+    anchor: String,
+    name: String,
+    description: String,
+    source: Option<String>,
+    file: String,
+    rows: Vec<Row>,
+    charts: Vec<Chart>,
+}
+
+/// The CSS class of a cell from its run (and, for observation cells, whether
+/// its value differs from the reference column of its server).
+fn class_of(run: &RunResult, differs: bool) -> &'static str {
+    if !run.unstable.is_empty() {
+        "unstable"
+    } else if run.failure.is_some() {
+        "fail"
+    } else if run.skipped.is_some() {
+        "na"
+    } else if run.deviation.is_some() {
+        "dev"
+    } else if differs {
+        "differs"
+    } else {
+        "same"
+    }
+}
+
+fn stats_line(s: &Stats) -> String {
+    if s.n > 1 {
+        format!(
+            "{:.1} ms p50; min {:.1}, p95 {:.1}, max {:.1} over {} repeats",
+            s.p50, s.min, s.p95, s.max, s.n
+        )
+    } else {
+        format!("{:.1} ms", s.p50)
+    }
+}
+
+/// The notes every cell of a run carries in its hover text.
+fn run_notes(run: &RunResult, lines: &mut Vec<String>) {
+    if run.repeats > 1 {
+        lines.push(format!("repeats: {}", run.repeats));
+    }
+    for u in &run.unstable {
+        lines.push(format!("unstable: {u}"));
+    }
+    for note in [&run.failure, &run.deviation, &run.skipped].into_iter().flatten() {
+        lines.push(note.clone());
+    }
+}
+
+/// Hover text of an observation cell: the step and its SQL, value, SQLSTATE,
+/// holders and waiters with backend pid and state, timings.
+fn evidence(header: &str, step: &str, o: &Observation, run: &RunResult) -> String {
+    let mut lines = vec![
+        format!("{header} · {}", o.name),
+        step.to_owned(),
+        format!("value: {}", o.display),
+    ];
+    if let Some(state) = &o.sqlstate {
+        lines.push(format!("SQLSTATE: {state}"));
+    }
+    for (key, what) in [("holders", "holder"), ("waiters", "waiter")] {
+        for h in o.value.get(key).and_then(|v| v.as_array()).into_iter().flatten() {
+            lines.push(format!(
+                "{what}: {} (backend pid {}, {})",
+                h.get("actor").and_then(|a| a.as_str()).unwrap_or("?"),
+                h.get("pid").map(ToString::to_string).unwrap_or_else(|| "?".into()),
+                h.get("state").and_then(|a| a.as_str()).unwrap_or("?"),
+            ));
+        }
+    }
+    if let Some(s) = &o.elapsed_stats {
+        lines.push(format!("time: {}", stats_line(s)));
+    }
+    if let Some(w) = &o.waited_stats {
+        lines.push(format!("at await: {}", stats_line(w)));
+    }
+    lines.extend(o.notices.iter().cloned());
+    run_notes(run, &mut lines);
+    lines.join("\n")
+}
+
+impl Report {
+    /// The report as one self-contained HTML page.
+    ///
+    /// # Errors
+    /// A template or chart error (a bug).
+    pub fn to_html(&self) -> Result<String> {
+        let several = self.servers.len() > 1;
+        let columns: Vec<(&str, &str)> = self
+            .servers
+            .iter()
+            .flat_map(|v| self.drivers.iter().map(move |d| (v.id.as_str(), d.id.as_str())))
+            .collect();
+        let header = |v: &str, d: &str| if several { format!("{v} · {d}") } else { d.to_owned() };
+        let headers: Vec<String> = columns.iter().map(|(v, d)| header(v, d)).collect();
+        let run_of = |v: &str, s: &str, d: &str| {
+            self.runs
+                .iter()
+                .find(|r| r.server == v && r.scenario == s && r.driver == d)
+        };
+        // The reference column of each server: its first driver (tokio-postgres, no pool).
+        let reference = |v: &str| self.drivers.first().map(|d| d.id.clone()).map(|d| (v.to_owned(), d));
+        let mut families: Vec<Vec<&ScenarioInfo>> = Vec::new();
+        for s in &self.scenarios {
+            match families.last_mut() {
+                Some(f) if f[0].family == s.family => f.push(s),
+                _ => families.push(vec![s]),
+            }
+        }
+        let mut overview: Vec<Row> = Vec::new();
+        let mut sections: Vec<Section> = Vec::new();
+        for family in &families {
+            let first = family[0];
+            let anchor = format!("s-{}", first.family);
+            let parameterised = family.len() > 1 || !first.params.is_empty();
+            let mut rows = Vec::new();
+            let mut charts = Vec::new();
+            let mut differing = vec![0usize; columns.len()];
+            for s in family {
+                let suffix = s.name.strip_prefix(&s.family).unwrap_or_default();
+                for (k, name) in s.observations.iter().enumerate() {
+                    let step = s.observation_steps.get(k).map(String::as_str).unwrap_or_default();
+                    let mut cells = Vec::new();
+                    let mut timed: Vec<(String, Stats)> = Vec::new();
+                    for (c, (v, d)) in columns.iter().enumerate() {
+                        let run = run_of(v, &s.name, d);
+                        let Some((run, o)) = run.and_then(|r| r.observation(name).map(|o| (r, o))) else {
+                            let mut title = vec![format!("{} · {name}: not recorded", header(v, d))];
+                            if let Some(r) = run {
+                                run_notes(r, &mut title);
+                            }
+                            cells.push(Cell {
+                                text: "—".into(),
+                                sub: String::new(),
+                                class: run.map_or("same", |r| class_of(r, false)),
+                                title: title.join("\n"),
+                            });
+                            continue;
+                        };
+                        let reference_value = reference(v)
+                            .and_then(|(rv, rd)| run_of(&rv, &s.name, &rd))
+                            .and_then(|r| r.observation(name))
+                            .map(|r| r.display.as_str());
+                        let differs = reference_value.is_some_and(|r| r != o.display && !o.display.starts_with("n/a"));
+                        if differs {
+                            differing[c] += 1;
+                        }
+                        if let Some(st) = o.elapsed_stats {
+                            timed.push((header(v, d), st));
+                        }
+                        cells.push(Cell {
+                            text: o.display.clone(),
+                            sub: o.timing().unwrap_or_default(),
+                            class: class_of(run, differs),
+                            title: evidence(&header(v, d), step, o, run),
+                        });
+                    }
+                    let label = if parameterised {
+                        format!("{name} {suffix}")
+                    } else {
+                        name.clone()
+                    };
+                    if timed.iter().any(|(_, s)| s.p95 >= CHART_MIN_MS) {
+                        charts.push(Chart {
+                            title: format!("{label}: {step}"),
+                            svg: chart::timing_chart(&timed).map_err(|e| anyhow::anyhow!("chart {label}: {e}"))?,
+                        });
+                    }
+                    rows.push(Row { name: label, cells });
+                }
+            }
+            let locks_cells = columns
+                .iter()
+                .map(|(v, d)| {
+                    let mut parts = Vec::new();
+                    let mut title = vec![format!("{} · locks left after run", header(v, d))];
+                    let mut class = "same";
+                    for s in family {
+                        let Some(r) = run_of(v, &s.name, d) else { continue };
+                        let suffix = s.name.strip_prefix(&s.family).unwrap_or_default();
+                        if !r.locks_left.is_empty() {
+                            parts.push(format!("{}{suffix}", super::describe_locks_left(&r.locks_left)));
+                        }
+                        for l in &r.locks_left {
+                            title.push(format!(
+                                "{suffix} key {} {} {} by backend pid {} ({}, application_name {})",
+                                l.key,
+                                l.mode,
+                                if l.granted { "held" } else { "waited for" },
+                                l.pid,
+                                l.state.as_deref().unwrap_or("?"),
+                                l.application_name.as_deref().unwrap_or("?")
+                            ));
+                        }
+                        if !r.cleaned_backends.is_empty() {
+                            title.push(format!(
+                                "{suffix} backends ended after the run: {:?}",
+                                r.cleaned_backends
+                            ));
+                        }
+                        let c = class_of(r, !r.locks_left.is_empty());
+                        if c != "same" && class == "same" || c == "fail" || c == "unstable" {
+                            class = c;
+                        }
+                    }
+                    Cell {
+                        text: if parts.is_empty() {
+                            "none".into()
+                        } else {
+                            parts.join("; ")
+                        },
+                        sub: String::new(),
+                        class,
+                        title: title.join("\n"),
+                    }
+                })
+                .collect();
+            rows.push(Row {
+                name: "locks left after run".into(),
+                cells: locks_cells,
+            });
+            let mut status_cells = Vec::new();
+            let mut overview_cells = Vec::new();
+            for (c, (v, d)) in columns.iter().enumerate() {
+                let runs: Vec<&RunResult> = family.iter().filter_map(|s| run_of(v, &s.name, d)).collect();
+                let n = runs.len();
+                let count = |f: &dyn Fn(&RunResult) -> bool| runs.iter().filter(|r| f(r)).count();
+                let unstable = count(&|r| !r.unstable.is_empty());
+                let failed = count(&|r| !r.passed());
+                let deviated = count(&|r| r.deviation.is_some());
+                let skipped = count(&|r| r.skipped.is_some());
+                let (text, class) = if n == 0 {
+                    ("—".to_owned(), "same")
+                } else if unstable > 0 {
+                    (format!("UNSTABLE ({unstable} of {n})"), "unstable")
+                } else if failed > 0 {
+                    (format!("FAIL ({failed} of {n})"), "fail")
+                } else if skipped == n {
+                    ("n/a".to_owned(), "na")
+                } else if deviated > 0 {
+                    (format!("deviates ({deviated} of {n})"), "dev")
+                } else {
+                    ("pass".to_owned(), "pass")
+                };
+                let mut title = vec![format!("{} · {}", header(v, d), first.family)];
+                for r in &runs {
+                    let suffix = r.scenario.strip_prefix(&first.family).unwrap_or_default();
+                    title.push(format!("{suffix} {}", r.outcome().status).trim().to_owned());
+                    run_notes(r, &mut title);
+                }
+                let left = runs.iter().any(|r| !r.locks_left.is_empty());
+                let mut sub = Vec::new();
+                if differing[c] > 0 {
+                    sub.push(format!("≠{}", differing[c]));
+                }
+                if left {
+                    sub.push("locks left".to_owned());
+                }
+                overview_cells.push(Cell {
+                    text: text.clone(),
+                    sub: sub.join(" · "),
+                    class: if class == "pass" && differing[c] > 0 {
+                        "differs"
+                    } else {
+                        class
+                    },
+                    title: title.join("\n"),
+                });
+                status_cells.push(Cell {
+                    text,
+                    sub: String::new(),
+                    class,
+                    title: title.join("\n"),
+                });
+            }
+            rows.push(Row {
+                name: "expectations".into(),
+                cells: status_cells,
+            });
+            overview.push(Row {
+                name: first.family.clone(),
+                cells: overview_cells,
+            });
+            sections.push(Section {
+                anchor,
+                name: first.family.clone(),
+                description: first.description.clone(),
+                source: first.source.clone(),
+                file: first.file.display().to_string(),
+                rows,
+                charts,
+            });
+        }
+        let failures: Vec<String> = self.runs.iter().filter_map(|r| r.failure.clone()).collect();
+        let mut env = minijinja::Environment::new();
+        env.add_template("index.html", include_str!("../../templates/index.html.j2"))?;
+        let page = env.get_template("index.html")?.render(minijinja::context! {
+            generated_at => &self.generated_at,
+            locklab_version => &self.locklab_version,
+            repeat => self.repeat,
+            environment => minijinja::value::Serde(&self.environment),
+            servers => minijinja::value::Serde(&self.servers),
+            summary => minijinja::value::Serde(&self.summary),
+            drivers => minijinja::value::Serde(&self.drivers),
+            headers => headers,
+            overview => minijinja::value::Serde(&overview),
+            sections => minijinja::value::Serde(&sections),
+            failures => failures,
+        })?;
+        Ok(page)
+    }
+}
