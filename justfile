@@ -5,18 +5,27 @@
 default:
     @just --list
 
-# Install the PostgreSQL binaries into .cache/postgres/MAJOR and PgBouncer into .cache/pgbouncer (the harness also does both on first use).
+# Install the PostgreSQL binaries into .cache/postgres/MAJOR and PgBouncer into .cache/pgbouncer (the harness also does both on first use), and Chromium (Debian's package, as root) for the HTML report's check and screenshot.
 setup major="17":
     bash harness/scripts/install-postgres.sh {{major}}
     bash harness/scripts/install-pgbouncer.sh
+    bash harness/scripts/install-chromium.sh
 
 # Build the stand-in PostgreSQL image locklab/postgres:MAJOR for machines that cannot pull postgres:MAJOR (needs root and Docker; skipped when it exists).
 image major="17":
     bash harness/scripts/build-image.sh {{major}}
 
-# Run every scenario × driver and rewrite reports/matrix.md and reports/matrix.json (e.g. just report --pg 16,17,18 --out DIR).
+# Run every scenario × driver and rewrite reports/ (matrix.json, matrix.md, index.html and its screenshot index.png); e.g. just report --repeat 20, just report --pg 16,17,18 --out DIR.
 report *args:
-    cargo run --release --quiet -p locklab -- report {{args}}
+    cargo run --release --quiet -p locklab -- report --screenshot {{args}}
+
+# Compare a fresh run of the matrix with reports/baseline.json; exits 1 with a per-cell diff on any change (e.g. just check -d sqlx).
+check *args:
+    cargo run --release --quiet -p locklab -- check {{args}}
+
+# Rewrite reports/baseline.json from a fresh run (3 repeats per cell; every cell must pass). Do this deliberately, after reading `just check`.
+baseline *args:
+    cargo run --release --quiet -p locklab -- check --update --repeat 3 {{args}}
 
 # The version matrix: every scenario × driver on PostgreSQL 14-18, into reports/versions/.
 report-versions:

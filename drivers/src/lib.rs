@@ -26,7 +26,7 @@ use std::time::Duration;
 
 pub use direct::{DirectConn, simple_query_rows};
 pub use pgbouncer::PoolerMode;
-pub use versions::crate_version;
+pub use versions::{crate_version, crate_version_matching};
 
 /// Where and as whom to connect. Every driver builds its own client
 /// configuration from this, so all drivers reach the same server the same way.

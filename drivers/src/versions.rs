@@ -7,6 +7,13 @@ const LOCKFILE: &str = include_str!("../../Cargo.lock");
 /// The version of `name` resolved in the workspace `Cargo.lock`, e.g. `"0.14.2"`;
 /// several versions are joined with `+`; `"unknown"` when the crate is not in the lock file.
 pub fn crate_version(name: &str) -> String {
+    crate_version_matching(name, "")
+}
+
+/// Like [`crate_version`], but only the versions that start with `prefix`
+/// (e.g. `"0.8"`): for a column built on a second version of a crate pulled in
+/// under another name (`sqlx08 = { package = "sqlx", version = "0.8" }`).
+pub fn crate_version_matching(name: &str, prefix: &str) -> String {
     static LOCK: OnceLock<Option<cargo_lock::Lockfile>> = OnceLock::new();
     let Some(lock) = LOCK.get_or_init(|| LOCKFILE.parse().ok()) else {
         return "unknown".to_owned();
@@ -14,7 +21,7 @@ pub fn crate_version(name: &str) -> String {
     let versions: Vec<String> = lock
         .packages
         .iter()
-        .filter(|p| p.name.as_str() == name)
+        .filter(|p| p.name.as_str() == name && p.version.to_string().starts_with(prefix))
         .map(|p| p.version.to_string())
         .collect();
     if versions.is_empty() {
@@ -35,5 +42,9 @@ mod tests {
             assert!(v.split('.').count() >= 3, "{name} resolved to {v}");
         }
         assert_eq!(crate_version("no-such-crate-here"), "unknown");
+        let sqlx = crate_version("sqlx");
+        let major_minor: String = sqlx.split('.').take(2).collect::<Vec<_>>().join(".");
+        assert_eq!(crate_version_matching("sqlx", &major_minor), sqlx);
+        assert_eq!(crate_version_matching("sqlx", "999."), "unknown");
     }
 }

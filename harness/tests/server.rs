@@ -9,8 +9,12 @@
 //! per-driver observations are only required to be present and well-formed,
 //! never compared with a hard-coded answer.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+use common::server;
 
 use locklab::keys::AdvisoryKey;
 use locklab::observe;
@@ -20,20 +24,6 @@ use locklab::server::{BackendChoice, Server, ServerOptions};
 use locklab_drivers::{Conn, DirectConn};
 use rstest::rstest;
 use rstest_reuse::{self, apply, template};
-
-/// The local cluster (PostgreSQL 17), or the server `LOCKLAB_DSN` names.
-fn server() -> &'static Server {
-    static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
-    let backend = if ServerOptions::default().external_dsn().is_some() {
-        BackendChoice::External
-    } else {
-        BackendChoice::Local
-    };
-    SERVER
-        .get_or_init(|| Server::start(&ServerOptions::new(backend, 17)).map_err(|e| format!("{e:#}")))
-        .as_ref()
-        .unwrap_or_else(|e| panic!("no PostgreSQL server for the tests: {e}"))
-}
 
 /// A PostgreSQL 17 container (testcontainers), removed when the test process
 /// ends (by the container watchdog: statics are never dropped).
@@ -406,75 +396,6 @@ async fn run_databases_are_dropped() {
     assert_eq!(rows.first_value(), Some(Some("0")));
 }
 
-/// `locklab report` end to end, minus the files: every scenario × driver runs
-/// concurrently, and the Markdown and JSON name every cell.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_report_has_a_cell_for_every_observation_and_driver() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let scenarios = scenario::load_dir(&root.join("scenarios")).unwrap();
-    let drivers = locklab_drivers::registry();
-    let servers = std::slice::from_ref(server());
-    let runs = locklab::matrix::run_all(servers, &scenarios, &drivers, 8, 1, |_, _| {}).await;
-    assert_eq!(runs.len(), scenarios.len() * drivers.len());
-    let failures: Vec<&str> = runs.iter().filter_map(|r| r.failure.as_deref()).collect();
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    let report = locklab::report::Report::new(servers, &scenarios, &drivers, runs, 0.0);
-
-    let json: serde_json::Value = serde_json::from_str(&report.to_json().unwrap()).unwrap();
-    assert_eq!(json["schema_version"], locklab::report::SCHEMA_VERSION);
-    assert!(
-        json["servers"][0]["version"]
-            .as_str()
-            .unwrap()
-            .starts_with("PostgreSQL ")
-    );
-    assert_eq!(json["servers"][0]["id"], server().id());
-    for d in json["drivers"].as_array().unwrap() {
-        assert_ne!(d["crate_version"], "unknown", "{d}");
-    }
-    assert_eq!(json["runs"].as_array().unwrap().len(), scenarios.len() * drivers.len());
-
-    let md = report.to_markdown().unwrap();
-    for s in &scenarios {
-        let heading = format!("## {}\n", s.family);
-        assert!(md.contains(&heading), "no section for {}", s.name);
-        let section = md.split(&heading).nth(1).unwrap().split("\n## ").next().unwrap();
-        for name in s.steps.iter().filter_map(|st| st.record.as_deref()) {
-            let row = section
-                .lines()
-                .find(|l| {
-                    let suffix = s.name.strip_prefix(&s.family).unwrap();
-                    let label = if s.params.is_empty() {
-                        format!("| `{name}` |")
-                    } else {
-                        format!("| `{name}` {suffix} |")
-                    };
-                    l.starts_with(&label)
-                })
-                .unwrap_or_else(|| panic!("no row {name}"));
-            // one cell per driver, none missing
-            assert_eq!(row.matches(" | ").count(), drivers.len(), "{row}");
-            // A run that deviated (behind transaction pooling) stops at the
-            // failed expectation: its later cells are empty, nobody else's.
-            let deviated: Vec<usize> = drivers
-                .iter()
-                .enumerate()
-                .filter(|(_, d)| {
-                    report
-                        .runs
-                        .iter()
-                        .any(|r| r.scenario == s.name && r.driver == d.info().id && r.deviation.is_some())
-                })
-                .map(|(i, _)| i)
-                .collect();
-            let cells: Vec<&str> = row.trim_matches('|').split(" | ").skip(1).collect();
-            for (i, c) in cells.iter().enumerate() {
-                assert!(deviated.contains(&i) || !c.contains('—'), "missing cell in {row}");
-            }
-        }
-    }
-}
-
 /// The end-of-run Verify waits for connections that a return closed: a
 /// direct connection holding many session locks and never returned explicitly
 /// leaves nothing behind (the server releases them as its backend exits).
@@ -485,7 +406,7 @@ async fn locks_left_waits_for_closed_connections_to_be_released() {
     );
     let scenarios = vec![s; 10];
     let drivers = vec![locklab_drivers::find("tokio-postgres").unwrap()];
-    let runs = locklab::matrix::run_all(std::slice::from_ref(server()), &scenarios, &drivers, 10, |_| {}).await;
+    let runs = locklab::matrix::run_all(std::slice::from_ref(server()), &scenarios, &drivers, 10, 1, |_, _| {}).await;
     for r in &runs {
         assert!(r.passed(), "{:?}", r.failure);
         assert!(

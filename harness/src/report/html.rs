@@ -332,6 +332,13 @@ impl Report {
             });
         }
         let failures: Vec<String> = self.runs.iter().filter_map(|r| r.failure.clone()).collect();
+        let mut crates: Vec<String> = Vec::new();
+        for d in &self.drivers {
+            let c = format!("{} {}", d.crate_name, d.crate_version);
+            if !crates.contains(&c) {
+                crates.push(c);
+            }
+        }
         let mut env = minijinja::Environment::new();
         env.add_template("index.html", include_str!("../../templates/index.html.j2"))?;
         let page = env.get_template("index.html")?.render(minijinja::context! {
@@ -342,6 +349,7 @@ impl Report {
             servers => minijinja::value::Serde(&self.servers),
             summary => minijinja::value::Serde(&self.summary),
             drivers => minijinja::value::Serde(&self.drivers),
+            crates => crates,
             headers => headers,
             overview => minijinja::value::Serde(&overview),
             sections => minijinja::value::Serde(&sections),

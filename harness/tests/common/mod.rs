@@ -1,10 +1,29 @@
-//! Helpers shared by the tests that run the `locklab` binary as a child process.
+//! Helpers shared by the test files: the shared test server, and starting the
+//! `locklab` binary as a child process.
 
 #![allow(dead_code)] // each test file uses a subset
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::thread::JoinHandle;
+
+use locklab::server::{BackendChoice, Server, ServerOptions};
+
+/// The local cluster (PostgreSQL 17), or the server `LOCKLAB_DSN` names,
+/// started once per test process and shared by its tests.
+pub fn server() -> &'static Server {
+    static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
+    let backend = if ServerOptions::default().external_dsn().is_some() {
+        BackendChoice::External
+    } else {
+        BackendChoice::Local
+    };
+    SERVER
+        .get_or_init(|| Server::start(&ServerOptions::new(backend, 17)).map_err(|e| format!("{e:#}")))
+        .as_ref()
+        .unwrap_or_else(|e| panic!("no PostgreSQL server for the tests: {e}"))
+}
 
 /// Starts `cmd` (the `locklab` binary, stderr piped) and reads its stderr line
 /// by line until `pick` finds what it waits for in a line. Returns the child,
