@@ -10,9 +10,10 @@ pub fn crate_version(name: &str) -> String {
     crate_version_matching(name, "")
 }
 
-/// Like [`crate_version`], but only the versions that start with `prefix`
-/// (e.g. `"0.8"`): for a column built on a second version of a crate pulled in
-/// under another name (`sqlx08 = { package = "sqlx", version = "0.8" }`).
+/// Like [`crate_version`], but only the versions equal to `prefix` or
+/// starting with `prefix` followed by a dot (`"0.8"` matches `0.8.6`, not
+/// `0.80.1`; `""` matches all): for a column built on a second version of a
+/// crate pulled in under another name (`sqlx08 = { package = "sqlx", version = "0.8" }`).
 pub fn crate_version_matching(name: &str, prefix: &str) -> String {
     static LOCK: OnceLock<Option<cargo_lock::Lockfile>> = OnceLock::new();
     let Some(lock) = LOCK.get_or_init(|| LOCKFILE.parse().ok()) else {
@@ -21,7 +22,11 @@ pub fn crate_version_matching(name: &str, prefix: &str) -> String {
     let versions: Vec<String> = lock
         .packages
         .iter()
-        .filter(|p| p.name.as_str() == name && p.version.to_string().starts_with(prefix))
+        .filter(|p| {
+            let v = p.version.to_string();
+            p.name.as_str() == name
+                && (prefix.is_empty() || v == prefix || v.strip_prefix(prefix).is_some_and(|r| r.starts_with('.')))
+        })
         .map(|p| p.version.to_string())
         .collect();
     if versions.is_empty() {
@@ -45,6 +50,8 @@ mod tests {
         let sqlx = crate_version("sqlx");
         let major_minor: String = sqlx.split('.').take(2).collect::<Vec<_>>().join(".");
         assert_eq!(crate_version_matching("sqlx", &major_minor), sqlx);
-        assert_eq!(crate_version_matching("sqlx", "999."), "unknown");
+        assert_eq!(crate_version_matching("sqlx", "999"), "unknown");
+        let (major, _) = sqlx.split_once('.').unwrap();
+        assert_eq!(crate_version_matching("sqlx", &format!("{major}{major}")), "unknown");
     }
 }

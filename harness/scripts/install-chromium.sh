@@ -27,14 +27,16 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive
-if ! apt-get install -y -q --no-install-recommends chromium >/tmp/locklab-chromium-apt.log 2>&1; then
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+fail() {
+  tail -20 "$log" >&2
+  say "could not install Debian's chromium package"
+  exit 1
+}
+if ! apt-get install -y -q --no-install-recommends chromium >"$log" 2>&1; then
   say "apt-get install failed; updating the package lists and trying again"
-  apt-get update -q >>/tmp/locklab-chromium-apt.log 2>&1
-  apt-get install -y -q --no-install-recommends chromium >>/tmp/locklab-chromium-apt.log 2>&1 || {
-    tail -20 /tmp/locklab-chromium-apt.log >&2
-    say "could not install Debian's chromium package"
-    exit 1
-  }
+  apt-get update -q >>"$log" 2>&1 || fail
+  apt-get install -y -q --no-install-recommends chromium >>"$log" 2>&1 || fail
 fi
-rm -f /tmp/locklab-chromium-apt.log
 say "installed $(chromium --version 2>/dev/null | head -1)"

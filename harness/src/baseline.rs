@@ -312,9 +312,15 @@ pub fn short_version(version: &str) -> String {
 
 /// Compares a fresh run with `baseline`. Values must be equal; p50 times
 /// must be within `tolerance`. A fresh cell missing from the baseline is a
-/// difference; a baseline cell missing from the run is one too unless the run
-/// was `partial` (only some scenarios or drivers selected).
-pub fn compare(baseline: &Baseline, fresh: &Baseline, tolerance: Tolerance, partial: bool) -> Comparison {
+/// difference, and so is a baseline cell missing from the run for which
+/// `expected` is true (a run of a selection expects only the cells of its
+/// scenarios and drivers; a full run, every cell).
+pub fn compare(
+    baseline: &Baseline,
+    fresh: &Baseline,
+    tolerance: Tolerance,
+    expected: &dyn Fn(&BaselineCell) -> bool,
+) -> Comparison {
     let driver_note = |id: &str| {
         let before = baseline.drivers.get(id);
         let after = fresh.drivers.get(id);
@@ -358,20 +364,18 @@ pub fn compare(baseline: &Baseline, fresh: &Baseline, tolerance: Tolerance, part
             });
         }
     }
-    if !partial {
-        for before in &baseline.cells {
-            if !fresh
-                .cells
-                .iter()
-                .any(|c| c.scenario == before.scenario && c.driver == before.driver)
-            {
-                diffs.push(CellDiff {
-                    scenario: before.scenario.clone(),
-                    driver: before.driver.clone(),
-                    driver_note: driver_note(&before.driver),
-                    changes: vec![format!("in the baseline ({}), not in this run", before.status)],
-                });
-            }
+    for before in baseline.cells.iter().filter(|c| expected(c)) {
+        if !fresh
+            .cells
+            .iter()
+            .any(|c| c.scenario == before.scenario && c.driver == before.driver)
+        {
+            diffs.push(CellDiff {
+                scenario: before.scenario.clone(),
+                driver: before.driver.clone(),
+                driver_note: driver_note(&before.driver),
+                changes: vec![format!("in the baseline ({}), not in this run", before.status)],
+            });
         }
     }
     Comparison { compared, diffs }
@@ -489,7 +493,7 @@ mod tests {
             "0.14.2",
             "Clean",
         );
-        let c = compare(&before, &after, Tolerance::default(), false);
+        let c = compare(&before, &after, Tolerance::default(), &|_| true);
         assert_eq!(c.compared, 2);
         assert_eq!(c.diffs.len(), 1);
         let text = c.render(&before, Path::new("reports/baseline.json"), "PostgreSQL 17.11 (local)");
@@ -506,8 +510,8 @@ mod tests {
         let before = baseline(vec![cell("s", "a", "true", 200.0)], "1", "x");
         let near = baseline(vec![cell("s", "a", "true", 390.0)], "1", "x");
         let far = baseline(vec![cell("s", "a", "true", 10_000.0)], "1", "x");
-        assert!(compare(&before, &near, Tolerance::default(), false).is_clean());
-        let c = compare(&before, &far, Tolerance::default(), false);
+        assert!(compare(&before, &near, Tolerance::default(), &|_| true).is_clean());
+        let c = compare(&before, &far, Tolerance::default(), &|_| true);
         assert_eq!(c.diffs.len(), 1);
         assert!(
             c.diffs[0].changes[0].contains("time: p50 200.0 ms → 10000.0 ms"),
@@ -528,7 +532,10 @@ mod tests {
             "1",
             "x",
         );
-        let c = compare(&before, &after, Tolerance::default(), false);
+        let c = compare(&before, &after, Tolerance::default(), &|_| true);
+        // a selection that left out scenario `gone` does not expect it
+        let only_s = compare(&before, &after, Tolerance::default(), &|c| c.scenario == "s");
+        assert_eq!(only_s.diffs.len(), 1, "{:?}", only_s.diffs);
         let text: Vec<String> = c
             .diffs
             .iter()

@@ -6,11 +6,10 @@
 //! in its own process group and is killed (with its helper processes) at its
 //! deadline.
 
-use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Mutex, mpsc};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -50,58 +49,83 @@ pub fn find_chromium() -> Result<PathBuf> {
     )
 }
 
-/// Runs Chromium headless on the local file `page` with `args` and returns its
-/// stdout.
+/// Chromium runs in flight: (process group, profile directory), for [`kill_running`].
+static RUNNING: Mutex<Vec<(i32, PathBuf)>> = Mutex::new(Vec::new());
+
+/// Ends every Chromium started by this process that is still running (its
+/// whole process group) and removes its profile directory: for a signal
+/// handler that is about to exit the process.
+pub fn kill_running() {
+    let running = std::mem::take(&mut *RUNNING.lock().unwrap_or_else(|e| e.into_inner()));
+    for (pgid, profile) in running {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), nix::sys::signal::Signal::SIGKILL);
+        let _ = std::fs::remove_dir_all(profile);
+    }
+}
+
+/// Runs Chromium headless on the local file `page` with `args` and returns
+/// what it wrote to stdout. Chromium's stdout and stderr go to files in its
+/// throw-away profile directory, so that nothing depends on when its helper
+/// processes close a pipe; the deadline is on the browser process itself.
 fn run(page: &Path, args: &[String]) -> Result<String> {
     let chromium = find_chromium()?;
     let page = std::fs::canonicalize(page).with_context(|| format!("cannot open {}", page.display()))?;
+    let url =
+        url::Url::from_file_path(&page).map_err(|()| anyhow::anyhow!("{} cannot be a file: URL", page.display()))?;
     let profile = tempfile::Builder::new()
         .prefix("locklab-chromium-")
         .tempdir()
         .context("cannot create a Chromium profile directory")?;
+    let (out_path, err_path) = (profile.path().join("stdout"), profile.path().join("stderr"));
     let mut cmd = Command::new(&chromium);
     cmd.arg("--headless")
         .arg("--disable-gpu")
         .arg("--no-first-run")
         .arg("--hide-scrollbars")
-        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("--user-data-dir={}", profile.path().join("profile").display()))
         .args(args);
     if nix::unistd::geteuid().is_root() {
         // Chromium refuses to run as root with its sandbox.
         cmd.arg("--no-sandbox");
     }
-    let log = profile.path().join("stderr.log");
-    cmd.arg(format!("file://{}", page.display()))
+    let file = |p: &Path| std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()));
+    cmd.arg(url.as_str())
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).context("cannot create Chromium's log file")?)
+        .stdout(file(&out_path)?)
+        .stderr(file(&err_path)?)
         .process_group(0);
     let mut child = cmd
         .spawn()
         .with_context(|| format!("cannot start {}", chromium.display()))?;
-    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let mut stdout = child.stdout.take().expect("piped");
+    let pgid = child.id() as i32;
+    RUNNING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((pgid, profile.path().to_path_buf()));
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let mut out = String::new();
-        let _ = stdout.read_to_string(&mut out);
-        let _ = tx.send((out, child.wait()));
+        let _ = tx.send(child.wait());
     });
     let finished = rx.recv_timeout(BROWSER_DEADLINE);
-    // Chromium's helper processes share its process group: end any left.
-    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-    let Ok((out, status)) = finished else {
-        let _ = rx.recv();
-        bail!(
+    // Chromium's helper processes share its process group: end any left
+    // (and, on a timeout, the browser itself, which lets the waiter return).
+    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), nix::sys::signal::Signal::SIGKILL);
+    RUNNING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|(p, _)| *p != pgid);
+    let status = match finished {
+        Ok(status) => status.context("waiting for Chromium")?,
+        Err(_) => bail!(
             "{} did not finish within {} s on {}",
             chromium.display(),
             BROWSER_DEADLINE.as_secs(),
             page.display()
-        );
+        ),
     };
-    let status = status.context("waiting for Chromium")?;
-    let err = std::fs::read_to_string(&log).unwrap_or_default();
-    if !status.success() && out.is_empty() {
+    let out = std::fs::read_to_string(&out_path).unwrap_or_default();
+    if !status.success() {
+        let err = std::fs::read_to_string(&err_path).unwrap_or_default();
         let tail: Vec<&str> = err.lines().rev().take(10).collect();
         bail!(
             "{} failed ({status}) on {}:\n{}",

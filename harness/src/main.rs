@@ -158,6 +158,14 @@ fn main() -> ExitCode {
     }
 }
 
+/// Whether two paths name the same directory (by their canonical paths).
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
 /// A non-empty environment variable (empty counts as unset).
 fn env_var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
@@ -182,7 +190,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Run(args) => {
-            let report = execute(&dir, &args)?;
+            let report = execute(&dir, &args, false)?;
             if args.json {
                 eprint!("{}", summary(&report.runs));
                 emit(&report.to_json()?)?;
@@ -213,14 +221,14 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                 // Fail before the runs, not after them.
                 locklab::browser::find_chromium()?;
             }
-            let report = execute(&dir, &run)?;
+            let report = execute(&dir, &run, false)?;
             let mut text = String::new();
             for p in report.write(&out, &format)? {
                 let _ = writeln!(text, "wrote {}", p.display());
             }
             if screenshot {
                 let png = out.join("index.png");
-                locklab::browser::screenshot(&out.join("index.html"), &png, SHOT_WIDTH, SHOT_HEIGHT)?;
+                take_screenshot(&out.join("index.html"), &png)?;
                 let _ = writeln!(text, "wrote {}", png.display());
             }
             text.push_str(&summary(&report.runs));
@@ -239,14 +247,18 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             timing_factor,
             timing_slack_ms,
         } => {
-            let partial = !run.scenario.is_empty() || !run.driver.is_empty() || custom_dir.is_some();
             let explicit = baseline.is_some();
             let path = baseline.unwrap_or_else(|| server::workspace_root().join("reports").join("baseline.json"));
             let tolerance = Tolerance {
                 factor: timing_factor,
                 slack_ms: timing_slack_ms,
             };
-            check(&dir, &run, &path, update, partial, explicit, tolerance)
+            let default_dir = match &custom_dir {
+                None => true,
+                Some(d) => same_dir(d, &server::workspace_root().join("scenarios")),
+            };
+            let partial = !run.scenario.is_empty() || !run.driver.is_empty() || !default_dir;
+            check(&dir, &run, &path, update, partial, default_dir, explicit, tolerance)
         }
     }
 }
@@ -256,17 +268,42 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
 const SHOT_WIDTH: u32 = 1800;
 const SHOT_HEIGHT: u32 = 1700;
 
+/// Screenshots `page` into `png` in headless Chromium; SIGINT or SIGTERM
+/// meanwhile ends Chromium, removes its profile and exits (130 / 143).
+fn take_screenshot(page: &Path, png: &Path) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (page, png) = (page.to_path_buf(), png.to_path_buf());
+    rt.block_on(async move {
+        let mut interrupts = Interrupts::install();
+        let shot =
+            tokio::task::spawn_blocking(move || locklab::browser::screenshot(&page, &png, SHOT_WIDTH, SHOT_HEIGHT));
+        tokio::select! {
+            r = shot => r.context("the screenshot task failed")?,
+            (what, code) = interrupts.next() => {
+                eprintln!("locklab: {what} during the screenshot: cleaning up");
+                locklab::browser::kill_running();
+                std::process::exit(code);
+            }
+        }
+    })
+}
+
 /// `locklab check`: compares a fresh run with the baseline, or (`update`)
 /// rewrites the baseline from it.
+#[allow(clippy::too_many_arguments)]
 fn check(
     dir: &Path,
     run: &RunArgs,
     path: &Path,
     update: bool,
     partial: bool,
+    default_dir: bool,
     explicit: bool,
     tolerance: Tolerance,
 ) -> Result<ExitCode> {
+    if run.json {
+        bail!("`check` prints a diff, not JSON; use `report --format json` for the results");
+    }
     if update && partial && !explicit {
         bail!(
             "`check --update` with --scenario, --driver or another scenario directory would replace \
@@ -275,7 +312,7 @@ fn check(
     }
     // Read the baseline before the runs: a missing one is an error at once.
     let before = if update { None } else { Some(Baseline::load(path)?) };
-    let report = execute(dir, run)?;
+    let report = execute(dir, run, true)?;
     let fresh = Baseline::from_report(&report)?;
     let server = &report.servers[0];
     let now = format!("{} ({})", short_version(&server.version), server.backend);
@@ -308,7 +345,15 @@ fn check(
             before.server.major, server.major
         );
     }
-    let comparison = baseline::compare(&before, &fresh, tolerance, partial);
+    // A baseline cell is expected in this run unless the selection left out
+    // its scenario (-s, or another scenario directory) or its driver (-d).
+    let ran: Vec<&str> = report.scenarios.iter().map(|s| s.name.as_str()).collect();
+    let scenarios_partial = !run.scenario.is_empty() || !default_dir;
+    let expected = |cell: &baseline::BaselineCell| {
+        (!scenarios_partial || ran.contains(&cell.scenario.as_str()))
+            && (run.driver.is_empty() || run.driver.contains(&cell.driver))
+    };
+    let comparison = baseline::compare(&before, &fresh, tolerance, &expected);
     let mut text = comparison.render(&before, path, &now);
     if !failed.is_empty() {
         let _ = writeln!(text, "\n{} cell(s) failed or were unstable:", failed.len());
@@ -470,7 +515,10 @@ fn select_scenarios(all: Vec<Scenario>, wanted: &[String]) -> Result<Vec<Scenari
         .collect())
 }
 
-fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
+/// Starts the servers, runs the selection on them and assembles the report.
+/// With `one_server`, more than one server (several `--pg` or backends) is an
+/// error before any run.
+fn execute(dir: &Path, args: &RunArgs, one_server: bool) -> Result<Report> {
     let scenarios = select_scenarios(load(dir)?, &args.scenario)?;
     let drivers = select(
         locklab_drivers::registry(),
@@ -501,6 +549,13 @@ fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
             std::process::exit(code);
         }
     };
+    if one_server && servers.len() > 1 {
+        bail!(
+            "`check` compares one server with the baseline; this selection started {} ({}): give one --pg and one --backend",
+            servers.len(),
+            servers.iter().map(Server::id).collect::<Vec<_>>().join(", ")
+        );
+    }
     // Printed once the servers are ours: from here a signal drops them (and
     // removes what they started) before we exit.
     for s in &servers {
@@ -794,8 +849,8 @@ fn summary(runs: &[RunResult]) -> String {
         }
     }
     let failed = runs.iter().filter(|r| !r.passed()).count();
-    let deviated = runs.iter().filter(|r| r.deviation.is_some()).count();
-    let skipped = runs.iter().filter(|r| r.skipped.is_some()).count();
+    let deviated = runs.iter().filter(|r| r.passed() && r.deviation.is_some()).count();
+    let skipped = runs.iter().filter(|r| r.passed() && r.skipped.is_some()).count();
     let unstable = runs.iter().filter(|r| !r.unstable.is_empty()).count();
     let repeats = runs.iter().map(|r| r.repeats).max().unwrap_or(1);
     let each = if repeats > 1 {

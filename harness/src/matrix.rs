@@ -157,6 +157,54 @@ mod tests {
         }
     }
 
+    fn run(deviation: Option<&str>, held: &str, ms: f64) -> RunResult {
+        RunResult {
+            server: "pg17".into(),
+            scenario: "s".into(),
+            driver: "d".into(),
+            failure: None,
+            observations: vec![runner::Observation {
+                name: "held".into(),
+                step: 1,
+                value: serde_json::Value::Null,
+                display: held.into(),
+                sqlstate: None,
+                elapsed_ms: Some(ms),
+                waited_ms: None,
+                notices: Vec::new(),
+                elapsed_stats: None,
+                waited_stats: None,
+            }],
+            steps: Vec::new(),
+            locks_left: Vec::new(),
+            cleaned_backends: Vec::new(),
+            deviation: deviation.map(str::to_owned),
+            skipped: None,
+            elapsed_ms: ms,
+            repeats: 1,
+            elapsed_stats: None,
+            unstable: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn folded_repeats_carry_timing_statistics() {
+        let cell = fold_repeats((1..=20).map(|i| run(None, "true", f64::from(i))).collect());
+        assert!(cell.passed() && cell.unstable.is_empty());
+        assert_eq!(cell.repeats, 20);
+        let s = cell.observations[0].elapsed_stats.unwrap();
+        assert_eq!((s.n, s.min, s.p50, s.p95, s.max), (20, 1.0, 10.0, 19.0, 20.0));
+    }
+
+    #[test]
+    fn a_cell_that_deviates_in_one_repeat_only_is_unstable_and_failed() {
+        let cell = fold_repeats(vec![run(Some("expected true"), "true", 1.0), run(None, "true", 1.0)]);
+        assert!(!cell.passed());
+        assert_eq!(cell.outcome().status, "unstable");
+        assert_eq!(cell.unstable, vec!["outcome: deviates ×1, pass ×1".to_owned()]);
+        assert!(cell.failure.as_deref().unwrap().contains("unstable over 2 repeats"));
+    }
+
     #[test]
     fn agreeing_outcomes_are_stable() {
         let o = vec![outcome("pass", "true"); 5];

@@ -302,8 +302,8 @@ impl Report {
             summary: Summary {
                 runs: runs.len(),
                 passed,
-                deviated: runs.iter().filter(|r| r.deviation.is_some()).count(),
-                not_applicable: runs.iter().filter(|r| r.skipped.is_some()).count(),
+                deviated: runs.iter().filter(|r| r.passed() && r.deviation.is_some()).count(),
+                not_applicable: runs.iter().filter(|r| r.passed() && r.skipped.is_some()).count(),
                 failed: runs.len() - passed,
                 unstable: runs.iter().filter(|r| !r.unstable.is_empty()).count(),
                 elapsed_ms,
@@ -494,7 +494,6 @@ impl Report {
                 rows,
             });
         }
-        let failures: Vec<String> = self.runs.iter().filter_map(|r| r.failure.clone()).collect();
         let mut env = minijinja::Environment::new();
         env.set_syntax(
             minijinja::syntax::SyntaxConfig::builder()
@@ -503,17 +502,27 @@ impl Report {
         );
         env.add_template("matrix.md", include_str!("../templates/matrix.md.j2"))?;
         let out = env.get_template("matrix.md")?.render(minijinja::context! {
+            headers => headers,
+            tables => minijinja::value::Serde(&tables),
+            ..self.template_context()
+        })?;
+        Ok(out)
+    }
+
+    /// What both templates show: the header fields, servers, drivers, summary
+    /// and the failures.
+    fn template_context(&self) -> minijinja::Value {
+        let failures: Vec<String> = self.runs.iter().filter_map(|r| r.failure.clone()).collect();
+        minijinja::context! {
             generated_at => &self.generated_at,
+            locklab_version => &self.locklab_version,
             repeat => self.repeat,
             environment => minijinja::value::Serde(&self.environment),
             servers => minijinja::value::Serde(&self.servers),
             summary => minijinja::value::Serde(&self.summary),
             drivers => minijinja::value::Serde(&self.drivers),
-            headers => headers,
-            tables => minijinja::value::Serde(&tables),
             failures => failures,
-        })?;
-        Ok(out)
+        }
     }
 
     /// Writes the chosen formats into `dir` (created if missing):
@@ -538,11 +547,13 @@ impl Report {
     }
 }
 
-/// `key 43 (idle), key (1, 2) (idle in transaction)`: the "locks left after run" cell.
+/// `key 43 (idle), key (1, 2) (idle in transaction)`: the "locks left after run" cell,
+/// sorted (so that it does not depend on which backend pid came first).
 pub fn describe_locks_left(locks: &[crate::observe::LockRow]) -> String {
-    let each: Vec<String> = locks
+    let mut each: Vec<String> = locks
         .iter()
         .map(|l| format!("key {} ({})", l.key, l.state.as_deref().unwrap_or("?")))
         .collect();
+    each.sort();
     each.join(", ")
 }

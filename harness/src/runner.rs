@@ -141,8 +141,8 @@ pub struct RunResult {
     /// Wall time of the whole run in ms, database creation and drop included.
     pub elapsed_ms: f64,
     /// How many times the cell ran (`--repeat`, 1 by default). With more than
-    /// one, the fields above are the first run's, `failure` is the first
-    /// failure of any run, and the timings' spread is in `*_stats`.
+    /// one, the fields above are the first run's, or the first failing run's
+    /// if any failed, and the timings' spread is in `*_stats`.
     pub repeats: usize,
     /// Spread of `elapsed_ms` over the repeats, in ms.
     #[serde(skip_serializing_if = "Option::is_none")]

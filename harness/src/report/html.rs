@@ -331,7 +331,6 @@ impl Report {
                 charts,
             });
         }
-        let failures: Vec<String> = self.runs.iter().filter_map(|r| r.failure.clone()).collect();
         let mut crates: Vec<String> = Vec::new();
         for d in &self.drivers {
             let c = format!("{} {}", d.crate_name, d.crate_version);
@@ -340,21 +339,119 @@ impl Report {
             }
         }
         let mut env = minijinja::Environment::new();
+        // Scenario text, SQL and server messages go into the page: escape all of it.
+        env.set_auto_escape_callback(|_| minijinja::AutoEscape::Html);
         env.add_template("index.html", include_str!("../../templates/index.html.j2"))?;
         let page = env.get_template("index.html")?.render(minijinja::context! {
-            generated_at => &self.generated_at,
-            locklab_version => &self.locklab_version,
-            repeat => self.repeat,
-            environment => minijinja::value::Serde(&self.environment),
-            servers => minijinja::value::Serde(&self.servers),
-            summary => minijinja::value::Serde(&self.summary),
-            drivers => minijinja::value::Serde(&self.drivers),
             crates => crates,
             headers => headers,
             overview => minijinja::value::Serde(&overview),
             sections => minijinja::value::Serde(&sections),
-            failures => failures,
+            ..self.template_context()
         })?;
         Ok(page)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{DriverColumn, Environment, ServerInfo, Summary};
+    use super::*;
+    use crate::runner::Observation;
+
+    /// A one-cell report whose scenario text, SQL and value are hostile HTML.
+    fn hostile() -> Report {
+        let evil = "<script>alert(1)</script> & \"q\" 'a'";
+        Report {
+            schema_version: super::super::SCHEMA_VERSION,
+            generated_at: "2026-11-30T00:00:00Z".into(),
+            locklab_version: "0.1.0".into(),
+            repeat: 2,
+            environment: Environment {
+                os: evil.into(),
+                kernel: None,
+                arch: "x86_64".into(),
+                cpus: 2,
+                git_commit: None,
+                git_dirty: false,
+            },
+            servers: vec![ServerInfo {
+                id: "pg17".into(),
+                major: 17,
+                version: "PostgreSQL 17.11".into(),
+                backend: "local".into(),
+                image: None,
+                startup_ms: 1.0,
+                image_ms: 0.0,
+            }],
+            drivers: vec![DriverColumn {
+                id: "d".into(),
+                crate_name: "c".into(),
+                crate_version: "1.0.0".into(),
+                configuration: evil.into(),
+                kind: "pooled".into(),
+                pooler: None,
+            }],
+            scenarios: vec![ScenarioInfo {
+                name: "s".into(),
+                family: "s".into(),
+                params: Vec::new(),
+                description: evil.into(),
+                source: Some(evil.into()),
+                file: "scenarios/s.yaml".into(),
+                observations: vec!["o".into()],
+                observation_steps: vec![format!("step 1 (a: select '{evil}')")],
+            }],
+            runs: vec![RunResult {
+                server: "pg17".into(),
+                scenario: "s".into(),
+                driver: "d".into(),
+                failure: Some(evil.into()),
+                observations: vec![Observation {
+                    name: "o".into(),
+                    step: 1,
+                    value: serde_json::json!({"holders": [{"actor": evil, "pid": 42, "state": "idle"}]}),
+                    display: evil.into(),
+                    sqlstate: Some("55P03".into()),
+                    elapsed_ms: Some(200.0),
+                    waited_ms: None,
+                    notices: Vec::new(),
+                    elapsed_stats: Stats::of(&[200.0, 210.0]),
+                    waited_stats: None,
+                }],
+                steps: Vec::new(),
+                locks_left: Vec::new(),
+                cleaned_backends: Vec::new(),
+                deviation: None,
+                skipped: None,
+                elapsed_ms: 300.0,
+                repeats: 2,
+                elapsed_stats: Stats::of(&[300.0, 310.0]),
+                unstable: Vec::new(),
+            }],
+            summary: Summary {
+                runs: 1,
+                passed: 0,
+                deviated: 0,
+                not_applicable: 0,
+                failed: 1,
+                unstable: 0,
+                elapsed_ms: 1.0,
+            },
+        }
+    }
+
+    #[test]
+    fn scenario_text_sql_and_values_are_escaped() {
+        let page = hostile().to_html().unwrap();
+        assert!(!page.contains("<script"), "unescaped script tag");
+        assert!(
+            page.contains("&lt;script&gt;alert(1)&lt;&#x2f;script&gt;"),
+            "no escaped description"
+        );
+        // the hover text keeps its evidence, escaped inside the attribute
+        assert!(page.contains("backend pid 42, idle"), "no holder evidence");
+        assert!(page.contains("SQLSTATE: 55P03"), "no SQLSTATE evidence");
+        assert!(page.contains("<svg"), "no chart for a 200 ms step");
     }
 }
