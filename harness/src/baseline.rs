@@ -109,14 +109,15 @@ pub struct Tolerance {
 }
 
 impl Default for Tolerance {
-    /// 3× and 250 ms: machines are shared and noisy, and a debug build under
-    /// `cargo test` is slower than the release build that wrote the baseline;
-    /// a lock wait that went from a 200 ms `lock_timeout` to a 10 s deadline
-    /// is still caught.
+    /// 3× and 1000 ms: machines are shared and noisy, and a debug build under
+    /// `cargo test` is slower than the release build that wrote the baseline
+    /// (on a loaded two-core machine single round trips of a few ms took up to
+    /// 0.7 s in both of two repeats); a lock wait that went from a 200 ms
+    /// `lock_timeout` to a 10 s deadline is still caught.
     fn default() -> Tolerance {
         Tolerance {
             factor: 3.0,
-            slack_ms: 250.0,
+            slack_ms: 1000.0,
         }
     }
 }
