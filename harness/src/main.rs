@@ -575,6 +575,8 @@ fn execute(dir: &Path, args: &RunArgs, one_server: bool) -> Result<Report> {
             .expect("static template"),
     );
     let began = Instant::now();
+    let per_round = total / repeat as u64;
+    let mut done = 0u64;
     let progress = |round: usize, r: &RunResult| {
         let of = if repeat > 1 {
             format!("repeat {round}/{repeat}: ")
@@ -583,6 +585,15 @@ fn execute(dir: &Path, args: &RunArgs, one_server: bool) -> Result<Report> {
         };
         bar.set_message(format!("{of}{} × {} × {}", r.server, r.scenario, r.driver));
         bar.inc(1);
+        done += 1;
+        // Without a bar, a long repeated run still says how far it got: one
+        // line per finished round.
+        if bar.is_hidden() && repeat > 1 && per_round > 0 && done % per_round == 0 {
+            eprintln!(
+                "locklab: repeat {round}/{repeat} done ({done} of {total} runs, {:.0} s)",
+                began.elapsed().as_secs_f64()
+            );
+        }
     };
     let runs = rt.block_on(async {
         tokio::select! {
