@@ -267,9 +267,14 @@ impl Comparison {
         self.diffs.is_empty()
     }
 
-    /// The readable diff: a header, then per changed cell its name, driver,
-    /// crate version before → after, and one line per changed value.
-    pub fn render(&self, baseline: &Baseline, path: &Path, now: &str) -> String {
+    /// The readable diff: a header with the number of changed cells per
+    /// driver column, then the changed cells, scenario by scenario; cells of
+    /// one scenario whose changes are identical are one block naming all their
+    /// drivers. Each block names scenario, drivers with crate version before →
+    /// after, and has one line per changed value (before → after). With
+    /// `max_lines`, blocks stop once that many lines are printed and a last
+    /// line counts the cells left out.
+    pub fn render(&self, baseline: &Baseline, path: &Path, now: &str, max_lines: Option<usize>) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -290,18 +295,60 @@ impl Comparison {
                 .map(|c| format!(" at {}", &c[..c.len().min(12)]))
                 .unwrap_or_default()
         );
+        if self.diffs.is_empty() {
+            return out;
+        }
+        let mut per_driver: Vec<(&str, &str, usize)> = Vec::new();
         for d in &self.diffs {
-            let _ = writeln!(out, "\n{} × {} ({})", d.scenario, d.driver, d.driver_note);
-            for c in &d.changes {
-                let _ = writeln!(out, "  {c}");
+            match per_driver.iter_mut().find(|(id, _, _)| *id == d.driver) {
+                Some((_, _, n)) => *n += 1,
+                None => per_driver.push((&d.driver, &d.driver_note, 1)),
             }
         }
-        if !self.diffs.is_empty() {
+        let counts: Vec<String> = per_driver
+            .iter()
+            .map(|(id, note, n)| format!("{id} {n} ({note})"))
+            .collect();
+        let _ = writeln!(out, "  changed cells per driver: {}", counts.join(", "));
+        // Blocks: (scenario, changes) → drivers, in first-seen order.
+        let mut blocks: Vec<(&str, &[String], Vec<&CellDiff>)> = Vec::new();
+        for d in &self.diffs {
+            match blocks
+                .iter_mut()
+                .find(|(s, c, _)| *s == d.scenario && *c == d.changes.as_slice())
+            {
+                Some((_, _, ds)) => ds.push(d),
+                None => blocks.push((&d.scenario, &d.changes, vec![d])),
+            }
+        }
+        let mut lines = 0;
+        let mut shown = 0;
+        for (scenario, changes, drivers) in &blocks {
+            if max_lines.is_some_and(|m| lines + changes.len() + 2 > m) && shown > 0 {
+                break;
+            }
+            let names: Vec<String> = drivers
+                .iter()
+                .map(|d| format!("{} ({})", d.driver, d.driver_note))
+                .collect();
+            let _ = writeln!(out, "\n{scenario} × {}", names.join(", "));
+            for c in *changes {
+                let _ = writeln!(out, "  {c}");
+            }
+            lines += changes.len() + 2;
+            shown += drivers.len();
+        }
+        if shown < self.diffs.len() {
             let _ = writeln!(
                 out,
-                "\nIf the change is intended, rewrite the baseline: `locklab check --update` (or `just baseline`)."
+                "\n… and {} more changed cell(s) not shown; `locklab check --full` prints every one.",
+                self.diffs.len() - shown
             );
         }
+        let _ = writeln!(
+            out,
+            "\nIf the change is intended, rewrite the baseline: `locklab check --update` (or `just baseline`)."
+        );
         out
     }
 }
@@ -497,7 +544,12 @@ mod tests {
         let c = compare(&before, &after, Tolerance::default(), &|_| true);
         assert_eq!(c.compared, 2);
         assert_eq!(c.diffs.len(), 1);
-        let text = c.render(&before, Path::new("reports/baseline.json"), "PostgreSQL 17.11 (local)");
+        let text = c.render(
+            &before,
+            Path::new("reports/baseline.json"),
+            "PostgreSQL 17.11 (local)",
+            None,
+        );
         assert!(
             text.contains("s × b (deadpool-postgres 0.14.1 → 0.14.2; configuration Fast → Clean)"),
             "{text}"

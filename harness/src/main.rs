@@ -77,6 +77,9 @@ enum Command {
         /// ... and S this slack in ms (>= 0).
         #[arg(long, default_value_t = Tolerance::default().slack_ms, value_parser = parse_slack)]
         timing_slack_ms: f64,
+        /// Print every changed cell (default: about one screen, then a count of the rest).
+        #[arg(long)]
+        full: bool,
     },
 }
 
@@ -246,6 +249,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             update,
             timing_factor,
             timing_slack_ms,
+            full,
         } => {
             let explicit = baseline.is_some();
             let path = baseline.unwrap_or_else(|| server::workspace_root().join("reports").join("baseline.json"));
@@ -258,10 +262,24 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                 Some(d) => same_dir(d, &server::workspace_root().join("scenarios")),
             };
             let partial = !run.scenario.is_empty() || !run.driver.is_empty() || !default_dir;
-            check(&dir, &run, &path, update, partial, default_dir, explicit, tolerance)
+            let max_lines = (!full).then_some(DIFF_LINES);
+            check(
+                &dir,
+                &run,
+                &path,
+                update,
+                partial,
+                default_dir,
+                explicit,
+                tolerance,
+                max_lines,
+            )
         }
     }
 }
+
+/// Lines of cell diffs `check` prints without `--full`: about one screen.
+const DIFF_LINES: usize = 30;
 
 /// Size of the `index.png` screenshot, in CSS px: wide enough for the
 /// overview's columns, tall enough for its rows.
@@ -300,6 +318,7 @@ fn check(
     default_dir: bool,
     explicit: bool,
     tolerance: Tolerance,
+    max_lines: Option<usize>,
 ) -> Result<ExitCode> {
     if run.json {
         bail!("`check` prints a diff, not JSON; use `report --format json` for the results");
@@ -354,7 +373,7 @@ fn check(
             && (run.driver.is_empty() || run.driver.contains(&cell.driver))
     };
     let comparison = baseline::compare(&before, &fresh, tolerance, &expected);
-    let mut text = comparison.render(&before, path, &now);
+    let mut text = comparison.render(&before, path, &now, max_lines);
     if !failed.is_empty() {
         let _ = writeln!(text, "\n{} cell(s) failed or were unstable:", failed.len());
         for r in &failed {

@@ -1155,16 +1155,20 @@ impl Run<'_> {
     /// that is not a lock wait, and none changed state in the last 100 ms
     /// (`pg_stat_activity.state_change`), seen on two polls in a row:
     /// statements queued behind a dropped call have then run, and a client
-    /// that closes its connection after them has done so.
+    /// that closes its connection after them has done so. A lock wait is a
+    /// backend with an ungranted `pg_locks` row: one whose lock was granted
+    /// but which has not run since (it still shows `wait_event_type = Lock`
+    /// until it is scheduled) counts as running.
     async fn settle(&mut self, observer: usize, until: Instant) -> Result<(), String> {
         let mut calm = 0;
         let polled = poll_until(until, async || {
             let conn = self.conn(observer)?;
             let rows = conn
                 .simple_query(
-                    "select count(*) from pg_stat_activity where datname = current_database() \
+                    "select count(*) from pg_stat_activity a where datname = current_database() \
                      and pid <> pg_backend_pid() and application_name <> 'locklab-monitor' \
-                     and ((state = 'active' and wait_event_type is distinct from 'Lock') \
+                     and ((state = 'active' and not exists \
+                            (select 1 from pg_locks l where l.pid = a.pid and not l.granted)) \
                           or state_change > clock_timestamp() - interval '100 ms')",
                 )
                 .await

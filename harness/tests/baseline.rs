@@ -24,6 +24,9 @@ use locklab::scenario::{self, Scenario};
 /// the same build (`--repeat 20` in the README is the thorough check).
 const REPEAT: usize = 2;
 
+/// Lines of cell diffs in a failure message: about one screen.
+const DIFF_LINES: usize = 30;
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
@@ -80,7 +83,8 @@ fn the_matrix_matches_the_committed_baseline() {
             comparison.render(
                 &before,
                 Path::new("reports/baseline.json"),
-                "this test run (local cluster)"
+                "this test run (local cluster)",
+                Some(DIFF_LINES)
             )
         );
     }
