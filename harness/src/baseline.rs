@@ -26,6 +26,11 @@ use crate::runner::RunResult;
 /// Version of the `baseline.json` layout.
 pub const BASELINE_VERSION: u32 = 1;
 
+/// Steps faster than this (p50, in ms) keep no time in the baseline; `check`
+/// compares them as if they took this long, so a round trip that now waits
+/// for seconds is still caught.
+pub const TIMED_FROM_MS: f64 = 50.0;
+
 /// The expected matrix of one server.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Baseline {
@@ -93,7 +98,10 @@ pub struct BaselineObservation {
     pub value: String,
     /// SQLSTATE, if the step failed on the server.
     pub sqlstate: Option<String>,
-    /// p50 wall time of the step over the repeats, in ms; `None` without a timing.
+    /// p50 wall time of the step over the repeats, in ms, to two significant
+    /// digits (`200.6` → `200`, `1001.6` → `1000`), so that regenerating the
+    /// baseline does not rewrite every line; `None` without a timing or when
+    /// under [`TIMED_FROM_MS`] (a round trip, whose time is noise).
     pub p50_ms: Option<f64>,
 }
 
@@ -144,7 +152,12 @@ impl BaselineCell {
                         BaselineObservation {
                             value: ob.display.clone(),
                             sqlstate: ob.sqlstate.clone(),
-                            p50_ms: ob.elapsed_stats.map(|s| s.p50).or(ob.elapsed_ms).map(round1),
+                            p50_ms: ob
+                                .elapsed_stats
+                                .map(|s| s.p50)
+                                .or(ob.elapsed_ms)
+                                .filter(|ms| *ms >= TIMED_FROM_MS)
+                                .map(two_digits),
                         },
                     )
                 })
@@ -155,8 +168,13 @@ impl BaselineCell {
     }
 }
 
-fn round1(ms: f64) -> f64 {
-    (ms * 10.0).round() / 10.0
+/// `ms` rounded to two significant digits.
+fn two_digits(ms: f64) -> f64 {
+    if ms <= 0.0 || !ms.is_finite() {
+        return ms;
+    }
+    let unit = 10f64.powi(ms.log10().floor() as i32 - 1);
+    (ms / unit).round() * unit
 }
 
 impl Baseline {
@@ -445,13 +463,19 @@ fn cell_changes(before: &BaselineCell, after: &BaselineCell, tolerance: Toleranc
             Some(a) => {
                 if a.value != b.value || a.sqlstate != b.sqlstate {
                     changes.push(format!("`{name}`: {} → {}", show(b), show(a)));
-                } else if let (Some(tb), Some(ta)) = (b.p50_ms, a.p50_ms)
-                    && !tolerance.accepts(tb, ta)
-                {
-                    changes.push(format!(
-                        "`{name}` time: p50 {tb:.1} ms → {ta:.1} ms (outside {}× ± {} ms)",
-                        tolerance.factor, tolerance.slack_ms
-                    ));
+                } else if b.p50_ms.is_some() || a.p50_ms.is_some() {
+                    let (tb, ta) = (b.p50_ms.unwrap_or(TIMED_FROM_MS), a.p50_ms.unwrap_or(TIMED_FROM_MS));
+                    if !tolerance.accepts(tb, ta) {
+                        let show =
+                            |t: Option<f64>| t.map_or(format!("under {TIMED_FROM_MS} ms"), |t| format!("{t} ms"));
+                        changes.push(format!(
+                            "`{name}` time: p50 {} → {} (outside {}× ± {} ms)",
+                            show(b.p50_ms),
+                            show(a.p50_ms),
+                            tolerance.factor,
+                            tolerance.slack_ms
+                        ));
+                    }
                 }
             }
         }
@@ -567,7 +591,30 @@ mod tests {
         let c = compare(&before, &far, Tolerance::default(), &|_| true);
         assert_eq!(c.diffs.len(), 1);
         assert!(
-            c.diffs[0].changes[0].contains("time: p50 200.0 ms → 10000.0 ms"),
+            c.diffs[0].changes[0].contains("time: p50 200 ms → 10000 ms"),
+            "{:?}",
+            c.diffs
+        );
+    }
+
+    #[test]
+    fn times_keep_two_digits_and_fast_steps_none() {
+        assert_eq!(two_digits(200.6), 200.0);
+        assert_eq!(two_digits(1001.6), 1000.0);
+        assert_eq!(two_digits(276.3), 280.0);
+        assert_eq!(two_digits(52.4), 52.0);
+        let mut fast = cell("s", "a", "true", 1.0);
+        fast.observations[0].p50_ms = None;
+        let mut hung = cell("s", "a", "true", 10_000.0);
+        hung.observations[0].p50_ms = Some(10_000.0);
+        let c = compare(
+            &baseline(vec![fast], "1", "x"),
+            &baseline(vec![hung], "1", "x"),
+            Tolerance::default(),
+            &|_| true,
+        );
+        assert!(
+            c.diffs[0].changes[0].contains("p50 under 50 ms → 10000 ms"),
             "{:?}",
             c.diffs
         );
