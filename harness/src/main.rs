@@ -835,16 +835,12 @@ fn summary(runs: &[RunResult]) -> String {
         .unwrap_or(0)
         .max(34);
     for r in runs {
-        let status = if !r.unstable.is_empty() {
-            "UNST"
-        } else if !r.passed() {
-            "FAIL"
-        } else if r.skipped.is_some() {
-            "n/a "
-        } else if r.deviation.is_some() {
-            "dev "
-        } else {
-            "pass"
+        let status = match r.status() {
+            "unstable" => "UNST",
+            "fail" => "FAIL",
+            "n/a" => "n/a ",
+            "deviates" => "dev ",
+            _ => "pass",
         };
         let server = if several {
             format!("{:<16} ", r.server)

@@ -353,26 +353,9 @@ impl Report {
             rows: Vec<Row>,
         }
         let several = self.servers.len() > 1;
-        let columns: Vec<(&str, &str)> = self
-            .servers
-            .iter()
-            .flat_map(|v| self.drivers.iter().map(move |d| (v.id.as_str(), d.id.as_str())))
-            .collect();
-        let headers: Vec<String> = columns
-            .iter()
-            .map(|(v, d)| {
-                if several {
-                    format!("{v} · {d}")
-                } else {
-                    (*d).to_owned()
-                }
-            })
-            .collect();
-        let run_of = |v: &str, s: &str, d: &str| {
-            self.runs
-                .iter()
-                .find(|r| r.server == v && r.scenario == s && r.driver == d)
-        };
+        let columns = self.columns();
+        let headers: Vec<String> = columns.iter().map(|(v, d)| self.header(v, d)).collect();
+        let run_of = |v: &str, s: &str, d: &str| self.run_of(v, s, d);
         let esc = |s: &str| s.replace('|', "\\|").replace('\n', " ");
         // Marks a row whose values (without timings) differ between servers for a driver.
         let differs = |values: &dyn Fn(&str, &str) -> Option<String>| {
@@ -384,14 +367,7 @@ impl Report {
                 })
         };
         let mut tables: Vec<Table> = Vec::new();
-        let mut families: Vec<Vec<&ScenarioInfo>> = Vec::new();
-        for s in &self.scenarios {
-            match families.last_mut() {
-                Some(f) if f[0].family == s.family => f.push(s),
-                _ => families.push(vec![s]),
-            }
-        }
-        for family in &families {
+        for family in &self.families() {
             let mut rows = Vec::new();
             let parameterised = family.len() > 1 || !family[0].params.is_empty();
             for s in family {
@@ -507,6 +483,42 @@ impl Report {
             ..self.template_context()
         })?;
         Ok(out)
+    }
+
+    /// The columns, server-major: (server id, driver id).
+    fn columns(&self) -> Vec<(&str, &str)> {
+        self.servers
+            .iter()
+            .flat_map(|v| self.drivers.iter().map(move |d| (v.id.as_str(), d.id.as_str())))
+            .collect()
+    }
+
+    /// A column's header: the driver id, or `server · driver` with several servers.
+    fn header(&self, server: &str, driver: &str) -> String {
+        if self.servers.len() > 1 {
+            format!("{server} · {driver}")
+        } else {
+            driver.to_owned()
+        }
+    }
+
+    /// The run of one cell.
+    fn run_of(&self, server: &str, scenario: &str, driver: &str) -> Option<&RunResult> {
+        self.runs
+            .iter()
+            .find(|r| r.server == server && r.scenario == scenario && r.driver == driver)
+    }
+
+    /// The scenarios grouped by file (a file's parameter sets together), in order.
+    fn families(&self) -> Vec<Vec<&ScenarioInfo>> {
+        let mut families: Vec<Vec<&ScenarioInfo>> = Vec::new();
+        for s in &self.scenarios {
+            match families.last_mut() {
+                Some(f) if f[0].family == s.family => f.push(s),
+                _ => families.push(vec![s]),
+            }
+        }
+        families
     }
 
     /// What both templates show: the header fields, servers, drivers, summary

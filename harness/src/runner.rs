@@ -195,9 +195,9 @@ impl RunResult {
         self.failure.is_none()
     }
 
-    /// What this run measured, for comparing repeats and baselines.
-    pub fn outcome(&self) -> Outcome {
-        let status = if !self.unstable.is_empty() {
+    /// `unstable`, `fail`, `n/a`, `deviates` or `pass`, in that precedence.
+    pub fn status(&self) -> &'static str {
+        if !self.unstable.is_empty() {
             "unstable"
         } else if self.failure.is_some() {
             "fail"
@@ -207,9 +207,13 @@ impl RunResult {
             "deviates"
         } else {
             "pass"
-        };
+        }
+    }
+
+    /// What this run measured, for comparing repeats and baselines.
+    pub fn outcome(&self) -> Outcome {
         Outcome {
-            status: status.to_owned(),
+            status: self.status().to_owned(),
             observations: self
                 .observations
                 .iter()

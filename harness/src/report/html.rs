@@ -6,7 +6,7 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use super::{Report, ScenarioInfo, chart};
+use super::{Report, chart};
 use crate::runner::{Observation, RunResult, Stats};
 
 /// A timing is charted when some column's p95 (or single value) reaches this, in ms;
@@ -48,18 +48,12 @@ struct Section {
 /// The CSS class of a cell from its run (and, for observation cells, whether
 /// its value differs from the reference column of its server).
 fn class_of(run: &RunResult, differs: bool) -> &'static str {
-    if !run.unstable.is_empty() {
-        "unstable"
-    } else if run.failure.is_some() {
-        "fail"
-    } else if run.skipped.is_some() {
-        "na"
-    } else if run.deviation.is_some() {
-        "dev"
-    } else if differs {
-        "differs"
-    } else {
-        "same"
+    match run.status() {
+        "pass" if differs => "differs",
+        "pass" => "same",
+        "n/a" => "na",
+        "deviates" => "dev",
+        other => other,
     }
 }
 
@@ -125,28 +119,13 @@ impl Report {
     /// # Errors
     /// A template or chart error (a bug).
     pub fn to_html(&self) -> Result<String> {
-        let several = self.servers.len() > 1;
-        let columns: Vec<(&str, &str)> = self
-            .servers
-            .iter()
-            .flat_map(|v| self.drivers.iter().map(move |d| (v.id.as_str(), d.id.as_str())))
-            .collect();
-        let header = |v: &str, d: &str| if several { format!("{v} · {d}") } else { d.to_owned() };
+        let columns = self.columns();
+        let header = |v: &str, d: &str| self.header(v, d);
         let headers: Vec<String> = columns.iter().map(|(v, d)| header(v, d)).collect();
-        let run_of = |v: &str, s: &str, d: &str| {
-            self.runs
-                .iter()
-                .find(|r| r.server == v && r.scenario == s && r.driver == d)
-        };
+        let run_of = |v: &str, s: &str, d: &str| self.run_of(v, s, d);
         // The reference column of each server: its first driver (tokio-postgres, no pool).
         let reference = |v: &str| self.drivers.first().map(|d| d.id.clone()).map(|d| (v.to_owned(), d));
-        let mut families: Vec<Vec<&ScenarioInfo>> = Vec::new();
-        for s in &self.scenarios {
-            match families.last_mut() {
-                Some(f) if f[0].family == s.family => f.push(s),
-                _ => families.push(vec![s]),
-            }
-        }
+        let families = self.families();
         let mut overview: Vec<Row> = Vec::new();
         let mut sections: Vec<Section> = Vec::new();
         for family in &families {
@@ -355,7 +334,7 @@ impl Report {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{DriverColumn, Environment, ServerInfo, Summary};
+    use super::super::{DriverColumn, Environment, ScenarioInfo, ServerInfo, Summary};
     use super::*;
     use crate::runner::Observation;
 
