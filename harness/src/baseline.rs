@@ -291,12 +291,12 @@ impl Comparison {
     /// drivers. Each block names scenario, drivers with crate version before →
     /// after, and has one line per changed value (before → after). With
     /// `max_lines`, blocks stop once that many lines are printed and a last
-    /// line counts the cells left out.
+    /// line counts the cells left out. The caller adds how to accept the change.
     pub fn render(&self, baseline: &Baseline, path: &Path, now: &str, max_lines: Option<usize>) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "locklab check: {} of {} cells differ from {}",
+            "locklab check: {} of {} cell(s) differ from {}",
             self.diffs.len(),
             self.compared,
             path.display()
@@ -363,10 +363,6 @@ impl Comparison {
                 self.diffs.len() - shown
             );
         }
-        let _ = writeln!(
-            out,
-            "\nIf the change is intended, rewrite the baseline: `locklab check --update` (or `just baseline`)."
-        );
         out
     }
 }

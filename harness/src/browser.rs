@@ -126,7 +126,10 @@ fn run(page: &Path, args: &[String]) -> Result<String> {
     let out = std::fs::read_to_string(&out_path).unwrap_or_default();
     if !status.success() {
         let err = std::fs::read_to_string(&err_path).unwrap_or_default();
-        let tail: Vec<&str> = err.lines().rev().take(10).collect();
+        let mut tail: Vec<&str> = err.lines().rev().take(10).collect();
+        if tail.is_empty() {
+            tail.push("(nothing on stderr)");
+        }
         bail!(
             "{} failed ({status}) on {}:\n{}",
             chromium.display(),

@@ -42,7 +42,13 @@ enum Command {
     /// Print the JSON Schema of scenario files (shipped as scenarios/scenario.schema.json).
     Schema,
     /// Run scenarios × drivers and print the results.
-    Run(RunArgs),
+    Run {
+        #[command(flatten)]
+        run: RunArgs,
+        /// Also print the full results as JSON on stdout (the summary then goes to stderr).
+        #[arg(long)]
+        json: bool,
+    },
     /// Run scenarios × drivers (default: all) and write matrix.json, matrix.md and index.html.
     Report {
         #[command(flatten)]
@@ -50,6 +56,9 @@ enum Command {
         /// Where to write the report (default: reports/ of this repository).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Also print the full results as JSON on stdout (the summary then goes to stderr).
+        #[arg(long)]
+        json: bool,
         /// Which files to write, comma-separated: json (matrix.json), md
         /// (matrix.md), html (index.html).
         #[arg(long, value_enum, value_delimiter = ',', default_value = "json,md,html")]
@@ -132,9 +141,6 @@ struct RunArgs {
     /// Scenario × driver runs in flight at once (1-256).
     #[arg(long, default_value_t = DEFAULT_JOBS as u16, value_parser = clap::value_parser!(u16).range(1..=256))]
     jobs: u16,
-    /// Also print the full results as JSON on stdout (the summary then goes to stderr).
-    #[arg(long)]
-    json: bool,
     /// Run each cell this many times (1-1000): timings become min / p50 / p95 /
     /// max, and a cell whose outcome differs between repeats is unstable (fails).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
@@ -192,9 +198,9 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             ))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run(args) => {
+        Command::Run { run: args, json } => {
             let report = execute(&dir, &args, false)?;
-            if args.json {
+            if json {
                 eprint!("{}", summary(&report.runs));
                 emit(&report.to_json()?)?;
             } else {
@@ -205,6 +211,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
         Command::Report {
             run,
             out,
+            json,
             format,
             screenshot,
         } => {
@@ -229,17 +236,19 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             for p in report.write(&out, &format)? {
                 let _ = writeln!(text, "wrote {}", p.display());
             }
-            if screenshot {
-                let png = out.join("index.png");
-                take_screenshot(&out.join("index.html"), &png)?;
-                let _ = writeln!(text, "wrote {}", png.display());
-            }
             text.push_str(&summary(&report.runs));
-            if run.json {
+            if json {
                 eprint!("{text}");
                 emit(&report.to_json()?)?;
             } else {
                 emit(&text)?;
+            }
+            if screenshot {
+                // After the results: a browser failure must not hide them.
+                let png = out.join("index.png");
+                take_screenshot(&out.join("index.html"), &png)
+                    .context("no screenshot (the report files are written)")?;
+                eprintln!("wrote {}", png.display());
             }
             Ok(exit_for(&report.runs))
         }
@@ -320,13 +329,30 @@ fn check(
     tolerance: Tolerance,
     max_lines: Option<usize>,
 ) -> Result<ExitCode> {
-    if run.json {
-        bail!("`check` prints a diff, not JSON; use `report --format json` for the results");
-    }
     if update && partial && !explicit {
         bail!(
             "`check --update` with --scenario, --driver or another scenario directory would replace \
              the full baseline with a partial one; give --baseline FILE"
+        );
+    }
+    // One server: refuse several versions or backends before starting any.
+    let mut majors: Vec<u32> = if run.pg.is_empty() {
+        list_from_env("LOCKLAB_PG", |v| {
+            v.parse::<u32>().map_err(|_| "a major version".to_owned())
+        })?
+    } else {
+        run.pg.clone()
+    };
+    majors.dedup();
+    let mut backends: Vec<String> = if run.backend.is_empty() {
+        list_from_env("LOCKLAB_BACKEND", |v| Ok(v.to_lowercase()))?
+    } else {
+        run.backend.iter().map(|b| format!("{b:?}")).collect()
+    };
+    backends.dedup();
+    if majors.len() > 1 || backends.len() > 1 {
+        bail!(
+            "`check` compares one server with the baseline: give one --pg and one --backend (LOCKLAB_PG, LOCKLAB_BACKEND)"
         );
     }
     // Read the baseline before the runs: a missing one is an error at once.
@@ -351,10 +377,15 @@ fn check(
         }
         fresh.save(path)?;
         emit(&format!(
-            "wrote {} ({} cells, {now}, {} run(s) per cell)\n",
+            "wrote {} ({} cell(s), {now}, {} run(s) per cell){}\n",
             path.display(),
             fresh.cells.len(),
-            report.repeat
+            report.repeat,
+            if partial {
+                "; a selection: the file now holds only these cells"
+            } else {
+                ""
+            }
         ))?;
         return Ok(ExitCode::SUCCESS);
     };
@@ -374,6 +405,20 @@ fn check(
     };
     let comparison = baseline::compare(&before, &fresh, tolerance, &expected);
     let mut text = comparison.render(&before, path, &now, max_lines);
+    if !comparison.is_clean() {
+        let _ = writeln!(
+            text,
+            "\nIf the change is intended, rewrite the baseline: {}",
+            if explicit || partial {
+                format!(
+                    "`cargo locklab check --update --baseline {}` with the same selection",
+                    path.display()
+                )
+            } else {
+                "`cargo locklab check --update` (or `just baseline`)".to_owned()
+            }
+        );
+    }
     if !failed.is_empty() {
         let _ = writeln!(text, "\n{} cell(s) failed or were unstable:", failed.len());
         for r in &failed {
@@ -848,8 +893,11 @@ fn summary(runs: &[RunResult]) -> String {
             String::new()
         };
         lines.push(format!(
-            "{status}  {server}{:<width$} {:<30} {:>8.1} ms",
-            r.scenario, r.driver, r.elapsed_ms
+            "{status}  {server}{:<width$} {:<30} {:>8.1} ms{}",
+            r.scenario,
+            r.driver,
+            r.elapsed_stats.filter(|s| s.n > 1).map_or(r.elapsed_ms, |s| s.p50),
+            if r.repeats > 1 { " p50 per run" } else { "" }
         ));
         for o in &r.observations {
             match o.timing() {

@@ -85,7 +85,7 @@ fn the_matrix_matches_the_committed_baseline() {
                 Path::new("reports/baseline.json"),
                 "this test run (local cluster)",
                 Some(DIFF_LINES)
-            )
+            ) + "\n`just check` shows the same; if the change is intended, `just baseline` rewrites the baseline."
         );
     }
 }
@@ -280,7 +280,7 @@ fn check_names_the_cell_that_changed() {
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("1 of 1 cells differ"), "{stdout}");
+    assert!(stdout.contains("1 of 1 cell(s) differ"), "{stdout}");
     assert!(
         stdout.contains("lock-timeout-200ms × deadpool-fast (deadpool-postgres "),
         "{stdout}"

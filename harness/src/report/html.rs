@@ -134,7 +134,8 @@ impl Report {
             let parameterised = family.len() > 1 || !first.params.is_empty();
             let mut rows = Vec::new();
             let mut charts = Vec::new();
-            let mut differing = vec![0usize; columns.len()];
+            // Per column: the observations whose value differs from the reference column.
+            let mut differing: Vec<Vec<String>> = vec![Vec::new(); columns.len()];
             for s in family {
                 let suffix = s.name.strip_prefix(&s.family).unwrap_or_default();
                 for (k, name) in s.observations.iter().enumerate() {
@@ -160,9 +161,11 @@ impl Report {
                             .and_then(|(rv, rd)| run_of(&rv, &s.name, &rd))
                             .and_then(|r| r.observation(name))
                             .map(|r| r.display.as_str());
-                        let differs = reference_value.is_some_and(|r| r != o.display && !o.display.starts_with("n/a"));
+                        // A step that does not apply to one of the two is not a difference.
+                        let differs = reference_value
+                            .is_some_and(|r| r != o.display && !r.starts_with("n/a") && !o.display.starts_with("n/a"));
                         if differs {
-                            differing[c] += 1;
+                            differing[c].push(format!("{name}{suffix}: {}", o.display));
                         }
                         if let Some(st) = o.elapsed_stats {
                             timed.push((header(v, d), st));
@@ -262,6 +265,9 @@ impl Report {
                     ("pass".to_owned(), "pass")
                 };
                 let mut title = vec![format!("{} · {}", header(v, d), first.family)];
+                for line in &differing[c] {
+                    title.push(format!("differs from the first column: {line}"));
+                }
                 for r in &runs {
                     let suffix = r.scenario.strip_prefix(&first.family).unwrap_or_default();
                     title.push(format!("{suffix} {}", r.outcome().status).trim().to_owned());
@@ -269,8 +275,8 @@ impl Report {
                 }
                 let left = runs.iter().any(|r| !r.locks_left.is_empty());
                 let mut sub = Vec::new();
-                if differing[c] > 0 {
-                    sub.push(format!("≠{}", differing[c]));
+                if !differing[c].is_empty() {
+                    sub.push(format!("≠{}", differing[c].len()));
                 }
                 if left {
                     sub.push("locks left".to_owned());
@@ -278,7 +284,7 @@ impl Report {
                 overview_cells.push(Cell {
                     text: text.clone(),
                     sub: sub.join(" · "),
-                    class: if class == "pass" && differing[c] > 0 {
+                    class: if class == "pass" && !differing[c].is_empty() {
                         "differs"
                     } else {
                         class
