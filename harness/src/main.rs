@@ -270,19 +270,16 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                 None => true,
                 Some(d) => same_dir(d, &server::workspace_root().join("scenarios")),
             };
-            let partial = !run.scenario.is_empty() || !run.driver.is_empty() || !default_dir;
-            let max_lines = (!full).then_some(DIFF_LINES);
-            check(
-                &dir,
-                &run,
-                &path,
+            let plan = CheckPlan {
+                path,
                 update,
-                partial,
+                partial: !run.scenario.is_empty() || !run.driver.is_empty() || !default_dir,
                 default_dir,
                 explicit,
                 tolerance,
-                max_lines,
-            )
+                max_lines: (!full).then_some(DIFF_LINES),
+            };
+            check(&dir, &run, &plan)
         }
     }
 }
@@ -315,20 +312,37 @@ fn take_screenshot(page: &Path, png: &Path) -> Result<()> {
     })
 }
 
+/// What `check` was asked to do, from its options.
+struct CheckPlan {
+    /// The baseline file.
+    path: PathBuf,
+    /// Rewrite it instead of comparing (`--update`).
+    update: bool,
+    /// Only some scenarios or drivers run (-s, -d, another scenario directory).
+    partial: bool,
+    /// The scenarios are this repository's `scenarios/`.
+    default_dir: bool,
+    /// `--baseline` was given.
+    explicit: bool,
+    /// Timing tolerance.
+    tolerance: Tolerance,
+    /// Diff lines to print (`None` with `--full`).
+    max_lines: Option<usize>,
+}
+
 /// `locklab check`: compares a fresh run with the baseline, or (`update`)
 /// rewrites the baseline from it.
-#[allow(clippy::too_many_arguments)]
-fn check(
-    dir: &Path,
-    run: &RunArgs,
-    path: &Path,
-    update: bool,
-    partial: bool,
-    default_dir: bool,
-    explicit: bool,
-    tolerance: Tolerance,
-    max_lines: Option<usize>,
-) -> Result<ExitCode> {
+fn check(dir: &Path, run: &RunArgs, plan: &CheckPlan) -> Result<ExitCode> {
+    let CheckPlan {
+        path,
+        update,
+        partial,
+        default_dir,
+        explicit,
+        tolerance,
+        max_lines,
+    } = plan;
+    let (path, update, partial, default_dir, explicit) = (path.as_path(), *update, *partial, *default_dir, *explicit);
     if update && partial && !explicit {
         bail!(
             "`check --update` with --scenario, --driver or another scenario directory would replace \
@@ -403,8 +417,8 @@ fn check(
         (!scenarios_partial || ran.contains(&cell.scenario.as_str()))
             && (run.driver.is_empty() || run.driver.contains(&cell.driver))
     };
-    let comparison = baseline::compare(&before, &fresh, tolerance, &expected);
-    let mut text = comparison.render(&before, path, &now, max_lines);
+    let comparison = baseline::compare(&before, &fresh, *tolerance, &expected);
+    let mut text = comparison.render(&before, path, &now, *max_lines);
     if !comparison.is_clean() {
         let _ = writeln!(
             text,

@@ -9,8 +9,8 @@ use serde::Serialize;
 use super::{Report, chart};
 use crate::runner::{Observation, RunResult, Stats};
 
-/// A timing is charted when some column's p95 (or single value) reaches this, in ms;
-/// faster steps are just round trips.
+/// A timing is charted when some column's p50 (or single value) reaches this, in ms;
+/// faster steps are just round trips (an outlier alone does not make a chart).
 const CHART_MIN_MS: f64 = 10.0;
 
 /// One table cell: its text, CSS class (see the legend) and hover text.
@@ -182,7 +182,7 @@ impl Report {
                     } else {
                         name.clone()
                     };
-                    if timed.iter().any(|(_, s)| s.p95 >= CHART_MIN_MS) {
+                    if timed.iter().any(|(_, s)| s.p50 >= CHART_MIN_MS) {
                         charts.push(Chart {
                             title: format!("{label}: {step}"),
                             svg: chart::timing_chart(&timed).map_err(|e| anyhow::anyhow!("chart {label}: {e}"))?,
