@@ -649,7 +649,7 @@ fn execute(dir: &Path, args: &RunArgs, one_server: bool) -> Result<Report> {
         ProgressBar::new(total)
     };
     bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} runs, {elapsed} (about {eta} left) {msg}")
+        ProgressStyle::with_template("{bar:30} {pos}/{len} runs, {elapsed} (about {eta} left) {wide_msg}")
             .expect("static template"),
     );
     let began = Instant::now();
