@@ -57,6 +57,18 @@ fn class_of(run: &RunResult, differs: bool) -> &'static str {
     }
 }
 
+/// Orders the cell classes from harmless to alarming.
+fn severity(class: &str) -> u8 {
+    match class {
+        "same" => 0,
+        "differs" => 1,
+        "na" => 2,
+        "dev" => 3,
+        "fail" => 4,
+        _ => 5,
+    }
+}
+
 fn stats_line(s: &Stats) -> String {
     if s.n > 1 {
         format!(
@@ -220,8 +232,9 @@ impl Report {
                                 r.cleaned_backends
                             ));
                         }
+                        // The most severe class of the file's runs.
                         let c = class_of(r, !r.locks_left.is_empty());
-                        if c != "same" && class == "same" || c == "fail" || c == "unstable" {
+                        if severity(c) > severity(class) {
                             class = c;
                         }
                     }
