@@ -6,8 +6,9 @@
 //! - `schema_version` (5), `generated_at` (RFC 3339), `locklab_version`, `repeat`
 //!   (runs per cell, `--repeat`)
 //! - `environment`: `os` (`/etc/os-release` PRETTY_NAME, else the Rust target OS),
-//!   `kernel`, `arch`, `cpus` (available parallelism), `git_commit` (of the
-//!   workspace, null outside a git checkout), `git_dirty` (tracked files modified)
+//!   `kernel`, `arch`, `cpus` (available parallelism), `git_commit` (HEAD of the
+//!   workspace when the report was written, null outside a git checkout),
+//!   `git_dirty` (tracked files modified then)
 //! - `servers[]`: one per PostgreSQL version, in column-group order: `id` (`pg17`),
 //!   `major` (17), `version` (PostgreSQL `version()`), `backend` (`container`/`local`/`external`),
 //!   `image` (the container image, else null), `startup_ms` (start request to ready,
@@ -93,7 +94,8 @@ pub struct Environment {
     pub arch: String,
     /// CPUs available to the process (`std::thread::available_parallelism`).
     pub cpus: usize,
-    /// `git rev-parse HEAD` of the workspace, `None` outside a git checkout.
+    /// `git rev-parse HEAD` of the workspace when the report is assembled (at
+    /// the end of the runs), `None` outside a git checkout.
     pub git_commit: Option<String>,
     /// Whether tracked files differed from that commit.
     pub git_dirty: bool,
