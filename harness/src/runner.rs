@@ -1545,6 +1545,18 @@ pub async fn drop_own_databases(server: &Server) -> Result<usize, DriverError> {
         .await
         .map_err(|e| DriverError::Client(format!("{e:#}")))?;
     let pattern = format!("ll\\_%\\_{}\\_%", std::process::id());
+    // A `create database` of a run that was cancelled mid-way still completes
+    // on the server: wait (up to 15 s) until none of ours is running, or its
+    // database would appear after the listing below.
+    let creating = format!(
+        "select count(*) from pg_stat_activity where state = 'active' \
+         and pid <> pg_backend_pid() and query like 'create database \"{pattern}'"
+    );
+    let _ = poll_until(Instant::now() + Duration::from_secs(15), async || {
+        let rows = locklab_drivers::simple_query_rows(admin.client(), &creating).await?;
+        Ok::<_, DriverError>((rows.first_value().flatten() == Some("0")).then_some(()))
+    })
+    .await?;
     let rows = locklab_drivers::simple_query_rows(
         admin.client(),
         &format!("select datname from pg_database where datname like '{pattern}'"),
