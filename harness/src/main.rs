@@ -199,7 +199,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Run { run: args, json } => {
-            let report = execute(&dir, &args, false)?;
+            let report = execute(&dir, &args)?;
             if json {
                 eprint!("{}", summary(&report.runs));
                 emit(&report.to_json()?)?;
@@ -231,7 +231,7 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                 // Fail before the runs, not after them.
                 locklab::browser::find_chromium()?;
             }
-            let report = execute(&dir, &run, false)?;
+            let report = execute(&dir, &run)?;
             let mut text = String::new();
             for p in report.write(&out, &format)? {
                 let _ = writeln!(text, "wrote {}", p.display());
@@ -371,7 +371,7 @@ fn check(dir: &Path, run: &RunArgs, plan: &CheckPlan) -> Result<ExitCode> {
     }
     // Read the baseline before the runs: a missing one is an error at once.
     let before = if update { None } else { Some(Baseline::load(path)?) };
-    let report = execute(dir, run, true)?;
+    let report = execute(dir, run)?;
     let fresh = Baseline::from_report(&report)?;
     let server = &report.servers[0];
     let now = format!("{} ({})", short_version(&server.version), server.backend);
@@ -594,9 +594,7 @@ fn select_scenarios(all: Vec<Scenario>, wanted: &[String]) -> Result<Vec<Scenari
 }
 
 /// Starts the servers, runs the selection on them and assembles the report.
-/// With `one_server`, more than one server (several `--pg` or backends) is an
-/// error before any run.
-fn execute(dir: &Path, args: &RunArgs, one_server: bool) -> Result<Report> {
+fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
     let scenarios = select_scenarios(load(dir)?, &args.scenario)?;
     let drivers = select(
         locklab_drivers::registry(),
@@ -627,13 +625,6 @@ fn execute(dir: &Path, args: &RunArgs, one_server: bool) -> Result<Report> {
             std::process::exit(code);
         }
     };
-    if one_server && servers.len() > 1 {
-        bail!(
-            "`check` compares one server with the baseline; this selection started {} ({}): give one --pg and one --backend",
-            servers.len(),
-            servers.iter().map(Server::id).collect::<Vec<_>>().join(", ")
-        );
-    }
     // Printed once the servers are ours: from here a signal drops them (and
     // removes what they started) before we exit.
     for s in &servers {
