@@ -869,11 +869,33 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
 /// Syntax errors, type errors and unknown keys (first one found), or every
 /// semantic error found by validation, each with `file:line:column`.
 pub fn load_file(path: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    let fail = |message: String| {
         vec![ScenarioError {
             file: path.to_owned(),
             pos: Pos { line: 1, column: 1 },
-            message: format!("cannot read file: {e}"),
+            message,
+        }]
+    };
+    // Not read into memory when it is far too large to be a scenario.
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_FILE_BYTES as u64 + 1), &mut bytes))
+        .map_err(|e| fail(format!("cannot read file: {e}")))?;
+    if bytes.len() > MAX_FILE_BYTES {
+        return Err(fail(format!(
+            "the file has more than {MAX_FILE_BYTES} bytes, the most a scenario file may have"
+        )));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        // Where the first byte that is not UTF-8 is.
+        let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        let line = good.iter().filter(|&&b| b == b'\n').count() + 1;
+        let line_start = good.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        let column = String::from_utf8_lossy(&good[line_start..]).chars().count() + 1;
+        vec![ScenarioError {
+            file: path.to_owned(),
+            pos: Pos { line: line as u64, column: column as u64 },
+            message: "the file is not UTF-8 text (this byte starts an invalid sequence)".to_owned(),
         }]
     })?;
     let scenarios = parse(path, &text)?;
@@ -893,6 +915,9 @@ pub fn load_file(path: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
     Ok(scenarios)
 }
 
+/// Largest scenario file, in bytes (1 MiB; the shipped ones have a few KiB).
+pub const MAX_FILE_BYTES: usize = 1 << 20;
+
 /// Most instances one file may expand to through `params`.
 pub const MAX_INSTANCES: usize = 64;
 
@@ -904,6 +929,26 @@ pub const MAX_INSTANCES: usize = 64;
 /// As [`load_file`]. An error that only some parameter combinations have is
 /// prefixed with the combination, e.g. `with key=-1: …`.
 pub fn parse(path: &Path, text: &str) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
+    if text.len() > MAX_FILE_BYTES {
+        return Err(vec![ScenarioError {
+            file: path.to_owned(),
+            pos: Pos { line: 1, column: 1 },
+            message: format!(
+                "the file has {} bytes; a scenario file may have at most {MAX_FILE_BYTES}",
+                text.len()
+            ),
+        }]);
+    }
+    if text.lines().all(|l| {
+        let l = l.trim();
+        l.is_empty() || l.starts_with('#') || l == "---" || l == "..."
+    }) {
+        return Err(vec![ScenarioError {
+            file: path.to_owned(),
+            pos: Pos { line: 1, column: 1 },
+            message: "the file is empty; a scenario needs name, description, actors and steps".to_owned(),
+        }]);
+    }
     // Placeholders are not YAML everywhere (`{ value: ${key} }`): read `params`
     // from a copy where each `${name}` is letters of the same width.
     let head: ParamsOnly =
@@ -1214,6 +1259,15 @@ fn yaml_error(path: &Path, e: &serde_saphyr::Error) -> ScenarioError {
         .unwrap_or(Pos { line: 1, column: 1 });
     let opts = serde_saphyr::render_options! { snippets: serde_saphyr::SnippetMode::Off };
     let mut message = e.render_with_options(opts);
+    // The parser's resource budget (an alias bomb, absurd nesting): say what
+    // was too much, once, without the parser's internals.
+    if let Some(rest) = message.strip_prefix("budget breached: ") {
+        let what = rest.split(" at line ").next().unwrap_or(rest).to_owned();
+        message = format!(
+            "the YAML is too large once its aliases are expanded (parser limit reached: {what}); \
+             scenario files need no aliases"
+        );
+    }
     // The plain rendering ends with " at line L, column C"; we print that in front.
     if let Some(i) = message.rfind(" at line ") {
         message.truncate(i);

@@ -31,7 +31,8 @@ fn shipped_scenarios_validate() {
 /// Each fixture's first line is `# expect: LINE:COLUMN message-prefix`.
 #[rstest]
 fn broken_fixture_reports_its_error_and_location(#[files("tests/fixtures/invalid/*.yaml")] path: PathBuf) {
-    let text = std::fs::read_to_string(&path).unwrap();
+    // (Lossy: one fixture is deliberately not UTF-8 after its first line.)
+    let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
     let header = text
         .lines()
         .next()
@@ -289,4 +290,24 @@ fn params_in_flow_style() {
             Some(locklab::keys::AdvisoryKey::Pair(1, 8))
         )
     );
+}
+
+/// A file far too large to be a scenario is refused before it is read into
+/// memory (and so before the YAML parser sees it), with a clear error.
+#[test]
+fn an_oversized_file_is_refused_with_its_size_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("huge.yaml");
+    let mut text = String::from("name: huge\ndescription: a 2 MiB comment\n# ");
+    text.push_str(&"x".repeat(2 << 20));
+    std::fs::write(&path, &text).unwrap();
+    let errors = scenario::load_file(&path).unwrap_err();
+    assert_eq!((errors[0].pos.line, errors[0].pos.column), (1, 1));
+    assert!(
+        errors[0].message.contains(&scenario::MAX_FILE_BYTES.to_string()),
+        "{}",
+        errors[0]
+    );
+    let errors = scenario::parse(&path, &text).unwrap_err();
+    assert!(errors[0].message.starts_with("the file has "), "{}", errors[0]);
 }
