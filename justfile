@@ -23,6 +23,14 @@ report *args:
 check *args:
     cargo run --release --quiet -p locklab -- check {{args}}
 
+# Determinism soak: the whole matrix ROUNDS times over (default 50, about 1 min each) on PostgreSQL 17; prints the runs and the cells whose outcome differed between rounds, and exits 1 if any did (e.g. just soak 5 -d sqlx).
+soak rounds="50" *args:
+    cargo run --release --quiet -p locklab -- soak --pg 17 --rounds {{rounds}} {{args}}
+
+# Fuzz the scenario parser and validator with cargo-fuzz (libFuzzer) for SECONDS (default 600), seeded from scenarios/ and the invalid fixtures; installs cargo-fuzz into .cache/tools on first use.
+fuzz seconds="600":
+    bash harness/scripts/fuzz.sh {{seconds}}
+
 # Rewrite reports/baseline.json from a fresh run (3 repeats per cell; every cell must pass). Do this deliberately, after reading `just check`.
 baseline *args:
     cargo run --release --quiet -p locklab -- check --update --repeat 3 {{args}}

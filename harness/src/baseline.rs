@@ -89,6 +89,10 @@ pub struct BaselineCell {
     pub locks_left: String,
     /// Backends the harness had to end after the run.
     pub cleaned_backends: usize,
+    /// Backends or advisory locks the leak guard found in the run's database
+    /// once the run was over (0 in baselines written before it existed).
+    #[serde(default)]
+    pub backends_left: usize,
 }
 
 /// One observation of a cell.
@@ -164,6 +168,7 @@ impl BaselineCell {
                 .collect(),
             locks_left: o.locks_left,
             cleaned_backends: o.cleaned_backends,
+            backends_left: o.backends_left,
         }
     }
 }
@@ -493,6 +498,12 @@ fn cell_changes(before: &BaselineCell, after: &BaselineCell, tolerance: Toleranc
             before.cleaned_backends, after.cleaned_backends
         ));
     }
+    if before.backends_left != after.backends_left {
+        changes.push(format!(
+            "left in the run's database once it was over (leak guard): {} → {}",
+            before.backends_left, after.backends_left
+        ));
+    }
     changes
 }
 
@@ -517,6 +528,7 @@ mod tests {
             .collect(),
             locks_left: "none".into(),
             cleaned_backends: 0,
+            backends_left: 0,
         }
     }
 

@@ -68,6 +68,18 @@ enum Command {
         #[arg(long)]
         screenshot: bool,
     },
+    /// Run the whole matrix (or a selection) round after round and count the
+    /// cells whose outcome differs between rounds; exit 1 if any differs or fails.
+    Soak {
+        #[command(flatten)]
+        run: RunArgs,
+        /// How many rounds (1-1000): each runs every selected cell once.
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u16).range(1..=1000))]
+        rounds: u16,
+        /// Also write the folded results as JSON to this file.
+        #[arg(long)]
+        json_out: Option<PathBuf>,
+    },
     /// Run scenarios × drivers and compare the outcomes with the committed
     /// baseline (reports/baseline.json); exit 1 with a per-cell diff on any change.
     Check {
@@ -250,6 +262,23 @@ fn real_main(cli: Cli) -> Result<ExitCode> {
                     .context("no screenshot (the report files are written)")?;
                 eprintln!("wrote {}", png.display());
             }
+            Ok(exit_for(&report.runs))
+        }
+        Command::Soak {
+            mut run,
+            rounds,
+            json_out,
+        } => {
+            if run.repeat != 1 {
+                bail!("soak: give the number of rounds with --rounds, not --repeat");
+            }
+            run.repeat = rounds;
+            let report = execute(&dir, &run)?;
+            if let Some(path) = json_out {
+                std::fs::write(&path, report.to_json()?).with_context(|| format!("cannot write {}", path.display()))?;
+            }
+            let text = soak_summary(&report);
+            emit(&text)?;
             Ok(exit_for(&report.runs))
         }
         Command::Check {
@@ -868,6 +897,37 @@ impl Interrupts {
     }
 }
 
+/// What `soak` prints: each cell that differed between rounds or failed, with
+/// what differed, then one line with the counts.
+fn soak_summary(report: &Report) -> String {
+    let runs = &report.runs;
+    let rounds = report.repeat;
+    let mut text = String::new();
+    for r in runs.iter().filter(|r| !r.passed()) {
+        let _ = writeln!(text, "{} × {} × {}:", r.server, r.scenario, r.driver);
+        if r.unstable.is_empty() {
+            let _ = writeln!(text, "    failed: {}", r.failure.as_deref().unwrap_or_default());
+        }
+        for line in &r.unstable {
+            let _ = writeln!(text, "    differs: {line}");
+        }
+    }
+    let differing = runs.iter().filter(|r| !r.unstable.is_empty()).count();
+    let failed = runs.iter().filter(|r| !r.passed() && r.unstable.is_empty()).count();
+    let leaks = runs.iter().filter(|r| !r.backends_left.is_empty()).count();
+    let versions: Vec<&str> = report.servers.iter().map(|s| s.version.as_str()).collect();
+    let _ = writeln!(
+        text,
+        "soak: {rounds} rounds × {} cells = {} runs on {} in {:.0} s: {differing} cell(s) differ between rounds, \
+         {failed} other cell(s) failed, {leaks} cell(s) with a leak",
+        runs.len(),
+        runs.len() * rounds,
+        versions.join(", "),
+        report.summary.elapsed_ms / 1e3
+    );
+    text
+}
+
 /// The per-run summary printed by `run` and `report`.
 fn summary(runs: &[RunResult]) -> String {
     let mut lines = Vec::new();
@@ -921,6 +981,13 @@ fn summary(runs: &[RunResult]) -> String {
             lines.push(format!(
                 "        {:<obs_width$} ended backend(s) {:?}",
                 "cleaned after run", r.cleaned_backends
+            ));
+        }
+        if !r.backends_left.is_empty() {
+            lines.push(format!(
+                "        {:<obs_width$} {}",
+                "LEAK: left once over",
+                r.backends_left.join(", ")
             ));
         }
         for note in [&r.failure, &r.deviation, &r.skipped].into_iter().flatten() {

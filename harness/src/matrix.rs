@@ -141,6 +141,10 @@ fn disagreements(outcomes: &[Outcome]) -> Vec<String> {
         "backends ended after run".into(),
         outcomes.iter().map(|o| o.cleaned_backends.to_string()).collect(),
     );
+    item(
+        "left in the run's database once it was over (leak guard)".into(),
+        outcomes.iter().map(|o| o.backends_left.to_string()).collect(),
+    );
     lines
 }
 
@@ -154,6 +158,7 @@ mod tests {
             observations: vec![("held".into(), held.into(), None)],
             locks_left: "none".into(),
             cleaned_backends: 0,
+            backends_left: 0,
         }
     }
 
@@ -178,6 +183,7 @@ mod tests {
             steps: Vec::new(),
             locks_left: Vec::new(),
             cleaned_backends: Vec::new(),
+            backends_left: Vec::new(),
             deviation: deviation.map(str::to_owned),
             skipped: None,
             elapsed_ms: ms,

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use locklab_drivers::{
     Conn, DirectConn, Driver, DriverError, DriverInfo, DriverKind, PoolOptions, PoolerMode, Returned, Rows,
 };
@@ -129,6 +130,14 @@ pub struct RunResult {
     /// leak), so that nothing carries over into the next run.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cleaned_backends: Vec<i32>,
+    /// The leak guard: what was still in the run's database once the run was
+    /// over (its pool closed, its connections dropped, PgBouncer told to close
+    /// its server connections to it): backends as `pid N (application_name,
+    /// state)` and advisory locks as `lock KEY (pid N)`, after waiting up to
+    /// 5 s for them to go. The harness ends them before the next run; empty
+    /// when nothing was left.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub backends_left: Vec<String>,
     /// For a configuration behind transaction pooling: the expectation that
     /// did not hold (the run stops there, as a failure would), recorded as
     /// the measured behaviour rather than a failure.
@@ -187,6 +196,10 @@ pub struct Outcome {
     pub locks_left: String,
     /// How many backends the harness had to end after the run.
     pub cleaned_backends: usize,
+    /// How many backends or advisory locks the leak guard found once the run
+    /// was over ([`RunResult::backends_left`]); 0 in files written before it existed.
+    #[serde(default)]
+    pub backends_left: usize,
 }
 
 impl RunResult {
@@ -225,6 +238,7 @@ impl RunResult {
                 crate::report::describe_locks_left(&self.locks_left)
             },
             cleaned_backends: self.cleaned_backends.len(),
+            backends_left: self.backends_left.len(),
         }
     }
 
@@ -237,6 +251,34 @@ impl RunResult {
 /// Ends every other backend connected to the run's database.
 const TERMINATE_OTHERS_SQL: &str = "select pg_terminate_backend(pid) from pg_stat_activity \
      where datname = current_database() and pid <> pg_backend_pid()";
+
+/// Backends of the run's database still running a statement: pid, what it
+/// waits for (`wait_event_type/wait_event`, or `running`), the pids blocking
+/// it (`pg_blocking_pids`, comma-separated) and the start of its statement.
+const STUCK_SQL: &str = "select pid, coalesce(wait_event_type || '/' || wait_event, 'running'), \
+     array_to_string(pg_blocking_pids(pid), ','), left(regexp_replace(query, '\\s+', ' ', 'g'), 80) \
+     from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid() \
+     and backend_type = 'client backend' and state = 'active' order by pid";
+
+/// How long the leak guard waits for a closed pool's backends to exit.
+const LEAK_GUARD_WAIT: Duration = Duration::from_secs(5);
+
+/// `LOCKLAB_TEST_PANIC_AT_STEP=N`: panic at the start of step N (1-based) of
+/// every run. A test hook: the harness's own tests use it to check that a
+/// panic inside a step fails the cell and leaves nothing behind.
+fn injected_panic_step() -> Option<usize> {
+    static STEP: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *STEP.get_or_init(|| std::env::var("LOCKLAB_TEST_PANIC_AT_STEP").ok()?.trim().parse().ok())
+}
+
+/// The text of a panic payload.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_owned())
+}
 
 /// Ends every other backend of the run's database that holds or waits for an
 /// advisory lock; returns their pids.
@@ -266,6 +308,7 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
         steps: Vec::new(),
         locks_left: Vec::new(),
         cleaned_backends: Vec::new(),
+        backends_left: Vec::new(),
         deviation: None,
         skipped: None,
         elapsed_ms: 0.0,
@@ -349,8 +392,14 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
             finished: HashMap::new(),
             mismatch: false,
         };
-        let outcome = run.execute(driver).await;
+        // A panic inside a step (a driver's, or the harness's own) fails the
+        // cell; the database is still checked and dropped below.
+        let outcome = match std::panic::AssertUnwindSafe(run.execute(driver)).catch_unwind().await {
+            Ok(o) => o,
+            Err(payload) => Err(format!("panicked: {}", panic_text(payload.as_ref()))),
+        };
         let mismatch = run.mismatch;
+        drop(run);
         if let Err(msg) = outcome {
             if mismatch && info.pooler == Some(PoolerMode::Transaction) {
                 // Behind transaction pooling an actor's statements may run on
@@ -364,6 +413,19 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
         }
     }
 
+    if let Some(mode) = info.pooler
+        && let Err(e) = server.pooler_close_database(mode, &db).await
+    {
+        result.failure.get_or_insert_with(|| fail(format!("{e:#}")));
+    }
+    match leak_guard(admin.client(), &db).await {
+        Ok(left) => result.backends_left = left,
+        Err(e) => {
+            result
+                .failure
+                .get_or_insert_with(|| fail(format!("leak guard: cannot read pg_stat_activity: {e}")));
+        }
+    }
     if let Err(e) = admin
         .client()
         .simple_query(&format!("drop database if exists \"{db}\" with (force)"))
@@ -375,6 +437,52 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
     admin.close().await;
     result.elapsed_ms = ms(began.elapsed());
     result
+}
+
+/// The leak guard, run after every scenario × driver run: waits up to
+/// [`LEAK_GUARD_WAIT`] (5 s) until database `db` has no backend
+/// (`pg_stat_activity`) and no advisory lock (`pg_locks`), polling from
+/// `admin`, a connection to another database; then ends whatever backend is
+/// still there. Returns what was left, `pid N (application_name, state)` and
+/// `lock KEY (pid N)` (KEY an i64, or (i32, i32) for two-key locks), sorted;
+/// empty when nothing was.
+///
+/// # Errors
+/// A failed query.
+pub async fn leak_guard(admin: &tokio_postgres::Client, db: &str) -> Result<Vec<String>, DriverError> {
+    let lit = db.replace('\'', "''");
+    let sql = format!(
+        "select 'pid ' || pid || ' (' || coalesce(nullif(application_name, ''), backend_type) || ', ' \
+         || coalesce(state, 'no state') || ')' from pg_stat_activity where datname = '{lit}' \
+         union all \
+         select 'lock ' || case when objsubid = 1 then ((classid::bigint << 32) | objid::bigint)::text \
+         else '(' || classid::int || ', ' || objid::int || ')' end || ' (pid ' || pid || ')' \
+         from pg_locks where locktype = 'advisory' \
+         and database = (select oid from pg_database where datname = '{lit}')"
+    );
+    let until = Instant::now() + LEAK_GUARD_WAIT;
+    let mut left = Vec::new();
+    let polled = poll_until(until, async || {
+        let rows = locklab_drivers::simple_query_rows(admin, &sql).await?;
+        left = rows
+            .rows
+            .into_iter()
+            .filter_map(|r| r.into_iter().next().flatten())
+            .collect();
+        Ok::<_, DriverError>(left.is_empty().then_some(()))
+    })
+    .await?;
+    if let Polled::TimedOut = polled {
+        left.sort();
+        admin
+            .simple_query(&format!(
+                "select pg_terminate_backend(pid) from pg_stat_activity where datname = '{lit}'"
+            ))
+            .await
+            .map_err(DriverError::from)?;
+        return Ok(left);
+    }
+    Ok(Vec::new())
 }
 
 fn database_name(scenario: &str, driver: &str) -> String {
@@ -540,6 +648,40 @@ impl Run<'_> {
             }
         }
 
+        // A failed step may have left backends inside a statement (a step past
+        // its deadline waiting on a lock nobody releases): name what each was
+        // waiting for, end them below, and say so in the failure.
+        let mut stuck = Vec::new();
+        if outcome.is_err() {
+            match monitor.simple_query(STUCK_SQL).await {
+                Ok(rows) => {
+                    for r in rows.rows {
+                        let text = |i: usize| r.get(i).cloned().flatten().unwrap_or_default();
+                        let Ok(pid) = text(0).parse::<i32>() else { continue };
+                        let blockers: Vec<String> = text(2)
+                            .split(',')
+                            .filter_map(|p| p.parse::<i32>().ok())
+                            .map(|p| self.backend_name(p))
+                            .collect();
+                        let blocked = if blockers.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", blocked by {}", blockers.join(", "))
+                        };
+                        stuck.push((
+                            pid,
+                            format!(
+                                "{} waiting on {}{blocked}: {}",
+                                self.backend_name(pid),
+                                text(1),
+                                text(3)
+                            ),
+                        ));
+                    }
+                }
+                Err(e) => tracing::warn!("cannot read the stuck backends of a failed run: {e}"),
+            }
+        }
         if outcome.is_ok() {
             // Every pool actor is done: its connection goes back to the pool, as
             // application code would (a closed one: until its backend is gone).
@@ -577,6 +719,20 @@ impl Run<'_> {
             // (a missed deadline): end them, so that neither the pool's close
             // nor a pool's return-time check waits on them.
             let _ = monitor.simple_query(TERMINATE_OTHERS_SQL).await;
+            if !stuck.is_empty() {
+                for (pid, _) in &stuck {
+                    if !self.result.cleaned_backends.contains(pid) {
+                        self.result.cleaned_backends.push(*pid);
+                    }
+                }
+                let what: Vec<&str> = stuck.iter().map(|(_, w)| w.as_str()).collect();
+                outcome = outcome.map_err(|e| {
+                    format!(
+                        "{e}; still in a statement when the run failed, ended by the harness: {}",
+                        what.join("; ")
+                    )
+                });
+            }
         }
         for slot in self.slots.drain(..) {
             match slot {
@@ -588,6 +744,21 @@ impl Run<'_> {
         let _ = tokio::time::timeout(Duration::from_secs(10), pool.close()).await;
         monitor.close().await;
         outcome
+    }
+
+    /// `backend PID (actor 'NAME')` for a backend an actor has or had, else
+    /// `backend PID`.
+    fn backend_name(&self, pid: i32) -> String {
+        let actor = self
+            .pids
+            .iter()
+            .find(|&(_, &p)| p == pid)
+            .map(|(&a, _)| a)
+            .or_else(|| self.last_user.get(&pid).copied());
+        match actor {
+            Some(a) => format!("backend {pid} (actor '{}')", self.scenario.actors[a].name),
+            None => format!("backend {pid}"),
+        }
     }
 
     /// ` (check the settings at FILE:L:C)` when `settings` are not empty: a
@@ -737,6 +908,12 @@ impl Run<'_> {
         pool: &dyn locklab_drivers::Pool,
         monitor: &mut DirectConn,
     ) -> Result<(), String> {
+        if injected_panic_step() == Some(step.index + 1) {
+            panic!(
+                "LOCKLAB_TEST_PANIC_AT_STEP: a panic injected at step {}",
+                step.index + 1
+            );
+        }
         let deadline = Duration::from_millis(step.deadline_ms);
         let actor = step.actor;
         let name = self.scenario.actors[actor].name.clone();

@@ -894,7 +894,10 @@ pub fn load_file(path: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
         let column = String::from_utf8_lossy(&good[line_start..]).chars().count() + 1;
         vec![ScenarioError {
             file: path.to_owned(),
-            pos: Pos { line: line as u64, column: column as u64 },
+            pos: Pos {
+                line: line as u64,
+                column: column as u64,
+            },
             message: "the file is not UTF-8 text (this byte starts an invalid sequence)".to_owned(),
         }]
     })?;

@@ -220,3 +220,159 @@ fn an_interrupted_run_on_an_external_server_drops_its_databases() {
     assert_eq!(status.code(), Some(130), "exit status after SIGINT");
     assert_eq!(count(), 0, "run databases left on the server");
 }
+
+/// Titles of the server backends (`postgres: user db host SELECT`, from
+/// /proc) serving the run databases of locklab process `pid`: their names
+/// end in `_{pid}_{n}`.
+fn backends_of(pid: u32) -> Vec<String> {
+    let tag = format!("_{pid}_");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.starts_with("postgres: ") && cmd.contains(" ll_") && cmd.contains(&tag) {
+                found.push(cmd.trim().to_owned());
+            }
+        }
+    }
+    found
+}
+
+/// However a run ends (all of its cells pass; an expectation fails; a step
+/// panics; SIGINT or SIGTERM while its statements run on the server), on a
+/// local cluster of its own or on an external server, directly and through
+/// PgBouncer: afterwards none of its temporary directories (cluster, PgBouncer),
+/// postgres or PgBouncer processes, backends or run databases is left. The
+/// run's TMPDIR and cluster directory are a private directory that must end
+/// up empty.
+#[rstest]
+fn nothing_of_a_run_remains_however_it_ends(
+    #[values("pass", "failed-expectation", "panic-in-step", "sigint", "sigterm")] ending: &str,
+    #[values("local", "external")] backend: &str,
+) {
+    let tmp = private_tmpdir();
+    let scenarios = tempfile::tempdir().unwrap();
+    let (expect, sql) = match ending {
+        "failed-expectation" => ("{ value: 2 }", "select 1"),
+        "sigint" | "sigterm" => ("{ value: '' }", "select pg_sleep(8)"),
+        _ => ("{ value: 1 }", "select 1"),
+    };
+    std::fs::write(
+        scenarios.path().join("ending.yaml"),
+        format!(
+            "name: ending\ndescription: ends as the test says\nactors: {{ w: {{ via: pool }} }}\nsteps:\n  \
+             - {{ actor: w, do: checkout }}\n  - {{ actor: w, sql: select pg_advisory_lock(7) }}\n  \
+             - {{ actor: w, sql: '{sql}', expect: {expect} }}\n"
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_locklab"));
+    cmd.args([
+        "run",
+        "-d",
+        "tokio-postgres",
+        "-d",
+        "deadpool-fast",
+        "-d",
+        "pgbouncer-session",
+        "--scenarios",
+    ])
+    .arg(scenarios.path())
+    .env("LOCKLAB_CLUSTER_DIR", tmp.path())
+    .env("TMPDIR", tmp.path())
+    .env_remove("LOCKLAB_DSN")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    if backend == "external" {
+        let spec = common::server().spec("postgres", "");
+        cmd.env(
+            "LOCKLAB_DSN",
+            format!("postgresql://{}@{}:{}/postgres", spec.user, spec.host, spec.port),
+        );
+    } else {
+        cmd.args(["--backend", "local"]);
+    }
+    if ending == "panic-in-step" {
+        cmd.env("LOCKLAB_TEST_PANIC_AT_STEP", "3");
+    }
+    let mut child = cmd.spawn().unwrap();
+    let pid = child.id();
+    if let Some(signal) = match ending {
+        "sigint" => Some(Signal::SIGINT),
+        "sigterm" => Some(Signal::SIGTERM),
+        _ => None,
+    } {
+        // Mid-run: PgBouncer's run and a direct one are inside `pg_sleep`.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let busy = backends_of(pid);
+            let sleeping = |driver: &str| busy.iter().any(|b| b.contains(driver) && b.ends_with("SELECT"));
+            if sleeping("_pgbouncer_session_") && sleeping("_tokio_postgres_") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the runs never reached pg_sleep: {busy:?}");
+            assert!(child.try_wait().unwrap().is_none(), "locklab exited before the signal");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        kill(Pid::from_raw(pid as i32), signal).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let code = match ending {
+        "pass" => 0,
+        "failed-expectation" | "panic-in-step" => 1,
+        "sigint" => 130,
+        _ => 143,
+    };
+    assert_eq!(out.status.code(), Some(code), "{ending}: {log}");
+    match ending {
+        "failed-expectation" => assert!(log.contains("expected 2"), "{log}"),
+        "panic-in-step" => assert!(log.contains("panicked: LOCKLAB_TEST_PANIC_AT_STEP"), "{log}"),
+        "pass" => assert!(log.contains("3 passed"), "{log}"),
+        _ => {}
+    }
+    // Exited means cleaned up: nothing is waited for here, beyond the
+    // postmaster's own exit after its directory is gone (SIGKILL'd children).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left: Vec<PathBuf> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        let procs = processes_mentioning(tmp.path().to_str().unwrap());
+        let backends = backends_of(pid);
+        if left.is_empty() && procs.is_empty() && backends.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{ending}/{backend}: after 30 s: files {left:?}, processes {procs:?}, backends {backends:?}\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if backend == "external" {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let left: Vec<String> = rt.block_on(async {
+            let admin = common::server().admin().await.unwrap();
+            let rows = admin
+                .client()
+                .query(
+                    "select datname from pg_database where datname like $1",
+                    &[&format!("ll\\_%\\_{pid}\\_%")],
+                )
+                .await
+                .unwrap();
+            admin.close().await;
+            rows.iter().map(|r| r.get(0)).collect()
+        });
+        assert!(left.is_empty(), "{ending}: run databases left: {left:?}");
+    }
+}

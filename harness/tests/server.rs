@@ -270,9 +270,17 @@ async fn a_step_past_its_deadline_fails_the_scenario_with_its_name(driver: &str)
         "step 3 (b: select pg_advisory_lock(99))".to_owned(),
         "inline.yaml:7:".to_owned(),
         "deadline of 300 ms exceeded".to_owned(),
+        // What was waiting, on what, and that the harness ended it.
+        "ended by the harness: backend ".to_owned(),
+        "(actor 'b') waiting on Lock/advisory, blocked by backend ".to_owned(),
+        "(actor 'a'): select pg_advisory_lock(99)".to_owned(),
     ] {
         assert!(msg.contains(&part), "{part:?} not in: {msg}");
     }
+    // The stuck waiter is among the backends the harness reports it ended,
+    // and once the run is over nothing is left in its database.
+    assert!(!r.cleaned_backends.is_empty(), "{:?}", r.steps);
+    assert!(r.backends_left.is_empty(), "{:?}", r.backends_left);
     // Bound, not a timing measurement: cleanup must not wait out pool timeouts (10 s).
     let took = started.elapsed();
     assert!(took.as_secs() < 8, "the failed run took {took:?} to clean up");
@@ -501,4 +509,53 @@ async fn a_checkout_that_gives_up_is_recorded_and_later_steps_say_so() {
     assert!(r.passed(), "{:?}", r.failure);
     assert_eq!(r.observation("second").unwrap().display, "checkout dropped at 300 ms");
     assert!(r.observation("probe").unwrap().display.starts_with("no connection"));
+}
+
+/// The leak guard finds a backend left in a run's database and the advisory
+/// lock it holds, names both, and ends the backend; on an empty database it
+/// finds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leak_guard_reports_and_ends_what_a_run_left() {
+    let admin = server().admin().await.unwrap();
+    let db = format!("ll_leak_guard_{}", std::process::id());
+    admin
+        .client()
+        .simple_query(&format!("create database \"{db}\""))
+        .await
+        .unwrap();
+    assert_eq!(
+        runner::leak_guard(admin.client(), &db).await.unwrap(),
+        Vec::<String>::new()
+    );
+    let leaked = locklab_drivers::DirectConn::connect(&server().spec(&db, "leaky"))
+        .await
+        .unwrap();
+    let pid: i32 = leaked
+        .client()
+        .query_one("select pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    leaked
+        .client()
+        .simple_query("select pg_advisory_lock(5), pg_advisory_lock(1, -2)")
+        .await
+        .unwrap();
+    let left = runner::leak_guard(admin.client(), &db).await.unwrap();
+    assert_eq!(
+        left,
+        vec![
+            "lock (1, -2) (pid {pid})".replace("{pid}", &pid.to_string()),
+            format!("lock 5 (pid {pid})"),
+            format!("pid {pid} (leaky, idle)"),
+        ]
+    );
+    // Ended: the connection is closed by the server.
+    assert!(leaked.client().simple_query("select 1").await.is_err());
+    admin
+        .client()
+        .simple_query(&format!("drop database \"{db}\" with (force)"))
+        .await
+        .unwrap();
+    admin.close().await;
 }

@@ -420,6 +420,7 @@ mod tests {
                 steps: Vec::new(),
                 locks_left: Vec::new(),
                 cleaned_backends: Vec::new(),
+                backends_left: Vec::new(),
                 deviation: None,
                 skipped: None,
                 elapsed_ms: 300.0,

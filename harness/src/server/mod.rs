@@ -404,6 +404,19 @@ impl Server {
         Ok(out)
     }
 
+    /// Closes PgBouncer's (`mode`) client and server connections to database
+    /// `dbname`, if that PgBouncer runs; see `PgBouncer::kill_database`.
+    ///
+    /// # Errors
+    /// PgBouncer's admin console refuses the connection or the command.
+    pub async fn pooler_close_database(&self, mode: PoolerMode, dbname: &str) -> Result<()> {
+        let poolers = self.poolers.lock().await;
+        match poolers.get(&mode) {
+            Some(b) => b.kill_database(&self.user, dbname).await,
+            None => Ok(()),
+        }
+    }
+
     /// Connection settings for database `dbname` with `application_name`.
     pub fn spec(&self, dbname: &str, application_name: &str) -> ConnectSpec {
         ConnectSpec {

@@ -27,7 +27,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use locklab_drivers::{ConnectSpec, PoolerMode};
+use locklab_drivers::{ConnectSpec, DirectConn, PoolerMode};
 
 use super::local::{RunAs, Startup, Watchdog, chown_tree, command, free_port, run_as, tail, wait_accepting};
 
@@ -174,6 +174,7 @@ impl PgBouncer {
              unix_socket_dir =\n\
              auth_type = scram-sha-256\n\
              auth_file = {dir}/userlist.txt\n\
+             admin_users = {admin}\n\
              pool_mode = {mode}\n\
              max_client_conn = 1000\n\
              default_pool_size = 100\n\
@@ -184,6 +185,7 @@ impl PgBouncer {
              log_disconnections = 0\n",
             dir = dir.display(),
             mode = mode.as_str(),
+            admin = up.user,
         );
         let config = dir.join("pgbouncer.ini");
         write_private(&config, &ini)?;
@@ -234,6 +236,33 @@ impl PgBouncer {
 }
 
 impl PgBouncer {
+    /// Closes every client and server connection PgBouncer has for database
+    /// `dbname` (`KILL db` on its admin console, PgBouncer docs "Admin
+    /// console"), so that its server connections (which it keeps after the
+    /// clients close, up to `server_idle_timeout`) do not outlive a run.
+    /// The database is left paused; the harness never reuses a run's name.
+    ///
+    /// # Errors
+    /// The console refuses the connection or the command.
+    pub(super) async fn kill_database(&self, user: &str, dbname: &str) -> Result<()> {
+        let spec = ConnectSpec {
+            host: "127.0.0.1".into(),
+            port: self.port,
+            user: user.into(),
+            password: Some(self.password.clone()),
+            dbname: "pgbouncer".into(),
+            application_name: "locklab-console".into(),
+            options: Vec::new(),
+        };
+        let console = DirectConn::connect(&spec)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot open PgBouncer's admin console: {e}"))?;
+        let r = console.client().simple_query(&format!("KILL \"{dbname}\"")).await;
+        console.close().await;
+        r.map_err(|e| anyhow::anyhow!("PgBouncer's console refused KILL {dbname}: {e}"))?;
+        Ok(())
+    }
+
     /// When PgBouncer has exited: its exit status and the end of its log.
     pub(super) fn exited(&mut self) -> Option<String> {
         match self.child.try_wait() {
