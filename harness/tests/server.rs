@@ -559,3 +559,71 @@ async fn the_leak_guard_reports_and_ends_what_a_run_left() {
         .unwrap();
     admin.close().await;
 }
+
+/// The addresses of the TCP sockets listening on `port` in this network
+/// namespace, from /proc/net/tcp and /proc/net/tcp6 (state 0A = LISTEN;
+/// addresses in the kernel's hex, IPv4 little-endian): `127.0.0.1`, `::1`,
+/// `0.0.0.0`, `::`, or the hex of anything else.
+fn listeners(port: u16) -> Vec<String> {
+    let mut found = Vec::new();
+    for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state)) = (f.get(1), f.get(3)) else {
+                continue;
+            };
+            let Some((addr, p)) = local.split_once(':') else {
+                continue;
+            };
+            if *state != "0A" || u16::from_str_radix(p, 16).ok() != Some(port) {
+                continue;
+            }
+            found.push(
+                match addr {
+                    "0100007F" => "127.0.0.1",
+                    "00000000" => "0.0.0.0",
+                    "00000000000000000000000001000000" => "::1",
+                    "00000000000000000000000000000000" => "::",
+                    other => other,
+                }
+                .to_owned(),
+            );
+        }
+    }
+    found
+}
+
+/// What the harness starts listens on loopback only: the local cluster's
+/// postmaster (`listen_addresses`) and both PgBouncers (`listen_addr`), as the
+/// kernel's socket table shows them. (A container's published port:
+/// `container.rs`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_the_harness_starts_listen_on_loopback_only() {
+    let mut ports = Vec::new();
+    if server().backend() == locklab::server::Backend::Local {
+        ports.push(("the local cluster", server().spec("postgres", "").port));
+    }
+    for mode in [
+        locklab_drivers::PoolerMode::Session,
+        locklab_drivers::PoolerMode::Transaction,
+    ] {
+        let (port, _, _) = server().pooler(mode).await.unwrap();
+        ports.push((
+            if mode == locklab_drivers::PoolerMode::Session {
+                "PgBouncer (session)"
+            } else {
+                "PgBouncer (transaction)"
+            },
+            port,
+        ));
+    }
+    for (what, port) in ports {
+        let addrs = listeners(port);
+        assert!(!addrs.is_empty(), "{what}: nothing listens on port {port}");
+        assert!(
+            addrs.iter().all(|a| a == "127.0.0.1"),
+            "{what} listens on {addrs:?} (port {port})"
+        );
+    }
+}

@@ -525,8 +525,16 @@ impl Server {
 }
 
 fn external(dsn: &str) -> Result<Server> {
-    let cfg = tokio_postgres::Config::from_str(dsn)
-        .map_err(|e| anyhow!("--dsn/LOCKLAB_DSN is not a valid connection string: {e}"))?;
+    let cfg = tokio_postgres::Config::from_str(dsn).map_err(|e| {
+        // The parser's detail names an option, or a byte position and, after
+        // "but got", one character of the string (maybe of the password): that
+        // part is left out, and the string itself is never shown.
+        let detail = std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default();
+        let detail = detail.split(" but got ").next().unwrap_or_default();
+        anyhow!(
+            "--dsn/LOCKLAB_DSN is not a valid connection string ({detail}); it is not shown, as it may hold a password"
+        )
+    })?;
     let host = match cfg.get_hosts().first() {
         Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
         Some(_) => bail!("--dsn/LOCKLAB_DSN: only TCP hosts are supported"),

@@ -1,0 +1,173 @@
+//! A DSN's password never appears in what locklab prints or writes: its
+//! output at the most verbose log level, the report files, and the errors for
+//! DSNs it cannot parse, servers it cannot reach and passwords the server
+//! refuses. The server is a local cluster where one role must give a
+//! password (scram-sha-256), so the password is really used, also by PgBouncer.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const PASSWORD: &str = "Zq9-s3cr3t-T0ken";
+const ROLE: &str = "locklab_secret";
+
+/// The test cluster with `ROLE` (LOGIN, CREATEDB, password `PASSWORD`), which
+/// must authenticate with scram-sha-256 over TCP; every other role keeps trust.
+fn server_with_password_role() -> (String, u16) {
+    let server = common::server();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let admin = server.admin().await.unwrap();
+        let c = admin.client();
+        let hba: String = c.query_one("show hba_file", &[]).await.unwrap().get(0);
+        // The cluster's owner writes the file; a reload applies it.
+        c.batch_execute(&format!(
+            "copy (select unnest(array['host all {ROLE} 127.0.0.1/32 scram-sha-256', \
+             'host all all 127.0.0.1/32 trust'])) to '{hba}'; \
+             select pg_reload_conf(); \
+             set password_encryption = 'scram-sha-256'; \
+             drop role if exists {ROLE}; \
+             create role {ROLE} login createdb password '{PASSWORD}'"
+        ))
+        .await
+        .unwrap();
+        admin.close().await;
+    });
+    let spec = server.spec("postgres", "");
+    (spec.host, spec.port)
+}
+
+fn locklab(dsn: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args(args)
+        .env("LOCKLAB_DSN", dsn)
+        .env("LOCKLAB_LOG", "trace")
+        .env_remove("LOCKLAB_BACKEND")
+        .output()
+        .unwrap()
+}
+
+fn assert_secret_free(what: &str, text: &str) {
+    // Also URL-encoded, in case a DSN is echoed in that form.
+    for needle in [PASSWORD.to_owned(), PASSWORD.replace('-', "%2D"), "s3cr3t".to_owned()] {
+        assert!(!text.contains(&needle), "{what} shows the password ({needle}):\n{text}");
+    }
+}
+
+fn output_text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn files_text(dir: &Path) -> String {
+    let mut all = String::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        all.push_str(&String::from_utf8_lossy(&std::fs::read(e.path()).unwrap()));
+    }
+    all
+}
+
+#[test]
+fn a_dsn_password_never_appears_in_output_reports_or_errors() {
+    let (host, port) = server_with_password_role();
+    let dsn = format!("postgresql://{ROLE}:{PASSWORD}@{host}:{port}/postgres");
+
+    // A real run with the password, directly and through PgBouncer, at log level
+    // trace, one cell failing on purpose (its error text is printed), writing
+    // every report format.
+    let scenarios = tempfile::tempdir().unwrap();
+    std::fs::write(
+        scenarios.path().join("fails.yaml"),
+        "name: fails\ndescription: an expectation that does not hold\nactors: { a: { via: pool } }\nsteps:\n  \
+         - { actor: a, do: checkout }\n  - { actor: a, sql: select current_user, expect: { value: nobody } }\n",
+    )
+    .unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/lock-timeout-200ms.yaml"),
+        scenarios.path().join("lock-timeout-200ms.yaml"),
+    )
+    .unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let run = locklab(
+        &dsn,
+        &[
+            "report",
+            "--format",
+            "json,md,html",
+            "--out",
+            out.path().to_str().unwrap(),
+            "-d",
+            "tokio-postgres",
+            "-d",
+            "sqlx",
+            "-d",
+            "diesel-async",
+            "-d",
+            "pgbouncer-session",
+            "--scenarios",
+            scenarios.path().to_str().unwrap(),
+        ],
+    );
+    let text = output_text(&run);
+    // It really connected as the role, and the one failing scenario failed.
+    assert_eq!(run.status.code(), Some(1), "{text}");
+    assert!(text.contains("4 passed") && text.contains("4 failed"), "{text}");
+    assert!(text.contains("nobody"), "{text}");
+    assert_secret_free("a run's output (LOCKLAB_LOG=trace)", &text);
+    let files = files_text(out.path());
+    assert!(
+        files.contains(ROLE) || files.contains("lock-timeout-200ms"),
+        "no report written"
+    );
+    assert_secret_free("the report files", &files);
+
+    // Errors: a password the server refuses, servers that cannot be reached,
+    // connection strings that cannot be parsed, a DSN where none may be.
+    let wrong = format!("postgresql://{ROLE}:{PASSWORD}-not@{host}:{port}/postgres");
+    for (dsn, says) in [
+        (wrong.as_str(), "password authentication failed"),
+        (
+            &*format!("postgresql://{ROLE}:{PASSWORD}@127.0.0.1:1/postgres"),
+            "cannot connect",
+        ),
+        (
+            &*format!("postgresql://{ROLE}:{PASSWORD}@127.0.0.1:notaport/postgres"),
+            "not a valid connection string",
+        ),
+        (
+            &*format!("host=127.0.0.1 user={ROLE} password='{PASSWORD}"),
+            "not a valid connection string",
+        ),
+        (
+            &*format!("host=127.0.0.1 password={PASSWORD} port=99999"),
+            "not a valid connection string",
+        ),
+        (
+            &*format!("host=127.0.0.1 password={PASSWORD} bogus=1"),
+            "not a valid connection string",
+        ),
+        (
+            &*format!("postgresql://u:{PASSWORD}@[::1/db"),
+            "not a valid connection string",
+        ),
+    ] {
+        let o = locklab(dsn, &["run", "-s", "lock-timeout-200ms", "-d", "tokio-postgres"]);
+        let text = output_text(&o);
+        assert_eq!(o.status.code(), Some(2), "{dsn}: {text}");
+        assert!(text.contains(says), "{dsn}: {says:?} not in {text}");
+        assert_secret_free(&format!("the error for {dsn}"), &text);
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args(["run", "--backend", "local", "--dsn", &dsn])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert_secret_free("the error for --backend local --dsn", &output_text(&o));
+}
