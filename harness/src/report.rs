@@ -2,8 +2,8 @@
 //! `reports/matrix.md` (rendered from `templates/matrix.md.j2`) and the
 //! self-contained `reports/index.html` (`templates/index.html.j2`, see [`html`]).
 //!
-//! `matrix.json`, schema version 5:
-//! - `schema_version` (5), `generated_at` (RFC 3339), `locklab_version`, `repeat`
+//! `matrix.json`, schema version 6:
+//! - `schema_version` (6), `generated_at` (RFC 3339), `locklab_version`, `repeat`
 //!   (runs per cell, `--repeat`)
 //! - `environment`: `os` (`/etc/os-release` PRETTY_NAME, else the Rust target OS),
 //!   `kernel`, `arch`, `cpus` (available parallelism), `git_commit` (HEAD of the
@@ -24,7 +24,10 @@
 //!   pooling: the expectation that did not hold, recorded rather than failed;
 //!   absent otherwise), `skipped` (why the run was not made; absent otherwise),
 //!   `cleaned_backends` (pids the harness ended after the run because they
-//!   still held or waited for an advisory lock; absent when none),
+//!   still held or waited for an advisory lock, or, in a failed run, were
+//!   still in a statement; absent when none), `backends_left` (the leak
+//!   guard: `pid N (application_name, state)` / `lock KEY (pid N)` still in the
+//!   run's database 5 s after the run was over, which fails the cell; absent when none),
 //!   `observations[]` (`name`, `step`, `value`, `display`, `sqlstate`, `elapsed_ms`,
 //!   `waited_ms` for `await` steps (the part of `elapsed_ms` spent at the await),
 //!   `notices` when the server sent any, `elapsed_stats`/`waited_stats`:
@@ -36,7 +39,8 @@
 //!   `not_applicable`, `failed` (including `unstable`), `unstable`, `elapsed_ms`
 //!
 //! All times are in ms. With `repeat` > 1 a cell's values are its first
-//! repeat's (its first failing one's, if any failed). Version 4 had no `repeat`,
+//! repeat's (its first failing one's, if any failed). Version 5 had no
+//! `backends_left`. Version 4 had no `repeat`,
 //! `environment`, `observation_steps`, `*_stats`, `repeats`, `unstable`;
 //! version 3 had no `drivers[].pooler` and no `runs[].deviation`/`skipped`/`cleaned_backends`;
 //! version 2 had no `scenarios[].family`/`params` and no `observations[].notices`;
@@ -56,7 +60,7 @@ use crate::scenario::Scenario;
 use crate::server::Server;
 
 /// Version of the `matrix.json` layout; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// Everything one `locklab report` produced.
 #[derive(Debug, Serialize)]
@@ -411,13 +415,16 @@ impl Report {
                 let mut parts = Vec::new();
                 for s in family {
                     let r = run_of(v, &s.name, d)?;
+                    let suffix = s.name.strip_prefix(&s.family).unwrap_or_default();
                     if !r.locks_left.is_empty() {
-                        let suffix = s.name.strip_prefix(&s.family).unwrap_or_default();
                         parts.push(
                             format!("{}{suffix}", describe_locks_left(&r.locks_left))
                                 .trim()
                                 .to_owned(),
                         );
+                    }
+                    if !r.backends_left.is_empty() {
+                        parts.push(format!("LEAK once over: {}{suffix}", r.backends_left.join(", ")).trim().to_owned());
                     }
                 }
                 Some(if parts.is_empty() {

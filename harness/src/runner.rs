@@ -134,8 +134,8 @@ pub struct RunResult {
     /// over (its pool closed, its connections dropped, PgBouncer told to close
     /// its server connections to it): backends as `pid N (application_name,
     /// state)` and advisory locks as `lock KEY (pid N)`, after waiting up to
-    /// 5 s for them to go. The harness ends them before the next run; empty
-    /// when nothing was left.
+    /// 5 s for them to go. The harness ends them before the next run, and
+    /// a leak fails the cell; empty when nothing was left.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub backends_left: Vec<String>,
     /// For a configuration behind transaction pooling: the expectation that
@@ -419,7 +419,18 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
         result.failure.get_or_insert_with(|| fail(format!("{e:#}")));
     }
     match leak_guard(admin.client(), &db).await {
-        Ok(left) => result.backends_left = left,
+        Ok(left) => {
+            if !left.is_empty() {
+                result.failure.get_or_insert_with(|| {
+                    fail(format!(
+                        "leak guard: still in the run's database 5 s after the run was over (pool closed): {}; \
+                         the harness ended them",
+                        left.join(", ")
+                    ))
+                });
+            }
+            result.backends_left = left;
+        }
         Err(e) => {
             result
                 .failure

@@ -232,6 +232,13 @@ impl Report {
                                 r.cleaned_backends
                             ));
                         }
+                        if !r.backends_left.is_empty() {
+                            parts.push(format!("LEAK once over: {}{suffix}", r.backends_left.join(", ")));
+                            title.push(format!(
+                                "{suffix} leak guard: still in the run's database once it was over: {}",
+                                r.backends_left.join(", ")
+                            ));
+                        }
                         // The most severe class of the file's runs.
                         let c = class_of(r, !r.locks_left.is_empty());
                         if severity(c) > severity(class) {
