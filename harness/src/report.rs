@@ -424,7 +424,11 @@ impl Report {
                         );
                     }
                     if !r.backends_left.is_empty() {
-                        parts.push(format!("LEAK once over: {}{suffix}", r.backends_left.join(", ")).trim().to_owned());
+                        parts.push(
+                            format!("LEAK once over: {}{suffix}", r.backends_left.join(", "))
+                                .trim()
+                                .to_owned(),
+                        );
                     }
                 }
                 Some(if parts.is_empty() {

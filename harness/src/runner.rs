@@ -928,7 +928,8 @@ impl Run<'_> {
         let deadline = Duration::from_millis(step.deadline_ms);
         let actor = step.actor;
         let name = self.scenario.actors[actor].name.clone();
-        let late = || format!("deadline of {} ms exceeded", step.deadline_ms);
+        // What a missed deadline says: the deadline, and what was still awaited.
+        let late = |what: &str| format!("deadline of {} ms exceeded: {what}", step.deadline_ms);
         let own_connection = !matches!(
             step.kind,
             StepKind::Await(_) | StepKind::Order(_) | StepKind::Do(Action::Abandon)
@@ -1055,7 +1056,7 @@ impl Run<'_> {
                 let t0 = Instant::now();
                 let r = tokio::time::timeout(deadline, conn.advisory_lock_guard(*key, end.to_driver()))
                     .await
-                    .map_err(|_| late())?;
+                    .map_err(|_| late("the lock guard was not acquired"))?;
                 let took = t0.elapsed();
                 match r {
                     Ok(()) => {
@@ -1103,13 +1104,18 @@ impl Run<'_> {
                 let t0 = Instant::now();
                 let r = tokio::time::timeout(deadline, conn.simple_query(&sql))
                     .await
-                    .map_err(|_| late())?;
+                    .map_err(|_| late("the statement had not finished"))?;
                 self.finish_sql(step, (r, t0.elapsed()), None)
             }
             StepKind::Do(Action::Checkout) => {
                 let conn = tokio::time::timeout(deadline, pool.checkout())
                     .await
-                    .map_err(|_| late())?
+                    .map_err(|_| {
+                        late(&format!(
+                            "the pool had handed out no connection (max_size {})",
+                            self.scenario.pool_max_size
+                        ))
+                    })?
                     .map_err(|e| {
                         format!(
                             "checkout failed: {e}{}",
@@ -1133,7 +1139,7 @@ impl Run<'_> {
                 let t0 = Instant::now();
                 let r = tokio::time::timeout(deadline, conn.simple_query(sql))
                     .await
-                    .map_err(|_| late())?;
+                    .map_err(|_| late("the statement had not finished"))?;
                 self.finish_sql(step, (r, t0.elapsed()), None)
             }
             StepKind::Observe(_, key) => {
@@ -1143,7 +1149,7 @@ impl Run<'_> {
                 let conn = self.conn(actor)?;
                 let rows = tokio::time::timeout(deadline, observe::advisory_locks(conn.as_mut(), *key))
                     .await
-                    .map_err(|_| late())?
+                    .map_err(|_| late("the pg_locks query had not answered"))?
                     .map_err(|e| format!("observe failed: {e}"))?;
                 self.finish_observe(step, rows)
             }
@@ -1391,9 +1397,12 @@ impl Run<'_> {
         };
         let pid = self.pid_of(actor);
         self.pids.remove(&actor);
-        let returned = tokio::time::timeout(deadline, conn.give_back())
-            .await
-            .map_err(|_| format!("deadline of {} ms exceeded", deadline.as_millis()))?;
+        let returned = tokio::time::timeout(deadline, conn.give_back()).await.map_err(|_| {
+            format!(
+                "deadline of {} ms exceeded: the connection was not given back",
+                deadline.as_millis()
+            )
+        })?;
         match returned {
             Returned::Closed => self.wait_gone(monitor, pid?, Instant::now() + deadline).await?,
             Returned::ToPooler if self.info.pooler == Some(PoolerMode::Session) => {

@@ -627,3 +627,29 @@ async fn servers_the_harness_starts_listen_on_loopback_only() {
         );
     }
 }
+
+/// A checkout that waits for a connection a full pool never frees fails at
+/// the step's deadline, saying the pool handed out none (the pools' own
+/// checkout timeout, 10 s, is longer), and the run still cleans up promptly.
+#[rstest::rstest]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkout_from_an_exhausted_pool_fails_at_its_deadline(
+    #[values("deadpool-fast", "bb8", "sqlx", "mobc", "r2d2", "diesel-async")] driver: &str,
+) {
+    let started = std::time::Instant::now();
+    let r = run_inline(
+        "name: exhausted\ndescription: b waits for the only connection\npool: { max_size: 1 }\nactors: { a: { via: pool }, b: { via: pool } }\nsteps:\n  - { actor: a, do: checkout }\n  - { actor: b, do: checkout, deadline_ms: 300 }\n",
+        driver,
+    )
+    .await;
+    let msg = r.failure.clone().expect("the checkout must fail");
+    for part in [
+        "step 2 (b: checkout)",
+        "deadline of 300 ms exceeded: the pool had handed out no connection (max_size 1)",
+    ] {
+        assert!(msg.contains(part), "{part:?} not in: {msg}");
+    }
+    assert!(r.backends_left.is_empty(), "{:?}", r.backends_left);
+    let took = started.elapsed();
+    assert!(took.as_secs() < 8, "the failed run took {took:?}");
+}
