@@ -287,13 +287,14 @@ fn a_run_interrupted_during_container_start_leaves_nothing(#[case] signal: Signa
     });
 }
 
-/// A run whose scenario fails still removes its container (and exits 1).
-#[test]
+/// A run whose scenario fails, by a failed expectation or by a panic inside
+/// a step, still removes its container (and exits 1).
+#[rstest]
 #[cfg_attr(
     not(locklab_docker),
     ignore = "needs Docker: no Docker engine answered when the tests were built"
 )]
-fn a_failing_run_removes_its_container() {
+fn a_failing_run_removes_its_container(#[values(false, true)] panic_in_step: bool) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("wrong.yaml"),
@@ -304,6 +305,7 @@ fn a_failing_run_removes_its_container() {
         .args(["run", "--backend", "container", "-d", "tokio-postgres", "--scenarios"])
         .arg(dir.path())
         .env_remove("LOCKLAB_DSN")
+        .env("LOCKLAB_TEST_PANIC_AT_STEP", if panic_in_step { "1" } else { "" })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -311,7 +313,13 @@ fn a_failing_run_removes_its_container() {
     let pid = child.id();
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("FAIL"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("FAIL"), "{stdout}");
+    assert_eq!(
+        stdout.contains("panicked: LOCKLAB_TEST_PANIC_AT_STEP"),
+        panic_in_step,
+        "{stdout}"
+    );
     assert!(
         containers_of(pid).is_empty(),
         "containers left: {:?}",
