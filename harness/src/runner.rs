@@ -398,6 +398,13 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
             Ok(o) => o,
             Err(payload) => Err(format!("panicked: {}", panic_text(payload.as_ref()))),
         };
+        // After a panic, the slots still hold what the run had: background
+        // steps stop here (their backends are the leak guard's to end).
+        for slot in run.slots.drain(..) {
+            if let Slot::Busy { handle, .. } = slot {
+                handle.abort();
+            }
+        }
         let mismatch = run.mismatch;
         drop(run);
         if let Err(msg) = outcome {

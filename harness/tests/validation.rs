@@ -311,3 +311,24 @@ fn an_oversized_file_is_refused_with_its_size_limit() {
     let errors = scenario::parse(&path, &text).unwrap_err();
     assert!(errors[0].message.starts_with("the file has "), "{}", errors[0]);
 }
+
+/// Inputs the fuzzer (`just fuzz`) found, kept as regression cases: each
+/// parses to scenarios or errors, without a panic, and every error is placed
+/// inside the text as YAML counts lines (`\n`, `\r\n` or a lone `\r`).
+#[rstest]
+fn fuzzer_findings_stay_fixed(#[files("tests/fixtures/fuzz/*")] path: PathBuf) {
+    let bytes = std::fs::read(&path).unwrap();
+    let Ok(text) = std::str::from_utf8(&bytes) else {
+        return;
+    };
+    if let Err(errors) = scenario::parse(&path, text) {
+        let breaks = text
+            .replace("\r\n", "\n")
+            .chars()
+            .filter(|&c| c == '\n' || c == '\r')
+            .count() as u64;
+        for e in &errors {
+            assert!(e.pos.line >= 1 && e.pos.line <= breaks + 2 && e.pos.column >= 1, "{e}");
+        }
+    }
+}
