@@ -52,14 +52,29 @@ pub struct DirectConn {
     ended_by: Arc<Mutex<Option<DriverError>>>,
 }
 
+/// How long [`DirectConn::connect`] waits for a session, TCP connect and
+/// start-up (authentication) together.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl DirectConn {
     /// Opens a connection and drives it on a tokio task that keeps the server's
     /// notices (`AsyncMessage::Notice`, tokio-postgres `Connection::poll_message`).
     ///
     /// # Errors
-    /// The connection error (server refused, unreachable, authentication).
+    /// The connection error (server refused, unreachable, authentication), or
+    /// no session within [`CONNECT_TIMEOUT`] (10 s; tokio-postgres's own
+    /// `connect_timeout` bounds only the TCP connect, not the start-up exchange).
     pub async fn connect(spec: &ConnectSpec) -> Result<Self, DriverError> {
-        let (client, mut connection) = spec.tokio_postgres_config().connect(NoTls).await?;
+        let (client, mut connection) =
+            tokio::time::timeout(CONNECT_TIMEOUT, spec.tokio_postgres_config().connect(NoTls))
+                .await
+                .map_err(|_| {
+                    DriverError::Client(format!(
+                        "no session with {} within {} s (connect and start-up)",
+                        spec.redacted(),
+                        CONNECT_TIMEOUT.as_secs()
+                    ))
+                })??;
         let notices = Arc::new(Mutex::new(Vec::new()));
         let sink = notices.clone();
         let ended_by = Arc::new(Mutex::new(None));

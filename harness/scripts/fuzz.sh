@@ -28,6 +28,7 @@ cp -f "$root"/scenarios/*.yaml "$root"/harness/tests/fixtures/invalid/*.yaml "$c
 cd "$root/harness"
 echo "fuzz: scenario::parse for ${seconds} s (libFuzzer; -max_len 65536, 10 s per input, 4 GiB)"
 started=$(date +%s)
-cargo fuzz run --release scenario -- \
+# -a: debug assertions and overflow checks on, as in `cargo test`.
+cargo fuzz run --release -a scenario -- \
   -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=4096 -print_final_stats=1
 echo "fuzz: no finding in $(( $(date +%s) - started )) s"

@@ -916,12 +916,15 @@ fn soak_summary(report: &Report) -> String {
     let failed = runs.iter().filter(|r| !r.passed() && r.unstable.is_empty()).count();
     let leaks = runs.iter().filter(|r| !r.backends_left.is_empty()).count();
     let versions: Vec<&str> = report.servers.iter().map(|s| s.version.as_str()).collect();
+    // A cell that is not applicable is not run (its repeats agree trivially).
+    let made = runs.iter().filter(|r| r.skipped.is_none()).count();
     let _ = writeln!(
         text,
-        "soak: {rounds} rounds × {} cells = {} runs on {} in {:.0} s: {differing} cell(s) differ between rounds, \
-         {failed} other cell(s) failed, {leaks} cell(s) with a leak",
+        "soak: {rounds} rounds × {} cells ({} not applicable) = {} runs on {} in {:.0} s: \
+         {differing} cell(s) differ between rounds, {failed} other cell(s) failed, {leaks} cell(s) with a leak",
         runs.len(),
-        runs.len() * rounds,
+        runs.len() - made,
+        made * rounds,
         versions.join(", "),
         report.summary.elapsed_ms / 1e3
     );

@@ -263,6 +263,10 @@ const STUCK_SQL: &str = "select pid, coalesce(wait_event_type || '/' || wait_eve
 /// How long the leak guard waits for a closed pool's backends to exit.
 const LEAK_GUARD_WAIT: Duration = Duration::from_secs(5);
 
+/// Deadline of each clean-up statement after a run (the leak guard's queries
+/// on top of [`LEAK_GUARD_WAIT`], the `drop database`).
+const CLEANUP_QUERY_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// `LOCKLAB_TEST_PANIC_AT_STEP=N`: panic at the start of step N (1-based) of
 /// every run. A test hook: the harness's own tests use it to check that a
 /// panic inside a step fails the cell and leaves nothing behind.
@@ -392,8 +396,8 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
             finished: HashMap::new(),
             mismatch: false,
         };
-        // A panic inside a step (a driver's, or the harness's own) fails the
-        // cell; the database is still checked and dropped below.
+        // A panic outside the steps (building the pool, the clean-up) fails
+        // the cell too; the database is still checked and dropped below.
         let outcome = match std::panic::AssertUnwindSafe(run.execute(driver)).catch_unwind().await {
             Ok(o) => o,
             Err(payload) => Err(format!("panicked: {}", panic_text(payload.as_ref()))),
@@ -425,7 +429,15 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
     {
         result.failure.get_or_insert_with(|| fail(format!("{e:#}")));
     }
-    match leak_guard(admin.client(), &db).await {
+    let guard = tokio::time::timeout(LEAK_GUARD_WAIT + CLEANUP_QUERY_TIMEOUT, leak_guard(admin.client(), &db))
+        .await
+        .unwrap_or_else(|_| {
+            Err(DriverError::Client(format!(
+                "no answer within {} s",
+                (LEAK_GUARD_WAIT + CLEANUP_QUERY_TIMEOUT).as_secs()
+            )))
+        });
+    match guard {
         Ok(left) => {
             if !left.is_empty() {
                 result.failure.get_or_insert_with(|| {
@@ -444,12 +456,17 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
                 .get_or_insert_with(|| fail(format!("leak guard: cannot read pg_stat_activity: {e}")));
         }
     }
-    if let Err(e) = admin
-        .client()
-        .simple_query(&format!("drop database if exists \"{db}\" with (force)"))
-        .await
-    {
-        let msg = format!("cannot drop database {db}: {}", DriverError::from(e));
+    let dropped = tokio::time::timeout(
+        CLEANUP_QUERY_TIMEOUT,
+        admin
+            .client()
+            .simple_query(&format!("drop database if exists \"{db}\" with (force)")),
+    )
+    .await
+    .map_err(|_| format!("no answer within {} s", CLEANUP_QUERY_TIMEOUT.as_secs()))
+    .and_then(|r| r.map_err(|e| DriverError::from(e).to_string()));
+    if let Err(e) = dropped {
+        let msg = format!("cannot drop database {db}: {e}");
         result.failure.get_or_insert_with(|| fail(msg));
     }
     admin.close().await;
@@ -474,7 +491,8 @@ pub async fn leak_guard(admin: &tokio_postgres::Client, db: &str) -> Result<Vec<
          || coalesce(state, 'no state') || ')' from pg_stat_activity where datname = '{lit}' \
          union all \
          select 'lock ' || case when objsubid = 1 then ((classid::bigint << 32) | objid::bigint)::text \
-         else '(' || classid::int || ', ' || objid::int || ')' end || ' (pid ' || pid || ')' \
+         else '(' || classid::int || ', ' || objid::int || ')' end \
+         || coalesce(' (pid ' || pid || ')', ' (a prepared transaction)') \
          from pg_locks where locktype = 'advisory' \
          and database = (select oid from pg_database where datname = '{lit}')"
     );
@@ -632,7 +650,16 @@ impl Run<'_> {
                 let r = if skipped {
                     self.skip(step)
                 } else {
-                    self.step(step, pool.as_ref(), &mut monitor).await
+                    // A panic inside the step (a driver's, or the harness's
+                    // own) fails it like any error: the failure names the step,
+                    // and the clean-up below runs.
+                    match std::panic::AssertUnwindSafe(self.step(step, pool.as_ref(), &mut monitor))
+                        .catch_unwind()
+                        .await
+                    {
+                        Ok(r) => r,
+                        Err(payload) => Err(format!("panicked: {}", panic_text(payload.as_ref()))),
+                    }
                 };
                 let label = step.label(&self.scenario.actors, &self.scenario.steps);
                 let outcome_text = match (&r, skipped) {

@@ -889,8 +889,17 @@ pub fn load_file(path: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
     let text = String::from_utf8(bytes).map_err(|e| {
         // Where the first byte that is not UTF-8 is.
         let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
-        let line = good.iter().filter(|&&b| b == b'\n').count() + 1;
-        let line_start = good.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        // YAML's line breaks: \n, \r\n, or a lone \r.
+        let line = good
+            .iter()
+            .enumerate()
+            .filter(|&(i, &b)| b == b'\n' || (b == b'\r' && good.get(i + 1) != Some(&b'\n')))
+            .count()
+            + 1;
+        let line_start = good
+            .iter()
+            .rposition(|&b| b == b'\n' || b == b'\r')
+            .map_or(0, |i| i + 1);
         let column = String::from_utf8_lossy(&good[line_start..]).chars().count() + 1;
         vec![ScenarioError {
             file: path.to_owned(),
@@ -942,7 +951,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<Scenario>, Vec<ScenarioError
             ),
         }]);
     }
-    if text.lines().all(|l| {
+    if text.split(['\n', '\r']).all(|l| {
         let l = l.trim();
         l.is_empty() || l.starts_with('#') || l == "---" || l == "..."
     }) {
@@ -1265,11 +1274,15 @@ fn yaml_error(path: &Path, e: &serde_saphyr::Error) -> ScenarioError {
     // The parser's resource budget (an alias bomb, absurd nesting): say what
     // was too much, once, without the parser's internals.
     if let Some(rest) = message.strip_prefix("budget breached: ") {
-        let what = rest.split(" at line ").next().unwrap_or(rest).to_owned();
-        message = format!(
-            "the YAML is too large once its aliases are expanded (parser limit reached: {what}); \
-             scenario files need no aliases"
-        );
+        // e.g. "Nodes { nodes: 250001 }", "Depth { depth: 2001 }".
+        let kind = rest.split([' ', '{']).next().unwrap_or("size").to_lowercase();
+        message = match kind.as_str() {
+            "nodes" | "aliases" | "anchors" => format!(
+                "the YAML is too large: more {kind} than a scenario file may have (aliases count as what they expand to)"
+            ),
+            "depth" => "the YAML is nested too deeply for a scenario file".to_owned(),
+            _ => format!("the YAML exceeds the parser's limit on {kind} for a scenario file"),
+        };
     }
     // The plain rendering ends with " at line L, column C"; we print that in front.
     if let Some(i) = message.rfind(" at line ") {
@@ -1294,6 +1307,9 @@ fn yaml_error(path: &Path, e: &serde_saphyr::Error) -> ScenarioError {
         if message.contains(&format!("untagged enum {ty}")) {
             message = says.to_owned();
         }
+    }
+    if message == "recursion limit exceeded" {
+        message = "the YAML is nested too deeply for a scenario file".to_owned();
     }
     if message == "invalid floating point" {
         message = "expected a number".to_owned();

@@ -221,17 +221,20 @@ fn an_interrupted_run_on_an_external_server_drops_its_databases() {
     assert_eq!(count(), 0, "run databases left on the server");
 }
 
-/// Titles of the server backends (`postgres: user db host SELECT`, from
-/// /proc) serving the run databases of locklab process `pid`: their names
-/// end in `_{pid}_{n}`.
-fn backends_of(pid: u32) -> Vec<String> {
+/// The server backends (pid, process title `postgres: user db host SELECT`,
+/// from /proc) serving the run databases of locklab process `pid`: their
+/// names end in `_{pid}_{n}`.
+fn backends_of(pid: u32) -> Vec<(u32, String)> {
     let tag = format!("_{pid}_");
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(backend) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
         if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
             let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
             if cmd.starts_with("postgres: ") && cmd.contains(" ll_") && cmd.contains(&tag) {
-                found.push(cmd.trim().to_owned());
+                found.push((backend, cmd.trim().to_owned()));
             }
         }
     }
@@ -243,8 +246,8 @@ fn backends_of(pid: u32) -> Vec<String> {
 /// local cluster of its own or on an external server, directly and through
 /// PgBouncer: afterwards none of its temporary directories (cluster, PgBouncer),
 /// postgres or PgBouncer processes, backends or run databases is left. The
-/// run's TMPDIR and cluster directory are a private directory that must end
-/// up empty.
+/// run's TMPDIR and cluster directory are a private directory that must be
+/// empty when it has exited.
 #[rstest]
 fn nothing_of_a_run_remains_however_it_ends(
     #[values("pass", "failed-expectation", "panic-in-step", "sigint", "sigterm")] ending: &str,
@@ -254,7 +257,7 @@ fn nothing_of_a_run_remains_however_it_ends(
     let scenarios = tempfile::tempdir().unwrap();
     let (expect, sql) = match ending {
         "failed-expectation" => ("{ value: 2 }", "select 1"),
-        "sigint" | "sigterm" => ("{ value: '' }", "select pg_sleep(8)"),
+        "sigint" | "sigterm" => ("{ value: '' }", "select pg_sleep(60)"),
         _ => ("{ value: 1 }", "select 1"),
     };
     std::fs::write(
@@ -302,11 +305,24 @@ fn nothing_of_a_run_remains_however_it_ends(
         "sigterm" => Some(Signal::SIGTERM),
         _ => None,
     } {
-        // Mid-run: PgBouncer's run and a direct one are inside `pg_sleep`.
+        // Mid-run: the runs through PgBouncer and without a pool are inside
+        // `pg_sleep(60)`, holding advisory lock 7: their backends have shown
+        // `SELECT` for 200 ms on end (the other statements take a few ms).
         let deadline = Instant::now() + Duration::from_secs(120);
+        let mut since: std::collections::HashMap<u32, Instant> = Default::default();
         loop {
             let busy = backends_of(pid);
-            let sleeping = |driver: &str| busy.iter().any(|b| b.contains(driver) && b.ends_with("SELECT"));
+            since.retain(|b, _| busy.iter().any(|(p, t)| p == b && t.ends_with("SELECT")));
+            for (p, t) in &busy {
+                if t.ends_with("SELECT") {
+                    since.entry(*p).or_insert_with(Instant::now);
+                }
+            }
+            let sleeping = |driver: &str| {
+                busy.iter().any(|(p, t)| {
+                    t.contains(driver) && since.get(p).is_some_and(|s| s.elapsed() >= Duration::from_millis(200))
+                })
+            };
             if sleeping("_pgbouncer_session_") && sleeping("_tokio_postgres_") {
                 break;
             }
@@ -331,27 +347,39 @@ fn nothing_of_a_run_remains_however_it_ends(
     assert_eq!(out.status.code(), Some(code), "{ending}: {log}");
     match ending {
         "failed-expectation" => assert!(log.contains("expected 2"), "{log}"),
-        "panic-in-step" => assert!(log.contains("panicked: LOCKLAB_TEST_PANIC_AT_STEP"), "{log}"),
+        "panic-in-step" => {
+            // The panic fails its step like any error: named, and the locks
+            // held when it failed are reported.
+            assert!(log.contains("step 3 (w: select 1)"), "{log}");
+            assert!(log.contains("panicked: LOCKLAB_TEST_PANIC_AT_STEP"), "{log}");
+            assert!(log.contains("locks left after run") && log.contains("key 7"), "{log}");
+        }
         "pass" => assert!(log.contains("3 passed"), "{log}"),
         _ => {}
     }
-    // Exited means cleaned up: nothing is waited for here, beyond the
-    // postmaster's own exit after its directory is gone (SIGKILL'd children).
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Exited means cleaned up: the harness removes its directories before it
+    // exits (no watchdog involved) ...
+    let left: Vec<PathBuf> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "{ending}/{backend}: left in the temporary directory: {left:?}\n{log}"
+    );
+    // ... and its processes and backends end within moments (a postmaster
+    // exits after it is told to; a backend once its client is gone).
+    let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let left: Vec<PathBuf> = std::fs::read_dir(tmp.path())
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .collect();
         let procs = processes_mentioning(tmp.path().to_str().unwrap());
         let backends = backends_of(pid);
-        if left.is_empty() && procs.is_empty() && backends.is_empty() {
+        if procs.is_empty() && backends.is_empty() {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "{ending}/{backend}: after 30 s: files {left:?}, processes {procs:?}, backends {backends:?}\n{log}"
+            "{ending}/{backend}: after 10 s: processes {procs:?}, backends {backends:?}\n{log}"
         );
         std::thread::sleep(Duration::from_millis(20));
     }

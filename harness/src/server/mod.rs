@@ -77,8 +77,8 @@ impl BackendChoice {
     }
 }
 
-/// How to get a server.
-#[derive(Clone, Debug)]
+/// How to get a server. Its `Debug` does not show the DSN, which may hold a password.
+#[derive(Clone)]
 pub struct ServerOptions {
     /// The backend asked for.
     pub backend: BackendChoice,
@@ -410,9 +410,16 @@ impl Server {
     /// # Errors
     /// PgBouncer's admin console refuses the connection or the command.
     pub async fn pooler_close_database(&self, mode: PoolerMode, dbname: &str) -> Result<()> {
-        let poolers = self.poolers.lock().await;
-        match poolers.get(&mode) {
-            Some(b) => b.kill_database(&self.user, dbname).await,
+        // The console is reached without holding the lock that every run's
+        // `pooler()` takes.
+        let target = self
+            .poolers
+            .lock()
+            .await
+            .get(&mode)
+            .map(|b| (b.port, b.password.clone()));
+        match target {
+            Some((port, password)) => pgbouncer::kill_database(port, &password, &self.user, dbname).await,
             None => Ok(()),
         }
     }
@@ -524,6 +531,19 @@ impl Server {
     }
 }
 
+impl std::fmt::Debug for ServerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerOptions")
+            .field("backend", &self.backend)
+            .field("dsn", &self.dsn.as_ref().map(|_| "(not shown)"))
+            .field("pg_bin", &self.pg_bin)
+            .field("pg_major", &self.pg_major)
+            .field("image", &self.image)
+            .field("start_timeout", &self.start_timeout)
+            .finish()
+    }
+}
+
 fn external(dsn: &str) -> Result<Server> {
     let cfg = tokio_postgres::Config::from_str(dsn).map_err(|e| {
         // The parser's detail names an option, or a byte position and, after
@@ -531,6 +551,13 @@ fn external(dsn: &str) -> Result<Server> {
         // part is left out, and the string itself is never shown.
         let detail = std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default();
         let detail = detail.split(" but got ").next().unwrap_or_default();
+        // "unknown option `x`": with an unquoted space or an unescaped `&` in
+        // a password, `x` is a piece of it.
+        let detail = if detail.starts_with("unknown option") {
+            "an unknown option or a value with an unquoted space or `&`"
+        } else {
+            detail
+        };
         anyhow!(
             "--dsn/LOCKLAB_DSN is not a valid connection string ({detail}); it is not shown, as it may hold a password"
         )

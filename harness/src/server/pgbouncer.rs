@@ -235,34 +235,44 @@ impl PgBouncer {
     }
 }
 
-impl PgBouncer {
-    /// Closes every client and server connection PgBouncer has for database
-    /// `dbname` (`KILL db` on its admin console, PgBouncer docs "Admin
-    /// console"), so that its server connections (which it keeps after the
-    /// clients close, up to `server_idle_timeout`) do not outlive a run.
-    /// The database is left paused; the harness never reuses a run's name.
-    ///
-    /// # Errors
-    /// The console refuses the connection or the command.
-    pub(super) async fn kill_database(&self, user: &str, dbname: &str) -> Result<()> {
-        let spec = ConnectSpec {
-            host: "127.0.0.1".into(),
-            port: self.port,
-            user: user.into(),
-            password: Some(self.password.clone()),
-            dbname: "pgbouncer".into(),
-            application_name: "locklab-console".into(),
-            options: Vec::new(),
-        };
-        let console = DirectConn::connect(&spec)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot open PgBouncer's admin console: {e}"))?;
-        let r = console.client().simple_query(&format!("KILL \"{dbname}\"")).await;
-        console.close().await;
-        r.map_err(|e| anyhow::anyhow!("PgBouncer's console refused KILL {dbname}: {e}"))?;
-        Ok(())
+/// Closes every client and server connection the PgBouncer on `port` has for
+/// database `dbname` (`KILL db` on its admin console, PgBouncer docs "Admin
+/// console"; `user` is in its `admin_users`), so that its server connections
+/// (which it keeps after the clients close, up to `server_idle_timeout`) do not
+/// outlive a run. The database is left paused; the harness never reuses a
+/// run's name. Connect and command have 10 s each.
+///
+/// # Errors
+/// The console refuses the connection or the command, or does not answer in time.
+pub(super) async fn kill_database(port: u16, password: &str, user: &str, dbname: &str) -> Result<()> {
+    let spec = ConnectSpec {
+        host: "127.0.0.1".into(),
+        port,
+        user: user.into(),
+        password: Some(password.to_owned()),
+        dbname: "pgbouncer".into(),
+        application_name: "locklab-console".into(),
+        options: Vec::new(),
+    };
+    let console = DirectConn::connect(&spec)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot open PgBouncer's admin console: {e}"))?;
+    let r = tokio::time::timeout(
+        Duration::from_secs(10),
+        console.client().simple_query(&format!("KILL \"{dbname}\"")),
+    )
+    .await;
+    console.close().await;
+    match r {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(anyhow::anyhow!("PgBouncer's console refused KILL {dbname}: {e}")),
+        Err(_) => Err(anyhow::anyhow!(
+            "PgBouncer's console did not answer KILL {dbname} within 10 s"
+        )),
     }
+}
 
+impl PgBouncer {
     /// When PgBouncer has exited: its exit status and the end of its log.
     pub(super) fn exited(&mut self) -> Option<String> {
         match self.child.try_wait() {
