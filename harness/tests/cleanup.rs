@@ -384,11 +384,7 @@ fn nothing_of_a_run_remains_however_it_ends(
         std::thread::sleep(Duration::from_millis(20));
     }
     if backend == "external" {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let left: Vec<String> = rt.block_on(async {
+        let left: Vec<String> = common::block_on(async {
             let admin = common::server().admin().await.unwrap();
             let rows = admin
                 .client()

@@ -77,11 +77,7 @@ fn a_container_server_is_postgres_on_loopback_and_is_removed_on_drop() {
         "{bindings}"
     );
     // The configured role is a superuser that can create the run databases.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    common::block_on(async {
         let admin = server.admin().await.unwrap();
         let rows = locklab_drivers::simple_query_rows(admin.client(), "select current_setting('max_connections')")
             .await

@@ -16,11 +16,7 @@ const ROLE: &str = "locklab_secret";
 /// must authenticate with scram-sha-256 over TCP; every other role keeps trust.
 fn server_with_password_role() -> (String, u16) {
     let server = common::server();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    common::block_on(async {
         let admin = server.admin().await.unwrap();
         let c = admin.client();
         let hba: String = c.query_one("show hba_file", &[]).await.unwrap().get(0);
@@ -147,33 +143,23 @@ fn a_dsn_password_never_appears_in_output_reports_or_errors() {
     // Errors: a password the server refuses, servers that cannot be reached,
     // connection strings that cannot be parsed, a DSN where none may be.
     let wrong = format!("postgresql://{ROLE}:{PASSWORD}-not@{host}:{port}/postgres");
-    for (dsn, says) in [
+    let unreachable = format!("postgresql://{ROLE}:{PASSWORD}@127.0.0.1:1/postgres");
+    let unparsable = [
+        format!("postgresql://{ROLE}:{PASSWORD}@127.0.0.1:notaport/postgres"),
+        format!("host=127.0.0.1 user={ROLE} password='{PASSWORD}"),
+        format!("host=127.0.0.1 password={PASSWORD} port=99999"),
+        format!("host=127.0.0.1 password={PASSWORD} bogus=1"),
+        format!("postgresql://u:{PASSWORD}@[::1/db"),
+        // An unquoted space: the rest of the password reads as an option name.
+        "host=127.0.0.1 password=Zq9-x s3cr3t=T0ken".to_owned(),
+    ];
+    let cases = [
         (wrong.as_str(), "password authentication failed"),
-        (
-            &*format!("postgresql://{ROLE}:{PASSWORD}@127.0.0.1:1/postgres"),
-            "cannot connect",
-        ),
-        (
-            &*format!("postgresql://{ROLE}:{PASSWORD}@127.0.0.1:notaport/postgres"),
-            "not a valid connection string",
-        ),
-        (
-            &*format!("host=127.0.0.1 user={ROLE} password='{PASSWORD}"),
-            "not a valid connection string",
-        ),
-        (
-            &*format!("host=127.0.0.1 password={PASSWORD} port=99999"),
-            "not a valid connection string",
-        ),
-        (
-            &*format!("host=127.0.0.1 password={PASSWORD} bogus=1"),
-            "not a valid connection string",
-        ),
-        (
-            &*format!("postgresql://u:{PASSWORD}@[::1/db"),
-            "not a valid connection string",
-        ),
-    ] {
+        (unreachable.as_str(), "cannot connect"),
+    ]
+    .into_iter()
+    .chain(unparsable.iter().map(|d| (d.as_str(), "not a valid connection string")));
+    for (dsn, says) in cases {
         let o = locklab(dsn, &["run", "-s", "lock-timeout-200ms", "-d", "tokio-postgres"]);
         let text = output_text(&o);
         assert_eq!(o.status.code(), Some(2), "{dsn}: {text}");

@@ -64,3 +64,13 @@ pub fn slow_scenario() -> tempfile::TempDir {
     .unwrap();
     dir
 }
+
+/// Runs `f` to completion on a new current-thread tokio runtime (for the
+/// synchronous tests that query a server).
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(f)
+}
