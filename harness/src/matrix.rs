@@ -164,10 +164,6 @@ mod tests {
 
     fn run(deviation: Option<&str>, held: &str, ms: f64) -> RunResult {
         RunResult {
-            server: "pg17".into(),
-            scenario: "s".into(),
-            driver: "d".into(),
-            failure: None,
             observations: vec![runner::Observation {
                 name: "held".into(),
                 step: 1,
@@ -180,16 +176,9 @@ mod tests {
                 elapsed_stats: None,
                 waited_stats: None,
             }],
-            steps: Vec::new(),
-            locks_left: Vec::new(),
-            cleaned_backends: Vec::new(),
-            backends_left: Vec::new(),
             deviation: deviation.map(str::to_owned),
-            skipped: None,
             elapsed_ms: ms,
-            repeats: 1,
-            elapsed_stats: None,
-            unstable: Vec::new(),
+            ..RunResult::new("pg17", "s", "d")
         }
     }
 

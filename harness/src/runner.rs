@@ -203,6 +203,28 @@ pub struct Outcome {
 }
 
 impl RunResult {
+    /// An empty result for one cell (server id, scenario name, driver id):
+    /// passed so far, nothing observed or left, one repeat, 0 ms.
+    pub fn new(server: &str, scenario: &str, driver: &str) -> RunResult {
+        RunResult {
+            server: server.to_owned(),
+            scenario: scenario.to_owned(),
+            driver: driver.to_owned(),
+            failure: None,
+            observations: Vec::new(),
+            steps: Vec::new(),
+            locks_left: Vec::new(),
+            cleaned_backends: Vec::new(),
+            backends_left: Vec::new(),
+            deviation: None,
+            skipped: None,
+            elapsed_ms: 0.0,
+            repeats: 1,
+            elapsed_stats: None,
+            unstable: Vec::new(),
+        }
+    }
+
     /// Whether the run passed (an unstable cell has a `failure`).
     pub fn passed(&self) -> bool {
         self.failure.is_none()
@@ -303,23 +325,7 @@ const CHECKOUT_TIMEOUT_S: u64 = 10;
 pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> RunResult {
     let info = driver.info();
     let began = Instant::now();
-    let mut result = RunResult {
-        server: server.id(),
-        scenario: scenario.name.clone(),
-        driver: info.id.to_owned(),
-        failure: None,
-        observations: Vec::new(),
-        steps: Vec::new(),
-        locks_left: Vec::new(),
-        cleaned_backends: Vec::new(),
-        backends_left: Vec::new(),
-        deviation: None,
-        skipped: None,
-        elapsed_ms: 0.0,
-        repeats: 1,
-        elapsed_stats: None,
-        unstable: Vec::new(),
-    };
+    let mut result = RunResult::new(&server.id(), &scenario.name, info.id);
     if info.pooler.is_some() && scenario.pool_settings.list.iter().any(|(k, _)| k != "application_name") {
         // PgBouncer (1.18) refuses the `options` startup parameter that carries
         // connection settings: the scenario cannot be run as written.

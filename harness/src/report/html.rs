@@ -408,9 +408,6 @@ mod tests {
                 observation_steps: vec![format!("step 1 (a: select '{evil}')")],
             }],
             runs: vec![RunResult {
-                server: "pg17".into(),
-                scenario: "s".into(),
-                driver: "d".into(),
                 failure: Some(evil.into()),
                 observations: vec![Observation {
                     name: "o".into(),
@@ -424,16 +421,10 @@ mod tests {
                     elapsed_stats: Stats::of(&[200.0, 210.0]),
                     waited_stats: None,
                 }],
-                steps: Vec::new(),
-                locks_left: Vec::new(),
-                cleaned_backends: Vec::new(),
-                backends_left: Vec::new(),
-                deviation: None,
-                skipped: None,
                 elapsed_ms: 300.0,
                 repeats: 2,
                 elapsed_stats: Stats::of(&[300.0, 310.0]),
-                unstable: Vec::new(),
+                ..RunResult::new("pg17", "s", "d")
             }],
             summary: Summary {
                 runs: 1,
