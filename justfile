@@ -23,9 +23,9 @@ report *args:
 check *args:
     cargo run --release --quiet -p locklab -- check {{args}}
 
-# Determinism soak: the whole matrix 50 times over (about 1 min per round) on PostgreSQL 17; prints the runs and the cells whose outcome differed between rounds, and exits 1 if any did (e.g. just soak --rounds 5 -d sqlx).
+# Determinism soak: the whole matrix 50 times over (about 1 min per round; PostgreSQL 17 unless --pg says otherwise); prints each cell whose outcome differed between rounds and the count of runs and of differing cells, and exits 1 if any differed (e.g. just soak --rounds 5 -d sqlx).
 soak *args:
-    cargo run --release --quiet -p locklab -- soak --pg 17 {{args}}
+    cargo run --release --quiet -p locklab -- soak {{args}}
 
 # Fuzz the scenario parser and validator with cargo-fuzz (libFuzzer) for SECONDS (default 600), seeded from scenarios/ and the invalid fixtures; installs cargo-fuzz into .cache/tools on first use.
 fuzz seconds="600":

@@ -839,6 +839,14 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
     files.sort();
+    if files.is_empty() {
+        // Nothing to run is a mistake (a wrong directory, `.yml` files), not a pass.
+        return Err(vec![ScenarioError {
+            file: dir.to_owned(),
+            pos: Pos { line: 1, column: 1 },
+            message: "no scenario files (*.yaml) in this directory".to_owned(),
+        }]);
+    }
     let mut out = Vec::new();
     let mut errors = Vec::new();
     for f in files {
@@ -1324,7 +1332,15 @@ fn yaml_error(path: &Path, e: &serde_saphyr::Error) -> ScenarioError {
             "i8" | "i16" | "i32" | "i64" | "u8" | "u16" | "u32" | "u64" | "i128" | "u128"
         )
     {
-        message = format!("expected a whole number ({ty})");
+        message = if ty == "i64" {
+            // Also what a whole number beyond i64 gets.
+            "expected a whole number (i64), from -9223372036854775808 to 9223372036854775807".to_owned()
+        } else {
+            format!("expected a whole number ({ty})")
+        };
+    }
+    if message.starts_with("multiple YAML documents detected") {
+        message = "the file holds several YAML documents (`---`); a scenario file holds one".to_owned();
     }
     ScenarioError {
         file: path.to_owned(),

@@ -332,3 +332,17 @@ fn fuzzer_findings_stay_fixed(#[files("tests/fixtures/fuzz/*")] path: PathBuf) {
         }
     }
 }
+
+/// A scenario directory with nothing to run (a wrong path, `.yml` files) is
+/// an error, not an empty pass.
+#[test]
+fn a_directory_without_scenario_files_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("lock.yml"), "name: lock\n").unwrap();
+    let errors = scenario::load_dir(dir.path()).unwrap_err();
+    assert!(
+        errors[0].message.starts_with("no scenario files (*.yaml)"),
+        "{}",
+        errors[0]
+    );
+}
