@@ -54,6 +54,17 @@ pub struct ScenarioError {
     pub message: String,
 }
 
+impl ScenarioError {
+    /// An error about the whole file (or directory) `file`, placed at 1:1.
+    pub fn at_start(file: &Path, message: impl Into<String>) -> ScenarioError {
+        ScenarioError {
+            file: file.to_owned(),
+            pos: Pos { line: 1, column: 1 },
+            message: message.into(),
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // The file format (what serde reads). Unknown keys are errors everywhere.
 // The JSON Schema shipped as `scenarios/scenario.schema.json` is generated from
@@ -828,11 +839,10 @@ fn sqlstate_of(s: &str) -> Option<String> {
 /// at 1:1 of the directory).
 pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
     let entries = std::fs::read_dir(dir).map_err(|e| {
-        vec![ScenarioError {
-            file: dir.to_owned(),
-            pos: Pos { line: 1, column: 1 },
-            message: format!("cannot read scenario directory: {e}"),
-        }]
+        vec![ScenarioError::at_start(
+            dir,
+            format!("cannot read scenario directory: {e}"),
+        )]
     })?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -841,11 +851,10 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
     files.sort();
     if files.is_empty() {
         // Nothing to run is a mistake (a wrong directory, `.yml` files), not a pass.
-        return Err(vec![ScenarioError {
-            file: dir.to_owned(),
-            pos: Pos { line: 1, column: 1 },
-            message: "no scenario files (*.yaml) in this directory".to_owned(),
-        }]);
+        return Err(vec![ScenarioError::at_start(
+            dir,
+            "no scenario files (*.yaml) in this directory",
+        )]);
     }
     let mut out = Vec::new();
     let mut errors = Vec::new();
@@ -860,11 +869,10 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
         if let Some(first) = seen.insert(&s.name, &s.file)
             && first != s.file
         {
-            errors.push(ScenarioError {
-                file: s.file.clone(),
-                pos: Pos { line: 1, column: 1 },
-                message: format!("scenario name '{}' is also used by {}", s.name, first.display()),
-            });
+            errors.push(ScenarioError::at_start(
+                &s.file,
+                format!("scenario name '{}' is also used by {}", s.name, first.display()),
+            ));
         }
     }
     if errors.is_empty() { Ok(out) } else { Err(errors) }
@@ -877,13 +885,7 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
 /// Syntax errors, type errors and unknown keys (first one found), or every
 /// semantic error found by validation, each with `file:line:column`.
 pub fn load_file(path: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
-    let fail = |message: String| {
-        vec![ScenarioError {
-            file: path.to_owned(),
-            pos: Pos { line: 1, column: 1 },
-            message,
-        }]
-    };
+    let fail = |message: String| vec![ScenarioError::at_start(path, message)];
     // Not read into memory when it is far too large to be a scenario.
     let mut bytes = Vec::new();
     std::fs::File::open(path)
@@ -950,24 +952,22 @@ pub const MAX_INSTANCES: usize = 64;
 /// prefixed with the combination, e.g. `with key=-1: …`.
 pub fn parse(path: &Path, text: &str) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
     if text.len() > MAX_FILE_BYTES {
-        return Err(vec![ScenarioError {
-            file: path.to_owned(),
-            pos: Pos { line: 1, column: 1 },
-            message: format!(
+        return Err(vec![ScenarioError::at_start(
+            path,
+            format!(
                 "the file has {} bytes; a scenario file may have at most {MAX_FILE_BYTES}",
                 text.len()
             ),
-        }]);
+        )]);
     }
     if text.split(['\n', '\r']).all(|l| {
         let l = l.trim();
         l.is_empty() || l.starts_with('#') || l == "---" || l == "..."
     }) {
-        return Err(vec![ScenarioError {
-            file: path.to_owned(),
-            pos: Pos { line: 1, column: 1 },
-            message: "the file is empty; a scenario needs name, description, actors and steps".to_owned(),
-        }]);
+        return Err(vec![ScenarioError::at_start(
+            path,
+            "the file is empty; a scenario needs name, description, actors and steps",
+        )]);
     }
     // Placeholders are not YAML everywhere (`{ value: ${key} }`): read `params`
     // from a copy where each `${name}` is letters of the same width.
