@@ -20,8 +20,8 @@ use anyhow::{Context, Result, bail};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
+use crate::outcome::RunResult;
 use crate::report::Report;
-use crate::runner::RunResult;
 
 /// Version of the `baseline.json` layout.
 pub const BASELINE_VERSION: u32 = 1;
@@ -82,7 +82,7 @@ pub struct BaselineCell {
     /// Driver id.
     pub driver: String,
     /// `pass`, `deviates`, `n/a`, `fail` or `unstable`.
-    pub status: String,
+    pub status: crate::outcome::Status,
     /// Observations in step order: name → value.
     pub observations: IndexMap<String, BaselineObservation>,
     /// The "locks left after run" cell (`none`, or keys with backend states).
@@ -515,7 +515,7 @@ mod tests {
         BaselineCell {
             scenario: scenario.into(),
             driver: driver.into(),
-            status: "pass".into(),
+            status: crate::outcome::Status::Pass,
             observations: [(
                 "held".to_owned(),
                 BaselineObservation {

@@ -15,6 +15,7 @@ pub mod browser;
 pub mod keys;
 pub mod matrix;
 pub mod observe;
+pub mod outcome;
 pub mod report;
 pub mod runner;
 pub mod scenario;

@@ -11,8 +11,9 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use locklab::baseline::{self, Baseline, Tolerance, short_version};
 use locklab::matrix::{self, DEFAULT_JOBS};
+use locklab::outcome::{RunResult, Status};
 use locklab::report::{Format, Report, describe_locks_left};
-use locklab::runner::{self, RunResult};
+use locklab::runner;
 use locklab::scenario::{self, Scenario};
 use locklab::server::{self, Backend, BackendChoice, DEFAULT_PG_MAJOR, DEFAULT_START_TIMEOUT, Server, ServerOptions};
 
@@ -949,11 +950,11 @@ fn summary(runs: &[RunResult]) -> String {
         .max(34);
     for r in runs {
         let status = match r.status() {
-            "unstable" => "UNST",
-            "fail" => "FAIL",
-            "n/a" => "n/a ",
-            "deviates" => "dev ",
-            _ => "pass",
+            Status::Unstable => "UNST",
+            Status::Fail => "FAIL",
+            Status::NotApplicable => "n/a ",
+            Status::Deviates => "dev ",
+            Status::Pass => "pass",
         };
         let server = if several {
             format!("{:<16} ", r.server)

@@ -5,7 +5,8 @@
 use futures::StreamExt;
 use locklab_drivers::Driver;
 
-use crate::runner::{self, Outcome, RunResult, Stats};
+use crate::outcome::{Outcome, RunResult, Stats};
+use crate::runner;
 use crate::scenario::Scenario;
 use crate::server::Server;
 
@@ -111,7 +112,10 @@ fn disagreements(outcomes: &[Outcome]) -> Vec<String> {
             lines.push(format!("{what}: {}", each.join(", ")));
         }
     };
-    item("outcome".into(), outcomes.iter().map(|o| o.status.clone()).collect());
+    item(
+        "outcome".into(),
+        outcomes.iter().map(|o| o.status.to_string()).collect(),
+    );
     let mut names: Vec<&str> = Vec::new();
     for o in outcomes {
         for (name, _, _) in &o.observations {
@@ -152,9 +156,9 @@ fn disagreements(outcomes: &[Outcome]) -> Vec<String> {
 mod tests {
     use super::*;
 
-    fn outcome(status: &str, held: &str) -> Outcome {
+    fn outcome(status: crate::outcome::Status, held: &str) -> Outcome {
         Outcome {
-            status: status.into(),
+            status,
             observations: vec![("held".into(), held.into(), None)],
             locks_left: "none".into(),
             cleaned_backends: 0,
@@ -164,10 +168,10 @@ mod tests {
 
     fn run(deviation: Option<&str>, held: &str, ms: f64) -> RunResult {
         RunResult {
-            observations: vec![runner::Observation {
+            observations: vec![crate::outcome::Observation {
                 name: "held".into(),
                 step: 1,
-                value: serde_json::Value::Null,
+                value: crate::outcome::Value::Null,
                 display: held.into(),
                 sqlstate: None,
                 elapsed_ms: Some(ms),
@@ -195,23 +199,23 @@ mod tests {
     fn a_cell_that_deviates_in_one_repeat_only_is_unstable_and_failed() {
         let cell = fold_repeats(vec![run(Some("expected true"), "true", 1.0), run(None, "true", 1.0)]);
         assert!(!cell.passed());
-        assert_eq!(cell.outcome().status, "unstable");
+        assert_eq!(cell.outcome().status, crate::outcome::Status::Unstable);
         assert_eq!(cell.unstable, vec!["outcome: deviates ×1, pass ×1".to_owned()]);
         assert!(cell.failure.as_deref().unwrap().contains("unstable over 2 repeats"));
     }
 
     #[test]
     fn agreeing_outcomes_are_stable() {
-        let o = vec![outcome("pass", "true"); 5];
+        let o = vec![outcome(crate::outcome::Status::Pass, "true"); 5];
         assert!(disagreements(&o).is_empty());
     }
 
     #[test]
     fn a_differing_value_is_named_with_its_counts() {
         let o = vec![
-            outcome("pass", "true"),
-            outcome("pass", "false"),
-            outcome("pass", "true"),
+            outcome(crate::outcome::Status::Pass, "true"),
+            outcome(crate::outcome::Status::Pass, "false"),
+            outcome(crate::outcome::Status::Pass, "true"),
         ];
         assert_eq!(disagreements(&o), vec!["`held`: true ×2, false ×1".to_owned()]);
     }

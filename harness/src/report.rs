@@ -55,7 +55,7 @@ use anyhow::{Context, Result};
 use locklab_drivers::Driver;
 use serde::Serialize;
 
-use crate::runner::RunResult;
+use crate::outcome::RunResult;
 use crate::scenario::Scenario;
 use crate::server::Server;
 
@@ -572,13 +572,4 @@ impl Report {
     }
 }
 
-/// `key 43 (idle), key (1, 2) (idle in transaction)`: the "locks left after run" cell,
-/// sorted (so that it does not depend on which backend pid came first).
-pub fn describe_locks_left(locks: &[crate::observe::LockRow]) -> String {
-    let mut each: Vec<String> = locks
-        .iter()
-        .map(|l| format!("key {} ({})", l.key, l.state.as_deref().unwrap_or("?")))
-        .collect();
-    each.sort();
-    each.join(", ")
-}
+pub use crate::outcome::describe_locks_left;

@@ -14,261 +14,15 @@ use futures::FutureExt;
 use locklab_drivers::{
     Conn, DirectConn, Driver, DriverError, DriverInfo, DriverKind, PoolOptions, PoolerMode, Returned, Rows,
 };
-use serde::Serialize;
 use tokio::task::JoinHandle;
 
 use crate::observe::{self, LockRow, Polled, poll_until};
+use crate::outcome::{LockHolder, LockSnapshot, Value};
+pub use crate::outcome::{Observation, Outcome, RunResult, Stats, StepReport};
 use crate::scenario::{
     Action, Expect, OnTimeout, Pos, RowsExpect, Scalar, Scenario, Settings, Step, StepKind, Via, When,
 };
 use crate::server::Server;
-
-/// One recorded observation: a row of the matrix, for one driver column.
-#[derive(Clone, Debug, Serialize)]
-pub struct Observation {
-    /// The `record:` name.
-    pub name: String,
-    /// 1-based step number that recorded it.
-    pub step: usize,
-    /// Machine-readable value: a bool, number, string, null, or for an
-    /// `observe` step `{held, holders: [{actor, pid, state}], waiters: [...]}`.
-    pub value: serde_json::Value,
-    /// What the report cell shows, e.g. `true`, `55P03`, `held by worker (idle)`.
-    pub display: String,
-    /// SQLSTATE when the step failed on the server (as expected).
-    pub sqlstate: Option<String>,
-    /// Wall time of the step, in ms, measured around the driver call.
-    pub elapsed_ms: Option<f64>,
-    /// For an `await` step: the part of `elapsed_ms` spent at the `await` (from
-    /// the step's start until the result was in, 0 when it already was), in ms:
-    /// e.g. how long a waiter still waited once the step before it released the lock.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub waited_ms: Option<f64>,
-    /// Server notices of the step (`SEVERITY: message`; direct actors only).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub notices: Vec<String>,
-    /// Spread of `elapsed_ms` over the cell's repeats (`--repeat`), in ms; set
-    /// by [`crate::matrix::run_all`], `None` for observations without a timing.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub elapsed_stats: Option<Stats>,
-    /// Spread of `waited_ms` over the cell's repeats, in ms (`await` steps).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub waited_stats: Option<Stats>,
-}
-
-/// min / p50 / p95 / max of one timing over a cell's repeats, in ms
-/// (percentiles by nearest rank: p50 of 20 samples is the 10th smallest).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, serde::Deserialize)]
-pub struct Stats {
-    /// Number of samples (repeats that produced this timing).
-    pub n: usize,
-    /// Smallest sample, ms.
-    pub min: f64,
-    /// Median (nearest rank), ms.
-    pub p50: f64,
-    /// 95th percentile (nearest rank), ms.
-    pub p95: f64,
-    /// Largest sample, ms.
-    pub max: f64,
-}
-
-impl Stats {
-    /// The statistics of `samples` (ms); `None` when there are none.
-    pub fn of(samples: &[f64]) -> Option<Stats> {
-        let mut v: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
-        if v.is_empty() {
-            return None;
-        }
-        v.sort_by(f64::total_cmp);
-        let rank = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
-        Some(Stats {
-            n: v.len(),
-            min: v[0],
-            p50: rank(0.5),
-            p95: rank(0.95),
-            max: v[v.len() - 1],
-        })
-    }
-}
-
-/// How a step went.
-#[derive(Clone, Debug, Serialize)]
-pub struct StepReport {
-    /// 1-based step number.
-    pub step: usize,
-    /// Human label.
-    pub label: String,
-    /// Wall time in ms (for background steps: from start to completion).
-    pub elapsed_ms: f64,
-    /// `ok`, `skipped (pooled only)`, or the failure.
-    pub outcome: String,
-}
-
-/// The result of one scenario × driver run.
-#[derive(Clone, Debug, Serialize)]
-pub struct RunResult {
-    /// Server column group ([`Server::id`], e.g. `pg17`).
-    pub server: String,
-    /// Scenario name.
-    pub scenario: String,
-    /// Driver id.
-    pub driver: String,
-    /// `None` when every step and expectation passed, else what failed (naming
-    /// scenario, driver, step, actor and file position).
-    pub failure: Option<String>,
-    /// Recorded observations in step order.
-    pub observations: Vec<Observation>,
-    /// Every step.
-    pub steps: Vec<StepReport>,
-    /// Advisory locks held in the run's database (granted rows of `pg_locks`):
-    /// for a passed run, after the last step once every pool actor has returned
-    /// its connection (a closed one: once its backend has exited) with the pool
-    /// still open; for a failed run, when it failed.
-    pub locks_left: Vec<LockRow>,
-    /// Backends the harness ended after the run because they still held or
-    /// waited for an advisory lock in the run's database (a ghost lock, a
-    /// leak), so that nothing carries over into the next run.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub cleaned_backends: Vec<i32>,
-    /// The leak guard: what was still in the run's database once the run was
-    /// over (its pool closed, its connections dropped, PgBouncer told to close
-    /// its server connections to it): backends as `pid N (application_name,
-    /// state)` and advisory locks as `lock KEY (pid N)`, after waiting up to
-    /// 5 s for them to go. The harness ends them before the next run, and
-    /// a leak fails the cell; empty when nothing was left.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub backends_left: Vec<String>,
-    /// For a configuration behind transaction pooling: the expectation that
-    /// did not hold (the run stops there, as a failure would), recorded as
-    /// the measured behaviour rather than a failure.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub deviation: Option<String>,
-    /// Why the run was not made (e.g. a configuration that cannot carry the
-    /// scenario's connection settings); its observations are `n/a`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub skipped: Option<String>,
-    /// Wall time of the whole run in ms, database creation and drop included.
-    pub elapsed_ms: f64,
-    /// How many times the cell ran (`--repeat`, 1 by default). With more than
-    /// one, the fields above are the first run's, or the first failing run's
-    /// if any failed, and the timings' spread is in `*_stats`.
-    pub repeats: usize,
-    /// Spread of `elapsed_ms` over the repeats, in ms.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub elapsed_stats: Option<Stats>,
-    /// What differed between the repeats' [`Outcome`]s, one line per item
-    /// (`` `held` differs: true ×19, false ×1 ``); empty when every repeat agreed.
-    /// An unstable cell counts as failed.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub unstable: Vec<String>,
-}
-
-impl Observation {
-    /// The timing shown next to the value: `201.2 ms`, or for an `await` step
-    /// `201.2 ms, 3.1 at await`; `None` for observations without a timing.
-    /// With several repeats: `p50 201.2 ms, 198.0–230.5` (min–max), and for
-    /// an `await` step the p50 at the await.
-    pub fn timing(&self) -> Option<String> {
-        let ms = self.elapsed_ms?;
-        if let Some(s) = self.elapsed_stats.filter(|s| s.n > 1) {
-            return Some(match self.waited_stats {
-                Some(w) => format!("p50 {:.1} ms, {:.1}–{:.1}; {:.1} at await", s.p50, s.min, s.max, w.p50),
-                None => format!("p50 {:.1} ms, {:.1}–{:.1}", s.p50, s.min, s.max),
-            });
-        }
-        Some(match self.waited_ms {
-            Some(w) => format!("{ms:.1} ms, {w:.1} at await"),
-            None => format!("{ms:.1} ms"),
-        })
-    }
-}
-
-/// What a run measured, without timings or backend pids: what repeats of a
-/// cell must agree on and what the baseline (`reports/baseline.json`) keeps.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct Outcome {
-    /// `pass`, `deviates` (behind transaction pooling), `n/a`, `fail`, or
-    /// `unstable` (repeats disagreed).
-    pub status: String,
-    /// Each observation in step order: (name, displayed value, SQLSTATE).
-    pub observations: Vec<(String, String, Option<String>)>,
-    /// The "locks left after run" cell: `none`, or keys with backend states.
-    pub locks_left: String,
-    /// How many backends the harness had to end after the run.
-    pub cleaned_backends: usize,
-    /// How many backends or advisory locks the leak guard found once the run
-    /// was over ([`RunResult::backends_left`]); 0 in files written before it existed.
-    #[serde(default)]
-    pub backends_left: usize,
-}
-
-impl RunResult {
-    /// An empty result for one cell (server id, scenario name, driver id):
-    /// passed so far, nothing observed or left, one repeat, 0 ms.
-    pub fn new(server: &str, scenario: &str, driver: &str) -> RunResult {
-        RunResult {
-            server: server.to_owned(),
-            scenario: scenario.to_owned(),
-            driver: driver.to_owned(),
-            failure: None,
-            observations: Vec::new(),
-            steps: Vec::new(),
-            locks_left: Vec::new(),
-            cleaned_backends: Vec::new(),
-            backends_left: Vec::new(),
-            deviation: None,
-            skipped: None,
-            elapsed_ms: 0.0,
-            repeats: 1,
-            elapsed_stats: None,
-            unstable: Vec::new(),
-        }
-    }
-
-    /// Whether the run passed (an unstable cell has a `failure`).
-    pub fn passed(&self) -> bool {
-        self.failure.is_none()
-    }
-
-    /// `unstable`, `fail`, `n/a`, `deviates` or `pass`, in that precedence.
-    pub fn status(&self) -> &'static str {
-        if !self.unstable.is_empty() {
-            "unstable"
-        } else if self.failure.is_some() {
-            "fail"
-        } else if self.skipped.is_some() {
-            "n/a"
-        } else if self.deviation.is_some() {
-            "deviates"
-        } else {
-            "pass"
-        }
-    }
-
-    /// What this run measured, for comparing repeats and baselines.
-    pub fn outcome(&self) -> Outcome {
-        Outcome {
-            status: self.status().to_owned(),
-            observations: self
-                .observations
-                .iter()
-                .map(|o| (o.name.clone(), o.display.clone(), o.sqlstate.clone()))
-                .collect(),
-            locks_left: if self.locks_left.is_empty() {
-                "none".to_owned()
-            } else {
-                crate::report::describe_locks_left(&self.locks_left)
-            },
-            cleaned_backends: self.cleaned_backends.len(),
-            backends_left: self.backends_left.len(),
-        }
-    }
-
-    /// The observation named `name`.
-    pub fn observation(&self, name: &str) -> Option<&Observation> {
-        self.observations.iter().find(|o| o.name == name)
-    }
-}
 
 /// Ends every other backend connected to the run's database.
 const TERMINATE_OTHERS_SQL: &str = "select pg_terminate_backend(pid) from pg_stat_activity \
@@ -339,7 +93,7 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
                 result.observations.push(Observation {
                     name: name.clone(),
                     step: step.index + 1,
-                    value: serde_json::Value::Null,
+                    value: Value::Null,
                     display: "n/a (settings cannot pass PgBouncer)".into(),
                     sqlstate: None,
                     elapsed_ms: None,
@@ -871,7 +625,7 @@ impl Run<'_> {
     }
 
     fn skip(&mut self, step: &Step) -> Result<(), String> {
-        self.record_note(step, serde_json::Value::Null, "n/a".into(), None);
+        self.record_note(step, Value::Null, "n/a".into(), None);
         Ok(())
     }
 
@@ -994,7 +748,9 @@ impl Run<'_> {
             }
             self.record_note(
                 step,
-                serde_json::json!({ "no_connection": why }),
+                Value::NoConnection {
+                    no_connection: why.clone(),
+                },
                 format!("no connection ({why})"),
                 None,
             );
@@ -1020,7 +776,11 @@ impl Run<'_> {
                         self.slots[actor] = Slot::Lost(why.clone());
                         self.record_note(
                             step,
-                            serde_json::json!({ "checkout": "dropped" }),
+                            Value::Checkout {
+                                checkout: "dropped",
+                                error: None,
+                                first_statement: None,
+                            },
                             why,
                             Some(t0.elapsed()),
                         );
@@ -1031,7 +791,11 @@ impl Run<'_> {
                         self.slots[actor] = Slot::Lost(why.clone());
                         self.record_note(
                             step,
-                            serde_json::json!({ "checkout": "failed", "error": e.to_string() }),
+                            Value::Checkout {
+                                checkout: "failed",
+                                error: Some(e.to_string()),
+                                first_statement: None,
+                            },
                             why,
                             Some(t0.elapsed()),
                         );
@@ -1046,10 +810,21 @@ impl Run<'_> {
                         // not answer.
                         let answered = self.learn_pid(actor, bound).await;
                         let (value, display) = if answered {
-                            (serde_json::json!({ "checkout": "ok" }), "ok".to_owned())
+                            (
+                                Value::Checkout {
+                                    checkout: "ok",
+                                    error: None,
+                                    first_statement: None,
+                                },
+                                "ok".to_owned(),
+                            )
                         } else {
                             (
-                                serde_json::json!({ "checkout": "ok", "first_statement": "no answer" }),
+                                Value::Checkout {
+                                    checkout: "ok",
+                                    error: None,
+                                    first_statement: Some("no answer"),
+                                },
                                 format!("handed out, no answer within {} ms", bound.as_millis()),
                             )
                         };
@@ -1066,14 +841,16 @@ impl Run<'_> {
                 self.pids.remove(&actor);
                 let t0 = Instant::now();
                 let (value, display) = match tokio::time::timeout(bound, conn.give_back()).await {
-                    Ok(Returned::ToPool) => (serde_json::json!({ "return": "to pool" }), "to pool".to_owned()),
-                    Ok(Returned::Closed) => (serde_json::json!({ "return": "closed" }), "closed".to_owned()),
+                    Ok(Returned::ToPool) => (Value::Return { returned: "to pool" }, "to pool".to_owned()),
+                    Ok(Returned::Closed) => (Value::Return { returned: "closed" }, "closed".to_owned()),
                     Ok(Returned::ToPooler) => (
-                        serde_json::json!({ "return": "closed, server connection to the pooler" }),
+                        Value::Return {
+                            returned: "closed, server connection to the pooler",
+                        },
                         "closed, server connection to the pooler".to_owned(),
                     ),
                     Err(_) => (
-                        serde_json::json!({ "return": "unfinished" }),
+                        Value::Return { returned: "unfinished" },
                         format!("unfinished at {} ms", bound.as_millis()),
                     ),
                 };
@@ -1105,13 +882,13 @@ impl Run<'_> {
                             crate::scenario::GuardEndRaw::Drop => "acquired, guard dropped",
                             crate::scenario::GuardEndRaw::Leak => "acquired, leak()",
                         };
-                        self.record_note(step, serde_json::json!({ "guard": how }), how.to_owned(), Some(took));
+                        self.record_note(step, Value::Guard { guard: how }, how.to_owned(), Some(took));
                         Ok(())
                     }
                     Err(DriverError::Unsupported(why)) => {
                         self.record_note(
                             step,
-                            serde_json::json!({ "unsupported": why }),
+                            Value::Unsupported { unsupported: why },
                             "n/a (no guard API)".to_owned(),
                             None,
                         );
@@ -1244,7 +1021,7 @@ impl Run<'_> {
                 seen.sort();
                 let actual: Vec<String> = seen.iter().map(|(_, i)| id_of(i)).collect();
                 let wanted: Vec<String> = ids.iter().map(id_of).collect();
-                self.record_note(step, serde_json::json!(actual), actual.join(" → "), None);
+                self.record_note(step, Value::Order(actual.clone()), actual.join(" → "), None);
                 if actual == wanted {
                     Ok(())
                 } else {
@@ -1353,14 +1130,14 @@ impl Run<'_> {
                 }
                 self.record_note(
                     step,
-                    serde_json::json!({
-                        "dropped_at_ms": bound.as_millis() as u64,
-                        "cancel": match step.on_timeout {
+                    Value::Dropped {
+                        dropped_at_ms: bound.as_millis() as u64,
+                        cancel: match step.on_timeout {
                             OnTimeout::Drop => "none",
                             OnTimeout::Cancel if why.starts_with("cancel sent") => "sent, no effect",
                             OnTimeout::Cancel => "not sent",
                         },
-                    }),
+                    },
                     display,
                     Some(took),
                 );
@@ -1372,7 +1149,7 @@ impl Run<'_> {
     /// Records an observation that is not a statement result (an `observe`,
     /// an `order`, a dropped call, a bounded checkout or return, a guard, a
     /// step that does not apply), when the step has `record`.
-    fn record_note(&mut self, step: &Step, value: serde_json::Value, display: String, took: Option<Duration>) {
+    fn record_note(&mut self, step: &Step, value: Value, display: String, took: Option<Duration>) {
         if let Some(name) = &step.record {
             self.result.observations.push(Observation {
                 name: name.clone(),
@@ -1536,8 +1313,8 @@ impl Run<'_> {
             };
             let (value, mut display, sqlstate) = match &result {
                 Ok(rows) => match rows.first_value() {
-                    None => (serde_json::Value::Null, "(no rows)".to_owned(), None),
-                    Some(None) => (serde_json::Value::Null, "NULL".to_owned(), None),
+                    None => (Value::Null, "(no rows)".to_owned(), None),
+                    Some(None) => (Value::Null, "NULL".to_owned(), None),
                     Some(Some(t)) => typed(t),
                 },
                 Err(e) => {
@@ -1547,7 +1324,7 @@ impl Run<'_> {
                         (DriverError::Db(_), None) => "error, no SQLSTATE from the driver".into(),
                         _ => "client error".into(),
                     };
-                    (serde_json::json!({ "error": e.to_string() }), display, code)
+                    (Value::Error { error: e.to_string() }, display, code)
                 }
             };
             if let Some(first) = notices.first() {
@@ -1606,11 +1383,17 @@ impl Run<'_> {
             }
         }
         if step.record.is_some() {
-            let who = |r: &LockRow| serde_json::json!({ "actor": self.actor_of(r.pid), "pid": r.pid, "state": r.state, "key": r.key.to_string(), "mode": r.mode });
-            let value = serde_json::json!({
-                "held": !holders.is_empty(),
-                "holders": holders.iter().map(|r| who(r)).collect::<Vec<_>>(),
-                "waiters": waiters.iter().map(|r| who(r)).collect::<Vec<_>>(),
+            let who = |r: &LockRow| LockHolder {
+                actor: self.actor_of(r.pid).map(str::to_owned),
+                pid: r.pid,
+                state: r.state.clone(),
+                key: r.key.to_string(),
+                mode: r.mode.clone(),
+            };
+            let value = Value::Locks(LockSnapshot {
+                held: !holders.is_empty(),
+                holders: holders.iter().map(|r| who(r)).collect(),
+                waiters: waiters.iter().map(|r| who(r)).collect(),
             });
             let display = self.describe(&holders, &waiters);
             self.record_note(step, value, display, None);
@@ -1644,17 +1427,15 @@ impl Run<'_> {
 
 /// `t`/`f` become booleans, integers become numbers, anything else stays text
 /// (an empty string shows as `(empty)`).
-fn typed(t: &str) -> (serde_json::Value, String, Option<String>) {
-    match t {
-        "t" => (true.into(), "true".into(), None),
-        "f" => (false.into(), "false".into(), None),
+fn typed(t: &str) -> (Value, String, Option<String>) {
+    let display = match t {
+        "t" => "true".to_owned(),
+        "f" => "false".to_owned(),
         // e.g. the result of a function returning void
-        "" => ("".into(), "(empty)".into(), None),
-        _ => match t.parse::<i64>() {
-            Ok(n) => (n.into(), t.to_owned(), None),
-            Err(_) => (t.into(), t.to_owned(), None),
-        },
-    }
+        "" => "(empty)".to_owned(),
+        _ => t.to_owned(),
+    };
+    (Value::of_text(t), display, None)
 }
 
 /// Checks an SQL step's outcome against its expectation.

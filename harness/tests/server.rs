@@ -18,7 +18,8 @@ use common::server;
 
 use locklab::keys::AdvisoryKey;
 use locklab::observe;
-use locklab::runner::{self, RunResult};
+use locklab::outcome::{RunResult, Value};
+use locklab::runner;
 use locklab::scenario::{self, Scenario, StepKind, When};
 use locklab::server::{BackendChoice, Server, ServerOptions};
 use locklab_drivers::{Conn, DirectConn};
@@ -154,30 +155,28 @@ fn assert_observations_well_formed(s: &Scenario, r: &RunResult, pooled: bool) {
         }
         match &step.kind {
             StepKind::Observe(..) => {
-                let held = o
+                let snapshot = o
                     .value
-                    .get("held")
-                    .and_then(|h| h.as_bool())
-                    .unwrap_or_else(|| panic!("{name}: no held flag in {}", o.value));
-                let holders = o.value["holders"].as_array().unwrap();
-                assert_eq!(held, !holders.is_empty(), "{name}: held flag disagrees with holders");
-                for h in holders {
-                    assert!(
-                        h["pid"].as_i64().is_some_and(|p| p > 0),
-                        "{name}: holder without pid: {h}"
-                    );
-                    assert!(h["state"].is_string(), "{name}: holder without state: {h}");
+                    .locks()
+                    .unwrap_or_else(|| panic!("{name}: not a lock snapshot: {:?}", o.value));
+                assert_eq!(
+                    snapshot.held,
+                    !snapshot.holders.is_empty(),
+                    "{name}: held flag disagrees with holders"
+                );
+                for h in &snapshot.holders {
+                    assert!(h.pid > 0, "{name}: holder without pid: {h:?}");
+                    assert!(h.state.is_some(), "{name}: holder without state: {h:?}");
                 }
             }
             StepKind::Order(ids) => {
-                let got = o
-                    .value
-                    .as_array()
-                    .unwrap_or_else(|| panic!("{name}: not a list: {}", o.value));
-                assert_eq!(got.len(), ids.len(), "{name}: {}", o.value);
+                let Value::Order(got) = &o.value else {
+                    panic!("{name}: not a list: {:?}", o.value)
+                };
+                assert_eq!(got.len(), ids.len(), "{name}: {got:?}");
             }
-            _ if o.value.get("no_connection").is_some() || o.value.get("unsupported").is_some() => {
-                assert!(o.elapsed_ms.is_none(), "{name}: {}", o.value);
+            _ if matches!(o.value, Value::NoConnection { .. } | Value::Unsupported { .. }) => {
+                assert!(o.elapsed_ms.is_none(), "{name}: {:?}", o.value);
             }
             _ => {
                 let ms = o.elapsed_ms.unwrap_or_else(|| panic!("{name}: no timing"));
@@ -484,7 +483,7 @@ async fn a_client_timeout_is_recorded_and_the_server_side_is_observed(#[case] on
     let ms = call.elapsed_ms.unwrap();
     assert!((200.0..5000.0).contains(&ms), "{ms} ms");
     let after = r.observation("after").unwrap();
-    let waiters = after.value["waiters"].as_array().unwrap();
+    let waiters = &after.value.locks().unwrap().waiters;
     match on_timeout {
         "drop" => {
             assert_eq!(call.display, "dropped at 200 ms");

@@ -3,7 +3,7 @@
 use plotters::coord::ranged1d::SegmentValue;
 use plotters::prelude::*;
 
-use crate::runner::Stats;
+use crate::outcome::Stats;
 
 /// Width of a chart in CSS px.
 const WIDTH: u32 = 760;

@@ -7,7 +7,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::{Report, chart};
-use crate::runner::{Observation, RunResult, Stats};
+use crate::outcome::{Observation, RunResult, Stats, Status};
 
 /// A timing is charted when some column's p50 (or single value) reaches this, in ms;
 /// faster steps are just round trips (an outlier alone does not make a chart).
@@ -49,11 +49,12 @@ struct Section {
 /// its value differs from the reference column of its server).
 fn class_of(run: &RunResult, differs: bool) -> &'static str {
     match run.status() {
-        "pass" if differs => "differs",
-        "pass" => "same",
-        "n/a" => "na",
-        "deviates" => "dev",
-        other => other,
+        Status::Pass if differs => "differs",
+        Status::Pass => "same",
+        Status::NotApplicable => "na",
+        Status::Deviates => "dev",
+        Status::Fail => "fail",
+        Status::Unstable => "unstable",
     }
 }
 
@@ -104,14 +105,16 @@ fn evidence(header: &str, step: &str, o: &Observation, run: &RunResult) -> Strin
     if let Some(state) = &o.sqlstate {
         lines.push(format!("SQLSTATE: {state}"));
     }
-    for (key, what) in [("holders", "holder"), ("waiters", "waiter")] {
-        for h in o.value.get(key).and_then(|v| v.as_array()).into_iter().flatten() {
-            lines.push(format!(
-                "{what}: {} (backend pid {}, {})",
-                h.get("actor").and_then(|a| a.as_str()).unwrap_or("?"),
-                h.get("pid").map(ToString::to_string).unwrap_or_else(|| "?".into()),
-                h.get("state").and_then(|a| a.as_str()).unwrap_or("?"),
-            ));
+    if let Some(snapshot) = o.value.locks() {
+        for (list, what) in [(&snapshot.holders, "holder"), (&snapshot.waiters, "waiter")] {
+            for h in list {
+                lines.push(format!(
+                    "{what}: {} (backend pid {}, {})",
+                    h.actor.as_deref().unwrap_or("?"),
+                    h.pid,
+                    h.state.as_deref().unwrap_or("?"),
+                ));
+            }
         }
     }
     if let Some(s) = &o.elapsed_stats {
@@ -362,7 +365,7 @@ impl Report {
 mod tests {
     use super::super::{DriverColumn, Environment, ScenarioInfo, ServerInfo, Summary};
     use super::*;
-    use crate::runner::Observation;
+    use crate::outcome::Observation;
 
     /// A one-cell report whose scenario text, SQL and value are hostile HTML.
     fn hostile() -> Report {
@@ -412,7 +415,17 @@ mod tests {
                 observations: vec![Observation {
                     name: "o".into(),
                     step: 1,
-                    value: serde_json::json!({"holders": [{"actor": evil, "pid": 42, "state": "idle"}]}),
+                    value: crate::outcome::Value::Locks(crate::outcome::LockSnapshot {
+                        held: true,
+                        holders: vec![crate::outcome::LockHolder {
+                            actor: Some(evil.into()),
+                            pid: 42,
+                            state: Some("idle".into()),
+                            key: "1".into(),
+                            mode: "ExclusiveLock".into(),
+                        }],
+                        waiters: Vec::new(),
+                    }),
                     display: evil.into(),
                     sqlstate: Some("55P03".into()),
                     elapsed_ms: Some(200.0),

@@ -1,0 +1,483 @@
+//! What a run measured: the data every later stage (repeat folding, the
+//! baseline, the report writers) reads. The runner produces these values; the
+//! report turns them into text and HTML.
+
+use serde::Serialize;
+
+use crate::observe::LockRow;
+
+/// The status of one cell, in precedence order (most severe last): serialised
+/// as `pass`, `deviates`, `n/a`, `fail` and `unstable`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize)]
+pub enum Status {
+    /// Every step and expectation held.
+    #[serde(rename = "pass")]
+    Pass,
+    /// Behind transaction pooling, an expectation did not hold: the measured
+    /// behaviour, not a failure.
+    #[serde(rename = "deviates")]
+    Deviates,
+    /// The configuration cannot run the scenario as written.
+    #[serde(rename = "n/a")]
+    NotApplicable,
+    /// A step, an expectation, a deadline or the clean-up failed.
+    #[serde(rename = "fail")]
+    Fail,
+    /// Repeats of the cell disagreed (counts as failed).
+    #[serde(rename = "unstable")]
+    Unstable,
+}
+
+impl Status {
+    /// The serialised form: `pass`, `deviates`, `n/a`, `fail` or `unstable`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pass => "pass",
+            Status::Deviates => "deviates",
+            Status::NotApplicable => "n/a",
+            Status::Fail => "fail",
+            Status::Unstable => "unstable",
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The machine-readable value of an observation, as `matrix.json` has it
+/// (untagged: a plain JSON scalar, or an object whose keys say what it is).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Value {
+    /// SQL NULL, no row, or a step that does not apply (`null`).
+    Null,
+    /// `t` / `f` from the server.
+    Bool(bool),
+    /// A value that parses as an i64.
+    Int(i64),
+    /// Any other text (an empty string for a `void` result).
+    Text(String),
+    /// An `observe` step: `{held, holders, waiters}`.
+    Locks(LockSnapshot),
+    /// An `order` step: the step ids in completion order.
+    Order(Vec<String>),
+    /// A failed statement: `{error}` with the driver's message.
+    Error {
+        /// The error as the driver reported it.
+        error: String,
+    },
+    /// A checkout bounded by `client_timeout_ms`: `{checkout: ok | dropped |
+    /// failed, error?, first_statement?}`.
+    Checkout {
+        /// `ok`, `dropped` or `failed`.
+        checkout: &'static str,
+        /// Why it failed (`failed` only).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        /// `no answer` when the harness's `select pg_backend_pid()` on the
+        /// connection handed out did not answer within the bound.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        first_statement: Option<&'static str>,
+    },
+    /// A return bounded by `client_timeout_ms`: `{return: to pool | closed |
+    /// closed, server connection to the pooler | unfinished}`.
+    Return {
+        /// How the connection went back.
+        #[serde(rename = "return")]
+        returned: &'static str,
+    },
+    /// A call dropped at its `client_timeout_ms`: `{dropped_at_ms, cancel:
+    /// none | sent, no effect | not sent}`.
+    Dropped {
+        /// The bound, in ms.
+        dropped_at_ms: u64,
+        /// Whether a cancel request was sent, and its effect.
+        cancel: &'static str,
+    },
+    /// A `lock_guard` step whose guard was acquired: `{guard}`, how it ended.
+    Guard {
+        /// `acquired, release_now()`, `acquired, guard dropped`, `acquired, leak()`.
+        guard: &'static str,
+    },
+    /// A capability the driver does not have: `{unsupported}`, why.
+    Unsupported {
+        /// The driver's reason.
+        unsupported: String,
+    },
+    /// A step of an actor whose bounded checkout gave up: `{no_connection}`.
+    NoConnection {
+        /// Why the actor has no connection.
+        no_connection: String,
+    },
+}
+
+impl Value {
+    /// `t`/`f` become booleans, integers numbers, anything else text.
+    pub fn of_text(t: &str) -> Value {
+        match t {
+            "t" => Value::Bool(true),
+            "f" => Value::Bool(false),
+            _ => match t.parse::<i64>() {
+                Ok(n) => Value::Int(n),
+                Err(_) => Value::Text(t.to_owned()),
+            },
+        }
+    }
+
+    /// The lock snapshot of an `observe` step, if this is one.
+    pub fn locks(&self) -> Option<&LockSnapshot> {
+        match self {
+            Value::Locks(l) => Some(l),
+            _ => None,
+        }
+    }
+}
+
+/// What an `observe` step saw: the granted and awaited advisory locks.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LockSnapshot {
+    /// Whether any granted advisory lock matched.
+    pub held: bool,
+    /// Backends holding a matching lock (granted rows of `pg_locks`).
+    pub holders: Vec<LockHolder>,
+    /// Backends waiting for one (ungranted rows).
+    pub waiters: Vec<LockHolder>,
+}
+
+/// One holder or waiter of an advisory lock.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LockHolder {
+    /// The actor that last used the backend (`server connection` behind
+    /// transaction pooling), `None` for a backend no actor used.
+    pub actor: Option<String>,
+    /// Backend pid.
+    pub pid: i32,
+    /// `pg_stat_activity.state` of the backend.
+    pub state: Option<String>,
+    /// The key as text: an i64, or `(i32, i32)`.
+    pub key: String,
+    /// `ExclusiveLock` or `ShareLock`.
+    pub mode: String,
+}
+
+/// `key 43 (idle), key (1, 2) (idle in transaction)`: the "locks left after run" cell,
+/// sorted (so that it does not depend on which backend pid came first).
+pub fn describe_locks_left(locks: &[LockRow]) -> String {
+    let mut each: Vec<String> = locks
+        .iter()
+        .map(|l| format!("key {} ({})", l.key, l.state.as_deref().unwrap_or("?")))
+        .collect();
+    each.sort();
+    each.join(", ")
+}
+
+/// One recorded observation: a row of the matrix, for one driver column.
+#[derive(Clone, Debug, Serialize)]
+pub struct Observation {
+    /// The `record:` name.
+    pub name: String,
+    /// 1-based step number that recorded it.
+    pub step: usize,
+    /// Machine-readable value (serialised as a bool, number, string, null,
+    /// or an object; see [`Value`]).
+    pub value: Value,
+    /// What the report cell shows, e.g. `true`, `55P03`, `held by worker (idle)`.
+    pub display: String,
+    /// SQLSTATE when the step failed on the server (as expected).
+    pub sqlstate: Option<String>,
+    /// Wall time of the step, in ms, measured around the driver call.
+    pub elapsed_ms: Option<f64>,
+    /// For an `await` step: the part of `elapsed_ms` spent at the `await` (from
+    /// the step's start until the result was in, 0 when it already was), in ms:
+    /// e.g. how long a waiter still waited once the step before it released the lock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waited_ms: Option<f64>,
+    /// Server notices of the step (`SEVERITY: message`; direct actors only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notices: Vec<String>,
+    /// Spread of `elapsed_ms` over the cell's repeats (`--repeat`), in ms; set
+    /// by [`crate::matrix::run_all`], `None` for observations without a timing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elapsed_stats: Option<Stats>,
+    /// Spread of `waited_ms` over the cell's repeats, in ms (`await` steps).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waited_stats: Option<Stats>,
+}
+
+/// min / p50 / p95 / max of one timing over a cell's repeats, in ms
+/// (percentiles by nearest rank: p50 of 20 samples is the 10th smallest).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, serde::Deserialize)]
+pub struct Stats {
+    /// Number of samples (repeats that produced this timing).
+    pub n: usize,
+    /// Smallest sample, ms.
+    pub min: f64,
+    /// Median (nearest rank), ms.
+    pub p50: f64,
+    /// 95th percentile (nearest rank), ms.
+    pub p95: f64,
+    /// Largest sample, ms.
+    pub max: f64,
+}
+
+impl Stats {
+    /// The statistics of `samples` (ms); `None` when there are none.
+    pub fn of(samples: &[f64]) -> Option<Stats> {
+        let mut v: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let rank = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+        Some(Stats {
+            n: v.len(),
+            min: v[0],
+            p50: rank(0.5),
+            p95: rank(0.95),
+            max: v[v.len() - 1],
+        })
+    }
+}
+
+/// How a step went.
+#[derive(Clone, Debug, Serialize)]
+pub struct StepReport {
+    /// 1-based step number.
+    pub step: usize,
+    /// Human label.
+    pub label: String,
+    /// Wall time in ms (for background steps: from start to completion).
+    pub elapsed_ms: f64,
+    /// `ok`, `skipped (pooled only)`, or the failure.
+    pub outcome: String,
+}
+
+/// The result of one scenario × driver run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunResult {
+    /// Server column group ([`crate::server::Server::id`], e.g. `pg17`).
+    pub server: String,
+    /// Scenario name.
+    pub scenario: String,
+    /// Driver id.
+    pub driver: String,
+    /// `None` when every step and expectation passed, else what failed (naming
+    /// scenario, driver, step, actor and file position).
+    pub failure: Option<String>,
+    /// Recorded observations in step order.
+    pub observations: Vec<Observation>,
+    /// Every step.
+    pub steps: Vec<StepReport>,
+    /// Advisory locks held in the run's database (granted rows of `pg_locks`):
+    /// for a passed run, after the last step once every pool actor has returned
+    /// its connection (a closed one: once its backend has exited) with the pool
+    /// still open; for a failed run, when it failed.
+    pub locks_left: Vec<LockRow>,
+    /// Backends the harness ended after the run because they still held or
+    /// waited for an advisory lock in the run's database (a ghost lock, a
+    /// leak), so that nothing carries over into the next run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cleaned_backends: Vec<i32>,
+    /// The leak guard: what was still in the run's database once the run was
+    /// over (its pool closed, its connections dropped, PgBouncer told to close
+    /// its server connections to it): backends as `pid N (application_name,
+    /// state)` and advisory locks as `lock KEY (pid N)`, after waiting up to
+    /// 5 s for them to go. The harness ends them before the next run, and
+    /// a leak fails the cell; empty when nothing was left.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub backends_left: Vec<String>,
+    /// For a configuration behind transaction pooling: the expectation that
+    /// did not hold (the run stops there, as a failure would), recorded as
+    /// the measured behaviour rather than a failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deviation: Option<String>,
+    /// Why the run was not made (e.g. a configuration that cannot carry the
+    /// scenario's connection settings); its observations are `n/a`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+    /// Wall time of the whole run in ms, database creation and drop included.
+    pub elapsed_ms: f64,
+    /// How many times the cell ran (`--repeat`, 1 by default). With more than
+    /// one, the fields above are the first run's, or the first failing run's
+    /// if any failed, and the timings' spread is in `*_stats`.
+    pub repeats: usize,
+    /// Spread of `elapsed_ms` over the repeats, in ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elapsed_stats: Option<Stats>,
+    /// What differed between the repeats' [`Outcome`]s, one line per item
+    /// (`` `held` differs: true ×19, false ×1 ``); empty when every repeat agreed.
+    /// An unstable cell counts as failed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unstable: Vec<String>,
+}
+
+impl Observation {
+    /// The timing shown next to the value: `201.2 ms`, or for an `await` step
+    /// `201.2 ms, 3.1 at await`; `None` for observations without a timing.
+    /// With several repeats: `p50 201.2 ms, 198.0–230.5` (min–max), and for
+    /// an `await` step the p50 at the await.
+    pub fn timing(&self) -> Option<String> {
+        let ms = self.elapsed_ms?;
+        if let Some(s) = self.elapsed_stats.filter(|s| s.n > 1) {
+            return Some(match self.waited_stats {
+                Some(w) => format!("p50 {:.1} ms, {:.1}–{:.1}; {:.1} at await", s.p50, s.min, s.max, w.p50),
+                None => format!("p50 {:.1} ms, {:.1}–{:.1}", s.p50, s.min, s.max),
+            });
+        }
+        Some(match self.waited_ms {
+            Some(w) => format!("{ms:.1} ms, {w:.1} at await"),
+            None => format!("{ms:.1} ms"),
+        })
+    }
+}
+
+/// What a run measured, without timings or backend pids: what repeats of a
+/// cell must agree on and what the baseline (`reports/baseline.json`) keeps.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Outcome {
+    /// `pass`, `deviates` (behind transaction pooling), `n/a`, `fail`, or
+    /// `unstable` (repeats disagreed).
+    pub status: Status,
+    /// Each observation in step order: (name, displayed value, SQLSTATE).
+    pub observations: Vec<(String, String, Option<String>)>,
+    /// The "locks left after run" cell: `none`, or keys with backend states.
+    pub locks_left: String,
+    /// How many backends the harness had to end after the run.
+    pub cleaned_backends: usize,
+    /// How many backends or advisory locks the leak guard found once the run
+    /// was over ([`RunResult::backends_left`]); 0 in files written before it existed.
+    #[serde(default)]
+    pub backends_left: usize,
+}
+
+impl RunResult {
+    /// An empty result for one cell (server id, scenario name, driver id):
+    /// passed so far, nothing observed or left, one repeat, 0 ms.
+    pub fn new(server: &str, scenario: &str, driver: &str) -> RunResult {
+        RunResult {
+            server: server.to_owned(),
+            scenario: scenario.to_owned(),
+            driver: driver.to_owned(),
+            failure: None,
+            observations: Vec::new(),
+            steps: Vec::new(),
+            locks_left: Vec::new(),
+            cleaned_backends: Vec::new(),
+            backends_left: Vec::new(),
+            deviation: None,
+            skipped: None,
+            elapsed_ms: 0.0,
+            repeats: 1,
+            elapsed_stats: None,
+            unstable: Vec::new(),
+        }
+    }
+
+    /// Whether the run passed (an unstable cell has a `failure`).
+    pub fn passed(&self) -> bool {
+        self.failure.is_none()
+    }
+
+    /// Unstable, fail, n/a, deviates or pass, in that precedence.
+    pub fn status(&self) -> Status {
+        if !self.unstable.is_empty() {
+            Status::Unstable
+        } else if self.failure.is_some() {
+            Status::Fail
+        } else if self.skipped.is_some() {
+            Status::NotApplicable
+        } else if self.deviation.is_some() {
+            Status::Deviates
+        } else {
+            Status::Pass
+        }
+    }
+
+    /// What this run measured, for comparing repeats and baselines.
+    pub fn outcome(&self) -> Outcome {
+        Outcome {
+            status: self.status(),
+            observations: self
+                .observations
+                .iter()
+                .map(|o| (o.name.clone(), o.display.clone(), o.sqlstate.clone()))
+                .collect(),
+            locks_left: if self.locks_left.is_empty() {
+                "none".to_owned()
+            } else {
+                describe_locks_left(&self.locks_left)
+            },
+            cleaned_backends: self.cleaned_backends.len(),
+            backends_left: self.backends_left.len(),
+        }
+    }
+
+    /// The observation named `name`.
+    pub fn observation(&self, name: &str) -> Option<&Observation> {
+        self.observations.iter().find(|o| o.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `matrix.json` keeps the shapes it had when values were built with `json!`.
+    #[test]
+    fn values_serialise_as_matrix_json_has_them() {
+        let json = |v: Value| serde_json::to_string(&v).unwrap();
+        assert_eq!(json(Value::Null), "null");
+        assert_eq!(json(Value::of_text("t")), "true");
+        assert_eq!(json(Value::of_text("-7")), "-7");
+        assert_eq!(json(Value::of_text("")), "\"\"");
+        assert_eq!(json(Value::of_text("1.5")), "\"1.5\"");
+        assert_eq!(json(Value::Order(vec!["a".into(), "b".into()])), r#"["a","b"]"#);
+        assert_eq!(
+            json(Value::Checkout {
+                checkout: "ok",
+                error: None,
+                first_statement: Some("no answer")
+            }),
+            r#"{"checkout":"ok","first_statement":"no answer"}"#
+        );
+        assert_eq!(json(Value::Return { returned: "to pool" }), r#"{"return":"to pool"}"#);
+        assert_eq!(
+            json(Value::Dropped {
+                dropped_at_ms: 200,
+                cancel: "none"
+            }),
+            r#"{"dropped_at_ms":200,"cancel":"none"}"#
+        );
+        assert_eq!(
+            json(Value::Locks(LockSnapshot {
+                held: true,
+                holders: vec![LockHolder {
+                    actor: None,
+                    pid: 9,
+                    state: Some("idle".into()),
+                    key: "(1, 2)".into(),
+                    mode: "ShareLock".into()
+                }],
+                waiters: Vec::new()
+            })),
+            r#"{"held":true,"holders":[{"actor":null,"pid":9,"state":"idle","key":"(1, 2)","mode":"ShareLock"}],"waiters":[]}"#
+        );
+    }
+
+    #[test]
+    fn statuses_serialise_as_before() {
+        for (s, text) in [
+            (Status::Pass, "pass"),
+            (Status::Deviates, "deviates"),
+            (Status::NotApplicable, "n/a"),
+            (Status::Fail, "fail"),
+            (Status::Unstable, "unstable"),
+        ] {
+            assert_eq!(serde_json::to_string(&s).unwrap(), format!("\"{text}\""));
+            assert_eq!(s.to_string(), text);
+        }
+    }
+}
