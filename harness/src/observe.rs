@@ -133,3 +133,79 @@ pub async fn poll_until<T, E>(
         tokio::time::sleep(Duration::from_millis(POLL_INTERVAL_MS)).await;
     }
 }
+
+// ---------------------------------------------------------------------------
+// The catalog SQL of the run's phases (every pg_locks / pg_stat_activity query
+// the harness sends lives in this file).
+// ---------------------------------------------------------------------------
+
+/// Ends every other backend connected to the current database.
+pub const TERMINATE_OTHERS_SQL: &str = "select pg_terminate_backend(pid) from pg_stat_activity \
+     where datname = current_database() and pid <> pg_backend_pid()";
+
+/// Backends of the current database still running a statement: pid, what it
+/// waits for (`wait_event_type/wait_event`, or `running`), the pids blocking
+/// it (`pg_blocking_pids`, comma-separated) and the start of its statement.
+pub const STUCK_SQL: &str = "select pid, coalesce(wait_event_type || '/' || wait_event, 'running'), \
+     array_to_string(pg_blocking_pids(pid), ','), left(regexp_replace(query, '\\s+', ' ', 'g'), 80) \
+     from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid() \
+     and backend_type = 'client backend' and state = 'active' order by pid";
+
+/// Ends every other backend of the current database that holds or waits for
+/// an advisory lock; returns their pids.
+pub const CLEAN_ADVISORY_SQL: &str = "select pid from (select distinct pid from pg_locks \
+     where locktype = 'advisory' and pid <> pg_backend_pid() \
+     and database = (select oid from pg_database where datname = current_database())) x \
+     where pg_terminate_backend(pid)";
+
+/// How many other backends of the current database (not the monitor) run a
+/// statement that is not a lock wait, or changed state in the last 100 ms
+/// (`pg_stat_activity.state_change`). A lock wait is a backend with an
+/// ungranted `pg_locks` row.
+pub const UNSETTLED_SQL: &str = "select count(*) from pg_stat_activity a where datname = current_database() \
+     and pid <> pg_backend_pid() and application_name <> 'locklab-monitor' \
+     and ((state = 'active' and not exists \
+            (select 1 from pg_locks l where l.pid = a.pid and not l.granted)) \
+          or state_change > clock_timestamp() - interval '100 ms')";
+
+/// For backend `pid`: (1 when it is idle after PgBouncer's `DISCARD ALL`, 0
+/// otherwise; how many rows `pg_stat_activity` has for it, 0 once it is gone).
+pub fn reset_or_gone_sql(pid: i32) -> String {
+    format!(
+        "select count(*) filter (where state = 'idle' and query = 'DISCARD ALL'), count(*) \
+         from pg_stat_activity where pid = {pid}"
+    )
+}
+
+/// What is left in database `db` (asked from another database): one text per
+/// backend, `pid N (application_name, state)`, and per advisory lock, `lock
+/// KEY (pid N)` (KEY an i64, or (i32, i32) for two-key locks; a prepared
+/// transaction's lock has no pid).
+pub fn leftovers_sql(db: &str) -> String {
+    let lit = db.replace('\'', "''");
+    format!(
+        "select 'pid ' || pid || ' (' || coalesce(nullif(application_name, ''), backend_type) || ', ' \
+         || coalesce(state, 'no state') || ')' from pg_stat_activity where datname = '{lit}' \
+         union all \
+         select 'lock ' || case when objsubid = 1 then ((classid::bigint << 32) | objid::bigint)::text \
+         else '(' || classid::int || ', ' || objid::int || ')' end \
+         || coalesce(' (pid ' || pid || ')', ' (a prepared transaction)') \
+         from pg_locks where locktype = 'advisory' \
+         and database = (select oid from pg_database where datname = '{lit}')"
+    )
+}
+
+/// Ends every backend connected to database `db` (asked from another database).
+pub fn terminate_database_sql(db: &str) -> String {
+    let lit = db.replace('\'', "''");
+    format!("select pg_terminate_backend(pid) from pg_stat_activity where datname = '{lit}'")
+}
+
+/// How many `create database` statements whose name matches the LIKE
+/// `pattern` are still running.
+pub fn creating_databases_sql(pattern: &str) -> String {
+    format!(
+        "select count(*) from pg_stat_activity where state = 'active' \
+         and pid <> pg_backend_pid() and query like 'create database \"{pattern}'"
+    )
+}

@@ -140,7 +140,7 @@ fn assert_observations_well_formed(s: &Scenario, r: &RunResult, pooled: bool) {
         };
         assert_eq!(o.step, step.index + 1);
         assert!(!o.display.is_empty(), "{name}: empty display");
-        let applies = match step.when {
+        let applies = match step.when() {
             Some(When::Pooled) => pooled,
             Some(When::Direct) => !pooled,
             None => true,
@@ -169,7 +169,7 @@ fn assert_observations_well_formed(s: &Scenario, r: &RunResult, pooled: bool) {
                     assert!(h.state.is_some(), "{name}: holder without state: {h:?}");
                 }
             }
-            StepKind::Order(ids) => {
+            StepKind::Order { steps: ids } => {
                 let Value::Order(got) = &o.value else {
                     panic!("{name}: not a list: {:?}", o.value)
                 };

@@ -114,19 +114,29 @@ steps:
     assert_eq!(s.steps.len(), 7);
     assert_eq!(s.steps[1].deadline_ms, 2500);
     assert_eq!(s.steps[2].deadline_ms, 700);
-    assert!(s.steps[2].background);
-    assert_eq!(s.steps[3].kind, StepKind::Blocked(vec![0]));
-    assert_eq!(s.steps[4].kind, StepKind::Await(2));
-    assert_eq!(s.steps[4].actor, 0);
-    assert_eq!(s.steps[4].expect.as_ref().unwrap().value, Some(Scalar::Null));
+    assert!(matches!(s.steps[2].kind, StepKind::Background { actor: 0, .. }));
     assert_eq!(
-        s.steps[5].kind,
-        StepKind::Observe(
-            scenario::ObserveKind::AdvisoryLocks,
-            Some(locklab::keys::AdvisoryKey::Pair(1, -2))
-        )
+        s.steps[3].kind,
+        StepKind::Blocked {
+            observer: 1,
+            targets: vec![0]
+        }
     );
-    assert_eq!(s.steps[6].expect.as_ref().unwrap().error.as_deref(), Some("55P03"));
+    let StepKind::Await(a) = &s.steps[4].kind else {
+        panic!("not an await: {:?}", s.steps[4].kind)
+    };
+    assert_eq!((a.target, a.actor), (2, 0));
+    assert_eq!(a.expect.as_ref().unwrap().value, Some(Scalar::Null));
+    let StepKind::Observe(o) = &s.steps[5].kind else {
+        panic!("not an observe: {:?}", s.steps[5].kind)
+    };
+    assert_eq!(o.key, Some(locklab::keys::AdvisoryKey::Pair(1, -2)));
+    assert_eq!(o.expect.as_ref().unwrap().holder_state.as_deref(), Some("idle"));
+    let StepKind::Sql(sql) = &s.steps[6].kind else {
+        panic!("not sql: {:?}", s.steps[6].kind)
+    };
+    assert_eq!(sql.expect.as_ref().unwrap().error.as_deref(), Some("55P03"));
+    assert_eq!(sql.when, Some(scenario::When::Pooled));
     assert_eq!((s.steps[6].pos.line, s.steps[6].pos.column), (27, 5));
 }
 
@@ -134,7 +144,8 @@ steps:
 fn condition_names_map_to_sqlstates() {
     let text = "name: c\ndescription: d\nactors: { a: { via: pool } }\nsteps:\n  - { actor: a, do: checkout }\n  - { actor: a, sql: select 1, expect: { error: deadlock_detected } }\n";
     let s = &scenario::parse(Path::new("c.yaml"), text).unwrap()[0];
-    assert_eq!(s.steps[1].expect.as_ref().unwrap().error.as_deref(), Some("40P01"));
+    let StepKind::Sql(sql) = &s.steps[1].kind else { panic!() };
+    assert_eq!(sql.expect.as_ref().unwrap().error.as_deref(), Some("40P01"));
 }
 
 #[test]
@@ -228,10 +239,10 @@ steps:
         ]
     );
     assert!(all.iter().all(|s| s.family == "fam"));
-    assert_eq!(
-        all[3].steps[0].kind,
-        StepKind::Sql("select pg_try_advisory_lock_shared(-1)".into())
-    );
+    let StepKind::Sql(sql) = &all[3].steps[0].kind else {
+        panic!()
+    };
+    assert_eq!(sql.sql, "select pg_try_advisory_lock_shared(-1)");
     assert_eq!(
         all[2].params,
         [
@@ -256,7 +267,7 @@ steps:
     let all = scenario::parse(Path::new("cases.yaml"), text).unwrap_or_else(|e| panic!("{e:?}"));
     let names: Vec<&str> = all.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["cases[timeout=200ms]", "cases[timeout=0]"]);
-    assert_eq!(all[1].steps[0].expect.as_ref().unwrap().error.as_deref(), Some("57014"));
+    assert_eq!(sql_expect(&all[1].steps[0]).error.as_deref(), Some("57014"));
 }
 
 /// An error that only some parameter sets have names the set.
@@ -282,14 +293,11 @@ fn params_in_flow_style() {
     let text = "name: flow\ndescription: d\nparams: { key: [7, 8] }\nactors: { a: { via: direct } }\nsteps:\n  - { actor: a, sql: 'select ${key}', expect: { value: ${key} } }\n  - { actor: a, observe: advisory_locks, key: [1, ${key}] }\n";
     let all = scenario::parse(Path::new("flow.yaml"), text).unwrap_or_else(|e| panic!("{e:?}"));
     assert_eq!(all.len(), 2);
-    assert_eq!(all[1].steps[0].expect.as_ref().unwrap().value, Some(Scalar::Int(8)));
-    assert_eq!(
-        all[1].steps[1].kind,
-        StepKind::Observe(
-            scenario::ObserveKind::AdvisoryLocks,
-            Some(locklab::keys::AdvisoryKey::Pair(1, 8))
-        )
-    );
+    assert_eq!(sql_expect(&all[1].steps[0]).value, Some(Scalar::Int(8)));
+    let StepKind::Observe(o) = &all[1].steps[1].kind else {
+        panic!()
+    };
+    assert_eq!(o.key, Some(locklab::keys::AdvisoryKey::Pair(1, 8)));
 }
 
 /// A file far too large to be a scenario is refused before it is read into
@@ -345,4 +353,12 @@ fn a_directory_without_scenario_files_is_an_error() {
         "{}",
         errors[0]
     );
+}
+
+/// The expectations of an `sql` step.
+fn sql_expect(step: &scenario::Step) -> &scenario::SqlExpect {
+    match &step.kind {
+        StepKind::Sql(s) => s.expect.as_ref().expect("an expectation"),
+        other => panic!("not an sql step: {other:?}"),
+    }
 }

@@ -1,0 +1,185 @@
+//! Steps with `client_timeout_ms`: a client-side bound like
+//! `tokio::time::timeout`. When it elapses the call's future is dropped (or,
+//! for `sql` with `on_timeout: cancel`, a cancel request is sent) and the
+//! step records that instead of failing.
+
+use std::time::{Duration, Instant};
+
+use locklab_drivers::Returned;
+
+use super::state::{Run, Slot};
+use super::{CANCEL_GRACE, StepError, StepResult};
+use crate::outcome::Value;
+use crate::scenario::{ClientBound, OnTimeout, SqlExpect, Step};
+
+impl Run<'_> {
+    /// Runs `sql` on `actor` bounded by `bound`. When the bound elapses: `drop`
+    /// drops the call's future and records that; `cancel` sends a cancel
+    /// request and waits (within the deadline) for the statement's own
+    /// outcome, which is checked and recorded as usual.
+    pub(super) async fn bounded_sql(
+        &mut self,
+        step: &Step,
+        actor: usize,
+        sql: &str,
+        bound: ClientBound,
+        expect: Option<&SqlExpect>,
+    ) -> StepResult {
+        let limit = Duration::from_millis(bound.ms);
+        let deadline = Duration::from_millis(step.deadline_ms);
+        let conn = self.conn(actor)?;
+        let canceller = match bound.on_timeout {
+            OnTimeout::Cancel => conn.canceller(),
+            OnTimeout::Drop => None,
+        };
+        let no_cancel = conn.no_cancel_reason();
+        let t0 = Instant::now();
+        let outcome = {
+            let mut fut = conn.simple_query(sql);
+            match tokio::time::timeout(limit, &mut fut).await {
+                Ok(r) => Ok(r),
+                Err(_) => match (bound.on_timeout, canceller) {
+                    (OnTimeout::Cancel, Some(cancel)) => {
+                        let rest = deadline.saturating_sub(t0.elapsed());
+                        match tokio::time::timeout(rest, cancel()).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => return Err(StepError::Driver(format!("the cancel request failed: {e}"))),
+                            Err(_) => {
+                                return Err(StepError::Deadline(format!(
+                                    "the cancel request was not sent within the deadline of {} ms",
+                                    step.deadline_ms
+                                )));
+                            }
+                        }
+                        // A cancel that lands ends the statement at once; one that
+                        // does not is recorded as such and the call dropped.
+                        let rest = deadline.saturating_sub(t0.elapsed()).min(CANCEL_GRACE);
+                        match tokio::time::timeout(rest, &mut fut).await {
+                            Ok(r) => Ok(r),
+                            Err(_) => Err(format!("cancel sent, no effect within {} ms", rest.as_millis())),
+                        }
+                    }
+                    (OnTimeout::Cancel, None) => Err(format!("no cancel request sent ({no_cancel})")),
+                    (OnTimeout::Drop, _) => Err(String::new()),
+                },
+            }
+        };
+        let took = t0.elapsed();
+        match outcome {
+            Ok(r) => self.finish_sql(step, actor, expect, None, (r, took), None),
+            Err(why) => self.dropped(step, bound, expect.is_some(), &why, took),
+        }
+    }
+
+    /// Records a call whose future was dropped: the client stopped waiting;
+    /// the server was not told.
+    fn dropped(&mut self, step: &Step, bound: ClientBound, expects: bool, why: &str, took: Duration) -> StepResult {
+        let prefix = if why.is_empty() {
+            String::new()
+        } else {
+            format!("{why}; ")
+        };
+        let display = format!("{prefix}dropped at {} ms", bound.ms);
+        if expects {
+            return Err(StepError::Harness(format!(
+                "{display} (client_timeout_ms), so the expectation cannot be checked"
+            )));
+        }
+        let cancel = match bound.on_timeout {
+            OnTimeout::Drop => "none",
+            OnTimeout::Cancel if why.starts_with("cancel sent") => "sent, no effect",
+            OnTimeout::Cancel => "not sent",
+        };
+        self.record_note(
+            step,
+            Value::Dropped {
+                dropped_at_ms: bound.ms,
+                cancel,
+            },
+            display,
+            Some(took),
+        );
+        Ok(())
+    }
+
+    /// A checkout bounded by `ms`: a checkout that gives up (or fails) leaves
+    /// the actor without a connection, and later steps record that.
+    pub(super) async fn bounded_checkout(
+        &mut self,
+        step: &Step,
+        actor: usize,
+        ms: u64,
+        pool: &dyn locklab_drivers::Pool,
+    ) -> StepResult {
+        let bound = Duration::from_millis(ms);
+        let t0 = Instant::now();
+        let (value, display) = match tokio::time::timeout(bound, pool.checkout()).await {
+            Err(_) => {
+                let why = format!("checkout dropped at {} ms", bound.as_millis());
+                self.slots[actor] = Slot::Lost(why.clone());
+                let value = Value::Checkout {
+                    checkout: "dropped",
+                    error: None,
+                    first_statement: None,
+                };
+                (value, why)
+            }
+            Ok(Err(e)) => {
+                let why = format!("checkout failed: {e}");
+                self.slots[actor] = Slot::Lost(why.clone());
+                let value = Value::Checkout {
+                    checkout: "failed",
+                    error: Some(e.to_string()),
+                    first_statement: None,
+                };
+                (value, why)
+            }
+            Ok(Ok(conn)) => {
+                self.slots[actor] = Slot::Ready(conn);
+                // The harness's one added statement, bounded by the same
+                // client timeout on its own (so how long the checkout took
+                // does not decide the cell): a connection handed out with a
+                // statement still queued on it does not answer.
+                let answered = self.learn_pid(actor, bound).await;
+                let value = Value::Checkout {
+                    checkout: "ok",
+                    error: None,
+                    first_statement: (!answered).then_some("no answer"),
+                };
+                let display = if answered {
+                    "ok".to_owned()
+                } else {
+                    format!("handed out, no answer within {} ms", bound.as_millis())
+                };
+                (value, display)
+            }
+        };
+        self.record_note(step, value, display, Some(t0.elapsed()));
+        Ok(())
+    }
+
+    /// A return bounded by `ms`: records how the connection went back, or
+    /// that the give-back had not finished.
+    pub(super) async fn bounded_return(&mut self, step: &Step, actor: usize, ms: u64) -> StepResult {
+        let bound = Duration::from_millis(ms);
+        let Slot::Ready(conn) = std::mem::replace(&mut self.slots[actor], Slot::Empty) else {
+            return Err(StepError::Harness(format!(
+                "actor '{}' has no connection to return",
+                self.scenario.actors[actor].name
+            )));
+        };
+        self.pids.remove(&actor);
+        let t0 = Instant::now();
+        let (returned, display) = match tokio::time::timeout(bound, conn.give_back()).await {
+            Ok(Returned::ToPool) => ("to pool", "to pool".to_owned()),
+            Ok(Returned::Closed) => ("closed", "closed".to_owned()),
+            Ok(Returned::ToPooler) => (
+                "closed, server connection to the pooler",
+                "closed, server connection to the pooler".to_owned(),
+            ),
+            Err(_) => ("unfinished", format!("unfinished at {} ms", bound.as_millis())),
+        };
+        self.record_note(step, Value::Return { returned }, display, Some(t0.elapsed()));
+        Ok(())
+    }
+}

@@ -1,0 +1,113 @@
+//! `checkout`, `return` and `disconnect`: connections out of and back into
+//! the pool under test, waiting on the server until a closed connection's
+//! backend (and with it its locks) is gone.
+
+use std::time::{Duration, Instant};
+
+use locklab_drivers::{Conn, DirectConn, PoolerMode, Returned};
+
+use super::sql::late;
+use super::state::{Run, Slot};
+use super::{StepError, StepResult};
+use crate::observe::{self, Polled, poll_until};
+use crate::scenario::Step;
+
+impl Run<'_> {
+    /// A checkout within the step's deadline, then the connection's backend pid.
+    pub(super) async fn checkout(&mut self, step: &Step, actor: usize, pool: &dyn locklab_drivers::Pool) -> StepResult {
+        let deadline = Duration::from_millis(step.deadline_ms);
+        let conn = tokio::time::timeout(deadline, pool.checkout())
+            .await
+            .map_err(|_| {
+                late(
+                    step,
+                    &format!(
+                        "the pool had handed out no connection (max_size {})",
+                        self.scenario.pool_max_size
+                    ),
+                )
+            })?
+            .map_err(|e| {
+                StepError::Driver(format!(
+                    "checkout failed: {e}{}",
+                    self.settings_hint(&self.scenario.pool_settings)
+                ))
+            })?;
+        self.slots[actor] = Slot::Ready(conn);
+        if !self.learn_pid(actor, deadline).await {
+            return Err(StepError::Deadline(format!(
+                "the connection handed out did not answer `select pg_backend_pid()` within the deadline of {} ms \
+                 (a statement still queued on it?); a 'client_timeout_ms' on the checkout records this instead",
+                step.deadline_ms
+            )));
+        }
+        Ok(())
+    }
+
+    /// Gives `actor`'s connection back with no cleanup. When the return closes
+    /// it (direct driver), waits until the server has let its backend go, and
+    /// with it its locks: the backend exits asynchronously after the socket
+    /// closes. Behind PgBouncer in session mode, waits for its reset instead.
+    pub(super) async fn give_back(&mut self, actor: usize, monitor: &mut DirectConn, deadline: Duration) -> StepResult {
+        let Slot::Ready(conn) = std::mem::replace(&mut self.slots[actor], Slot::Empty) else {
+            return Err(StepError::Harness(format!(
+                "actor '{}' has no connection to return",
+                self.scenario.actors[actor].name
+            )));
+        };
+        let pid = self.pid_of(actor);
+        self.pids.remove(&actor);
+        let returned = tokio::time::timeout(deadline, conn.give_back()).await.map_err(|_| {
+            StepError::Deadline(format!(
+                "deadline of {} ms exceeded: the connection was not given back",
+                deadline.as_millis()
+            ))
+        })?;
+        match returned {
+            Returned::Closed => self.wait_gone(monitor, pid?, Instant::now() + deadline).await?,
+            Returned::ToPooler if self.info.pooler == Some(PoolerMode::Session) => {
+                self.wait_reset(monitor, pid?, Instant::now() + deadline).await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Waits until PgBouncer (session mode) has run its `server_reset_query`
+    /// (`DISCARD ALL`, the default) on backend `pid` after the client closed
+    /// (the last statement of that backend, finished), or has closed that
+    /// server connection instead (it does so for one left inside a
+    /// transaction): the backend is gone.
+    async fn wait_reset(&self, monitor: &mut DirectConn, pid: i32, until: Instant) -> Result<(), String> {
+        let sql = observe::reset_or_gone_sql(pid);
+        let polled = poll_until(until, async || {
+            let rows = monitor.simple_query(&sql).await.map_err(|e| e.to_string())?;
+            let row = rows.rows.first().cloned().unwrap_or_default();
+            let reset = row.first().cloned().flatten().as_deref() == Some("1");
+            let gone = row.get(1).cloned().flatten().as_deref() == Some("0");
+            Ok::<_, String>((reset || gone).then_some(()))
+        })
+        .await?;
+        match polled {
+            Polled::Done(()) => Ok(()),
+            Polled::TimedOut => Err(format!(
+                "PgBouncer did not reset backend {pid} (DISCARD ALL) after its client closed"
+            )),
+        }
+    }
+
+    /// Waits until backend `pid` has left `pg_stat_activity`.
+    async fn wait_gone(&self, monitor: &mut DirectConn, pid: i32, until: Instant) -> Result<(), String> {
+        let polled = poll_until(until, async || {
+            observe::backend_gone(&mut *monitor, pid).await.map(|g| g.then_some(()))
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        match polled {
+            Polled::Done(()) => Ok(()),
+            Polled::TimedOut => Err(format!(
+                "backend {pid} was still in pg_stat_activity after its connection was closed"
+            )),
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! `lock_guard`: the session-level advisory lock through the driver's own
+//! guard API (sqlx `PgAdvisoryLock`), ended as the step says.
+
+use std::time::{Duration, Instant};
+
+use locklab_drivers::DriverError;
+
+use super::sql::late;
+use super::state::Run;
+use super::{StepError, StepResult};
+use crate::outcome::Value;
+use crate::scenario::{GuardEndRaw, Step};
+
+impl Run<'_> {
+    /// Takes the lock on bigint `key` through the guard API and ends the
+    /// guard; a driver without one records `n/a (no guard API)`.
+    pub(super) async fn guard(&mut self, step: &Step, actor: usize, key: i64, end: GuardEndRaw) -> StepResult {
+        let deadline = Duration::from_millis(step.deadline_ms);
+        let conn = self.conn(actor)?;
+        let t0 = Instant::now();
+        let r = tokio::time::timeout(deadline, conn.advisory_lock_guard(key, end.to_driver()))
+            .await
+            .map_err(|_| late(step, "the lock guard was not acquired"))?;
+        let took = t0.elapsed();
+        match r {
+            Ok(()) => {
+                let how = match end {
+                    GuardEndRaw::ReleaseNow => "acquired, release_now()",
+                    GuardEndRaw::Drop => "acquired, guard dropped",
+                    GuardEndRaw::Leak => "acquired, leak()",
+                };
+                self.record_note(step, Value::Guard { guard: how }, how.to_owned(), Some(took));
+                Ok(())
+            }
+            Err(DriverError::Unsupported(why)) => {
+                let value = Value::Unsupported { unsupported: why };
+                self.record_note(step, value, "n/a (no guard API)".to_owned(), None);
+                Ok(())
+            }
+            Err(e) => Err(StepError::Driver(format!("lock_guard failed: {e}"))),
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! Runs one scenario through one driver against the server, in a database of
+//! its own, and returns what happened ([`RunResult`]).
+//!
+//! The cell's life, as the README's "How a run works" lists it, one function
+//! per phase: [`run`] creates the database (`phases::create_database`), then
+//! `Run::execute` builds the pool (`Run::open`), connects the direct actors
+//! (`Run::connect_actors`), runs the steps (`Run::run_steps`, one module per
+//! step kind: [`sql`], [`bounded`], [`connection`], [`background`],
+//! [`observe`], [`guard`]), verifies (`Run::verify`: every pool actor's
+//! connection returned, then `pg_locks`), ends leftover backends
+//! (`Run::end_leftovers`) and closes the pool (`Run::close`); then [`run`]
+//! has PgBouncer close its server connections, runs the [`leak_guard`] and
+//! drops the database (`phases::drop_database`).
+
+mod background;
+mod bounded;
+mod connection;
+mod error;
+mod expect;
+mod guard;
+mod observe;
+mod phases;
+mod sql;
+mod state;
+mod verify;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use locklab_drivers::{Driver, DriverError, PoolerMode};
+
+pub use error::{StepError, StepResult};
+pub use expect::check_sql;
+pub use phases::{drop_own_databases, leak_guard};
+
+use crate::outcome::RunResult;
+use crate::scenario::Scenario;
+use crate::server::Server;
+use state::Run;
+
+/// How long the leak guard waits for a closed pool's backends to exit.
+const LEAK_GUARD_WAIT: Duration = Duration::from_secs(5);
+
+/// Deadline of each clean-up statement after a run (the leak guard's queries
+/// on top of [`LEAK_GUARD_WAIT`], the `drop database`).
+const CLEANUP_QUERY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a step waits for a statement to end after sending a cancel
+/// request before recording that the cancel had no effect.
+const CANCEL_GRACE: Duration = Duration::from_millis(1000);
+
+/// Checkout wait limit for pools, in s.
+const CHECKOUT_TIMEOUT_S: u64 = 10;
+
+/// Runs `scenario` through `driver` on `server`. Never panics on server or
+/// driver behaviour: everything that goes wrong ends up in [`RunResult::failure`].
+pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> RunResult {
+    let info = driver.info();
+    let began = Instant::now();
+    let mut result = RunResult::new(&server.id(), &scenario.name, info.id);
+    if info.pooler.is_some() && scenario.pool_settings.list.iter().any(|(k, _)| k != "application_name") {
+        phases::not_applicable_behind_pgbouncer(scenario, &mut result);
+        return result;
+    }
+    let db = database_name(&scenario.name, info.id);
+    let server_id = server.id();
+    let fail = |what: String| {
+        format!(
+            "{server_id}: scenario '{}', driver '{}': {what}",
+            scenario.name, info.id
+        )
+    };
+
+    let admin = match phases::create_database(server, &db).await {
+        Ok(admin) => admin,
+        Err(e) => {
+            result.failure = Some(fail(e));
+            return result;
+        }
+    };
+    if let Err(e) = phases::apply_server_settings(&admin, scenario, &db).await {
+        result.failure = Some(fail(e));
+    } else {
+        let mut run = Run::new(server, scenario, &info, &db, &mut result);
+        // A panic outside the steps (building the pool, the clean-up) fails
+        // the cell too; the database is still checked and dropped below.
+        let outcome = match std::panic::AssertUnwindSafe(run.execute(driver)).catch_unwind().await {
+            Ok(o) => o,
+            Err(payload) => Err(StepError::Harness(format!(
+                "panicked: {}",
+                panic_text(payload.as_ref())
+            ))),
+        };
+        // After a panic, the slots still hold what the run had: background
+        // steps stop here (their backends are the leak guard's to end).
+        run.abort_background();
+        drop(run);
+        if let Err(e) = outcome {
+            if e.is_mismatch() && info.pooler == Some(PoolerMode::Transaction) {
+                // Behind transaction pooling an actor's statements may run on
+                // different server connections (and another client's session
+                // locks may sit on the one it gets): session semantics the
+                // scenario assumes do not hold. That is the finding, recorded.
+                result.deviation = Some(fail(e.to_string()));
+            } else {
+                result.failure = Some(fail(e.to_string()));
+            }
+        }
+    }
+    if let Some(mode) = info.pooler
+        && let Err(e) = server.pooler_close_database(mode, &db).await
+    {
+        result.failure.get_or_insert_with(|| fail(format!("{e:#}")));
+    }
+    phases::guard_leaks(&admin, &db, &mut result, &fail).await;
+    if let Err(e) = phases::drop_database(&admin, &db).await {
+        result.failure.get_or_insert_with(|| fail(e));
+    }
+    admin.close().await;
+    result.elapsed_ms = ms(began.elapsed());
+    result
+}
+
+/// `ll_<scenario>_<driver>_<pid>_<n>`: a database name unique in this process
+/// (n counts up) that an interrupted process can find again by its pid
+/// ([`drop_own_databases`]).
+fn database_name(scenario: &str, driver: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let clean = |s: &str| {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '_'
+                }
+            })
+            .collect::<String>()
+    };
+    let mut name = format!("ll_{}_{}", clean(scenario), clean(driver));
+    name.truncate(40);
+    format!("{name}_{}_{n}", std::process::id())
+}
+
+/// A duration in ms, rounded to µs.
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+/// `LOCKLAB_TEST_PANIC_AT_STEP=N`: panic at the start of step N (1-based) of
+/// every run. A test hook: the harness's own tests use it to check that a
+/// panic inside a step fails the cell and leaves nothing behind.
+fn injected_panic_step() -> Option<usize> {
+    static STEP: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *STEP.get_or_init(|| std::env::var("LOCKLAB_TEST_PANIC_AT_STEP").ok()?.trim().parse().ok())
+}
+
+/// The text of a panic payload.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_owned())
+}
+
+/// A driver error as the text a failure shows.
+fn driver_text(e: impl Into<DriverError>) -> String {
+    e.into().to_string()
+}

@@ -1,0 +1,177 @@
+//! Steps that ask the server from an observer (a direct actor): `observe`
+//! (a `pg_locks` snapshot, optionally after the other backends settle) and
+//! `blocked` (`pg_blocking_pids`).
+
+use std::time::{Duration, Instant};
+
+use super::sql::late;
+use super::state::{Run, Slot};
+use super::{StepError, StepResult};
+use crate::observe::{self, LockRow, Polled, poll_until};
+use crate::outcome::{LockHolder, LockSnapshot, Value};
+use crate::scenario::{ObserveExpect, ObserveStep, Step};
+
+impl Run<'_> {
+    /// Snapshots the advisory locks (of `key`, when given), checks and records them.
+    pub(super) async fn observe(&mut self, step: &Step, o: &ObserveStep) -> StepResult {
+        let deadline = Duration::from_millis(step.deadline_ms);
+        if o.settle {
+            self.settle(o.observer, Instant::now() + deadline).await?;
+        }
+        let conn = self.conn(o.observer)?;
+        let rows = tokio::time::timeout(deadline, observe::advisory_locks(conn.as_mut(), o.key))
+            .await
+            .map_err(|_| late(step, "the pg_locks query had not answered"))?
+            .map_err(|e| StepError::Driver(format!("observe failed: {e}")))?;
+        let holders: Vec<&LockRow> = rows.iter().filter(|r| r.granted).collect();
+        let waiters: Vec<&LockRow> = rows.iter().filter(|r| !r.granted).collect();
+        if let Some(e) = &o.expect {
+            self.check_observe(e, &holders, &waiters)?;
+        }
+        if step.record.is_some() {
+            let who = |r: &LockRow| LockHolder {
+                actor: self.actor_of(r.pid).map(str::to_owned),
+                pid: r.pid,
+                state: r.state.clone(),
+                key: r.key.to_string(),
+                mode: r.mode.clone(),
+            };
+            let value = Value::Locks(LockSnapshot {
+                held: !holders.is_empty(),
+                holders: holders.iter().map(|r| who(r)).collect(),
+                waiters: waiters.iter().map(|r| who(r)).collect(),
+            });
+            let display = self.describe(&holders, &waiters);
+            self.record_note(step, value, display, None);
+        }
+        Ok(())
+    }
+
+    /// `held`, `holders.pid` and `holders.state` against the snapshot.
+    fn check_observe(&self, e: &ObserveExpect, holders: &[&LockRow], waiters: &[&LockRow]) -> StepResult {
+        if let Some(h) = e.held
+            && h == holders.is_empty()
+        {
+            return Err(StepError::Mismatch(format!(
+                "expected the lock {}, but {}",
+                if h { "held" } else { "not held" },
+                self.describe(holders, waiters)
+            )));
+        }
+        if let Some(var) = &e.holder_pid {
+            let want = self.substitute(&format!("${{{var}}}"))?;
+            if let Some(r) = holders.iter().find(|r| r.pid.to_string() != want) {
+                return Err(StepError::Mismatch(format!(
+                    "expected every holder to be backend {want} (${{{var}}}), but backend {} holds {}",
+                    r.pid, r.key
+                )));
+            }
+        }
+        if let Some(state) = &e.holder_state
+            && let Some(r) = holders.iter().find(|r| r.state.as_deref() != Some(state))
+        {
+            return Err(StepError::Mismatch(format!(
+                "expected every holder in state '{state}', but backend {} is '{}'",
+                r.pid,
+                r.state.as_deref().unwrap_or("?")
+            )));
+        }
+        Ok(())
+    }
+
+    /// `held by worker (idle)`, `not held`, `held by a (idle in transaction); waiting: b`.
+    fn describe(&self, holders: &[&LockRow], waiters: &[&LockRow]) -> String {
+        let name = |r: &LockRow| {
+            self.actor_of(r.pid)
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("backend {}", r.pid))
+        };
+        let mut s = if holders.is_empty() {
+            "not held".to_owned()
+        } else {
+            let hs: Vec<String> = holders
+                .iter()
+                .map(|r| format!("{} ({})", name(r), r.state.as_deref().unwrap_or("?")))
+                .collect();
+            format!("held by {}", hs.join(", "))
+        };
+        if !waiters.is_empty() {
+            let ws: Vec<String> = waiters.iter().map(|r| name(r)).collect();
+            s.push_str(&format!("; waiting: {}", ws.join(", ")));
+        }
+        s
+    }
+
+    /// Waits until no other backend of the run's database runs a statement
+    /// that is not a lock wait, and none changed state in the last 100 ms
+    /// ([`observe::UNSETTLED_SQL`]), seen on two polls in a row: statements
+    /// queued behind a dropped call have then run, and a client that closes
+    /// its connection after them has done so. A backend whose lock was
+    /// granted but which has not run since (it still shows `wait_event_type =
+    /// Lock` until it is scheduled) counts as running.
+    async fn settle(&mut self, observer: usize, until: Instant) -> Result<(), String> {
+        let mut calm = 0;
+        let polled = poll_until(until, async || {
+            let conn = self.conn(observer)?;
+            let rows = conn
+                .simple_query(observe::UNSETTLED_SQL)
+                .await
+                .map_err(|e| e.to_string())?;
+            if rows.first_value().flatten() == Some("0") {
+                calm += 1;
+            } else {
+                calm = 0;
+            }
+            Ok::<_, String>((calm >= 2).then_some(()))
+        })
+        .await?;
+        match polled {
+            Polled::Done(()) => Ok(()),
+            Polled::TimedOut => Err("other backends were still running statements at the deadline (settle)".into()),
+        }
+    }
+
+    /// Waits until every target's background step is blocked on a lock, seen
+    /// by the server; fails when one finishes instead.
+    pub(super) async fn blocked(&mut self, step: &Step, observer: usize, targets: &[usize]) -> StepResult {
+        let mut pids = Vec::new();
+        for t in targets {
+            pids.push((*t, self.pid_of(*t)?));
+        }
+        let polled = poll_until(Instant::now() + Duration::from_millis(step.deadline_ms), async || {
+            for (t, pid) in &pids {
+                if let Slot::Busy { handle, .. } = &self.slots[*t]
+                    && handle.is_finished()
+                {
+                    return Err(StepError::Mismatch(format!(
+                        "'{}' finished its background step instead of blocking",
+                        self.scenario.actors[*t].name
+                    )));
+                }
+                let conn = self.conn(observer)?;
+                if !observe::is_blocked(conn.as_mut(), *pid)
+                    .await
+                    .map_err(|e| StepError::Driver(e.to_string()))?
+                {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(()))
+        })
+        .await?;
+        match polled {
+            Polled::Done(()) => Ok(()),
+            Polled::TimedOut => {
+                let names: Vec<String> = pids
+                    .iter()
+                    .map(|(t, pid)| format!("'{}' (backend pid {pid})", self.scenario.actors[*t].name))
+                    .collect();
+                Err(StepError::Deadline(format!(
+                    "{} not all blocked on a lock within {} ms",
+                    names.join(", "),
+                    step.deadline_ms
+                )))
+            }
+        }
+    }
+}

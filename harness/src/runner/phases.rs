@@ -1,0 +1,197 @@
+//! The phases of a cell's life around its steps: the database, the clean-up,
+//! the leak guard.
+
+use std::time::{Duration, Instant};
+
+use locklab_drivers::{DirectConn, DriverError};
+
+use super::{CLEANUP_QUERY_TIMEOUT, LEAK_GUARD_WAIT, driver_text};
+use crate::observe::{self, Polled, poll_until};
+use crate::outcome::{Observation, RunResult, Value};
+use crate::scenario::Scenario;
+use crate::server::Server;
+
+/// Records a cell that cannot run behind PgBouncer: 1.18 refuses the
+/// `options` startup parameter that carries connection settings, so a
+/// scenario with `pool.settings` (other than `application_name`) cannot be
+/// run as written. Its observations are `n/a`.
+pub(super) fn not_applicable_behind_pgbouncer(scenario: &Scenario, result: &mut RunResult) {
+    result.skipped = Some(format!(
+        "PgBouncer does not pass connection settings (the `options` startup parameter) to the server; \
+         the pool settings at {} cannot apply",
+        scenario.at(scenario.pool_settings.pos)
+    ));
+    for step in &scenario.steps {
+        if let Some(name) = &step.record {
+            result.observations.push(Observation {
+                name: name.clone(),
+                step: step.index + 1,
+                value: Value::Null,
+                display: "n/a (settings cannot pass PgBouncer)".into(),
+                sqlstate: None,
+                elapsed_ms: None,
+                waited_ms: None,
+                notices: Vec::new(),
+                elapsed_stats: None,
+                waited_stats: None,
+            });
+        }
+    }
+}
+
+/// Phase 1: `create database` for the run, from an admin connection that the
+/// later phases reuse.
+///
+/// # Errors
+/// No connection, or the database could not be created (the text says which).
+pub(super) async fn create_database(server: &Server, db: &str) -> Result<DirectConn, String> {
+    let admin = server
+        .admin()
+        .await
+        .map_err(|e| format!("cannot connect to the server: {e:#}"))?;
+    if let Err(e) = admin.client().simple_query(&format!("create database \"{db}\"")).await {
+        admin.close().await;
+        return Err(format!("cannot create database {db}: {}", driver_text(e)));
+    }
+    Ok(admin)
+}
+
+/// `alter database … set` for the scenario's `server_settings`.
+///
+/// # Errors
+/// The first setting the server refused.
+pub(super) async fn apply_server_settings(admin: &DirectConn, scenario: &Scenario, db: &str) -> Result<(), String> {
+    for (name, value) in &scenario.server_settings.list {
+        let sql = format!("alter database \"{db}\" set {name} = '{}'", value.replace('\'', "''"));
+        if let Err(e) = admin.client().simple_query(&sql).await {
+            return Err(format!(
+                "cannot apply server setting {name} = {value} at {} (some settings need a superuser): {}",
+                scenario.at(scenario.server_settings.pos),
+                driver_text(e)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Phase 7: the leak guard, with its deadline, into `result`: what it found
+/// fails the cell (`backends_left`).
+pub(super) async fn guard_leaks(admin: &DirectConn, db: &str, result: &mut RunResult, fail: &dyn Fn(String) -> String) {
+    let within = LEAK_GUARD_WAIT + CLEANUP_QUERY_TIMEOUT;
+    let guard = tokio::time::timeout(within, leak_guard(admin.client(), db))
+        .await
+        .unwrap_or_else(|_| Err(DriverError::Client(format!("no answer within {} s", within.as_secs()))));
+    match guard {
+        Ok(left) => {
+            if !left.is_empty() {
+                result.failure.get_or_insert_with(|| {
+                    fail(format!(
+                        "leak guard: still in the run's database 5 s after the run was over (pool closed): {}; \
+                         the harness ended them",
+                        left.join(", ")
+                    ))
+                });
+            }
+            result.backends_left = left;
+        }
+        Err(e) => {
+            result
+                .failure
+                .get_or_insert_with(|| fail(format!("leak guard: cannot read pg_stat_activity: {e}")));
+        }
+    }
+}
+
+/// Phase 8: `drop database … with (force)`, with its deadline.
+///
+/// # Errors
+/// No answer in time, or the server's error.
+pub(super) async fn drop_database(admin: &DirectConn, db: &str) -> Result<(), String> {
+    tokio::time::timeout(
+        CLEANUP_QUERY_TIMEOUT,
+        admin
+            .client()
+            .simple_query(&format!("drop database if exists \"{db}\" with (force)")),
+    )
+    .await
+    .map_err(|_| format!("no answer within {} s", CLEANUP_QUERY_TIMEOUT.as_secs()))
+    .and_then(|r| r.map_err(driver_text))
+    .map(|_| ())
+    .map_err(|e| format!("cannot drop database {db}: {e}"))
+}
+
+/// The leak guard, run after every scenario × driver run: waits up to
+/// [`LEAK_GUARD_WAIT`] (5 s) until database `db` has no backend
+/// (`pg_stat_activity`) and no advisory lock (`pg_locks`), polling from
+/// `admin`, a connection to another database; then ends whatever backend is
+/// still there. Returns what was left, `pid N (application_name, state)` and
+/// `lock KEY (pid N)` (KEY an i64, or (i32, i32) for two-key locks), sorted;
+/// empty when nothing was.
+///
+/// # Errors
+/// A failed query.
+pub async fn leak_guard(admin: &tokio_postgres::Client, db: &str) -> Result<Vec<String>, DriverError> {
+    let sql = observe::leftovers_sql(db);
+    let until = Instant::now() + LEAK_GUARD_WAIT;
+    let mut left = Vec::new();
+    let polled = poll_until(until, async || {
+        let rows = locklab_drivers::simple_query_rows(admin, &sql).await?;
+        left = rows
+            .rows
+            .into_iter()
+            .filter_map(|r| r.into_iter().next().flatten())
+            .collect();
+        Ok::<_, DriverError>(left.is_empty().then_some(()))
+    })
+    .await?;
+    if let Polled::TimedOut = polled {
+        left.sort();
+        admin
+            .simple_query(&observe::terminate_database_sql(db))
+            .await
+            .map_err(DriverError::from)?;
+        return Ok(left);
+    }
+    Ok(Vec::new())
+}
+
+/// Drops every database this process created for its runs (`ll_…_<pid>_<n>`),
+/// with `(force)`; used when a run is interrupted before its own cleanup.
+/// Returns how many were dropped.
+///
+/// # Errors
+/// Connecting to the server or listing databases failed.
+pub async fn drop_own_databases(server: &Server) -> Result<usize, DriverError> {
+    let admin = server
+        .admin()
+        .await
+        .map_err(|e| DriverError::Client(format!("{e:#}")))?;
+    let pattern = format!("ll\\_%\\_{}\\_%", std::process::id());
+    // A `create database` of a run that was cancelled mid-way still completes
+    // on the server: wait (up to 15 s) until none of ours is running, or its
+    // database would appear after the listing below.
+    let creating = observe::creating_databases_sql(&pattern);
+    let _ = poll_until(Instant::now() + Duration::from_secs(15), async || {
+        let rows = locklab_drivers::simple_query_rows(admin.client(), &creating).await?;
+        Ok::<_, DriverError>((rows.first_value().flatten() == Some("0")).then_some(()))
+    })
+    .await?;
+    let rows = locklab_drivers::simple_query_rows(
+        admin.client(),
+        &format!("select datname from pg_database where datname like '{pattern}'"),
+    )
+    .await?;
+    let mut dropped = 0;
+    for name in rows.rows.iter().filter_map(|r| r.first().cloned().flatten()) {
+        if admin
+            .client()
+            .simple_query(&format!("drop database if exists \"{name}\" with (force)"))
+            .await
+            .is_ok()
+        {
+            dropped += 1;
+        }
+    }
+    admin.close().await;
+    Ok(dropped)
+}

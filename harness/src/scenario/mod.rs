@@ -1,0 +1,360 @@
+//! Scenario files: the YAML format (v1), loading, and validation into a [`Scenario`].
+//!
+//! A scenario names its actors (connections) and lists steps that run in order.
+//! Every error found while loading names `file:line:column`. The format is
+//! documented for users in the README ("Scenario format").
+//!
+//! The pieces, in the order a file goes through them: [`raw`] (what serde
+//! reads, and the JSON Schema), `params` (one instance per parameter
+//! combination), [`template`] (the one `${name}` scanner), `validate` (typed
+//! steps, or located errors), [`step`] (the typed steps the runner executes).
+
+mod params;
+pub mod raw;
+pub mod step;
+pub mod template;
+mod validate;
+mod yaml;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+pub use raw::{Action, Bounds, GuardEndRaw, ObserveKind, OnTimeout, RowsExpect, Scalar, Via, When, json_schema};
+pub use step::{
+    AwaitStep, ClientBound, ObserveExpect, ObserveStep, SqlExpect, SqlStep, Step, StepKind, Transaction,
+    TransactionStep,
+};
+
+use params::{expand_params, instance_suffix, neutralize_placeholders, substitute_params, without_params_and_comments};
+use raw::{ParamsOnly, RawScenario};
+use validate::Validator;
+use yaml::yaml_error;
+
+/// Default deadline of one step, in ms (10 s).
+pub const DEFAULT_STEP_DEADLINE_MS: u64 = 10_000;
+/// Default maximum pool size, in connections.
+pub const DEFAULT_POOL_MAX_SIZE: u32 = 4;
+/// Largest deadline a scenario may ask for, in ms (10 min).
+pub const MAX_STEP_DEADLINE_MS: u64 = 600_000;
+
+/// A position in a scenario file: 1-based line and column.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pos {
+    /// 1-based line.
+    pub line: u64,
+    /// 1-based column.
+    pub column: u64,
+}
+
+impl Pos {
+    pub(crate) fn of(loc: &serde_saphyr::Location) -> Pos {
+        Pos {
+            line: loc.line(),
+            column: loc.column(),
+        }
+    }
+}
+
+/// An error in a scenario file, with the place it was found.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}:{}:{}: {message}", file.display(), pos.line, pos.column)]
+pub struct ScenarioError {
+    /// The file.
+    pub file: PathBuf,
+    /// Where in it.
+    pub pos: Pos,
+    /// What is wrong, in one sentence.
+    pub message: String,
+}
+
+impl ScenarioError {
+    /// An error about the whole file (or directory) `file`, placed at 1:1.
+    pub fn at_start(file: &Path, message: impl Into<String>) -> ScenarioError {
+        ScenarioError {
+            file: file.to_owned(),
+            pos: Pos { line: 1, column: 1 },
+            message: message.into(),
+        }
+    }
+}
+
+/// A validated scenario (one instance of a file: a file with `params` gives one
+/// instance per combination).
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// Unique name: the file stem, plus `[param=value,…]` for a parameterised
+    /// instance, e.g. `extreme-keys[key=-1]`.
+    pub name: String,
+    /// The file's `name:` (equal to the file stem), shared by all its instances.
+    pub family: String,
+    /// This instance's parameters in file order, as text (empty without `params`).
+    pub params: Vec<(String, String)>,
+    /// One or two sentences: the behaviour this file states.
+    pub description: String,
+    /// Where the claim comes from (guide section, PostgreSQL docs section).
+    pub source: Option<String>,
+    /// The file it was loaded from.
+    pub file: PathBuf,
+    /// Where `name:` is in the file.
+    pub name_pos: Pos,
+    /// Maximum pool size for pooled actors (connections).
+    pub pool_max_size: u32,
+    /// Connection settings of every pooled connection.
+    pub pool_settings: Settings,
+    /// `ALTER DATABASE … SET` settings of the run's database.
+    pub server_settings: Settings,
+    /// SQL run before the actors connect, each with its place in the file.
+    pub setup: Vec<(String, Pos)>,
+    /// SQL run after the last step, each with its place in the file.
+    pub teardown: Vec<(String, Pos)>,
+    /// Actors in file order.
+    pub actors: Vec<Actor>,
+    /// Steps in execution order.
+    pub steps: Vec<Step>,
+}
+
+impl Scenario {
+    /// `file:line:column` of `pos` in this scenario's file.
+    pub fn at(&self, pos: Pos) -> String {
+        format!("{}:{}:{}", self.file.display(), pos.line, pos.column)
+    }
+}
+
+/// An actor: a named connection.
+#[derive(Clone, Debug)]
+pub struct Actor {
+    /// Name used in steps.
+    pub name: String,
+    /// Pooled or direct.
+    pub via: Via,
+    /// Connection settings of a direct actor; empty for pool actors.
+    pub settings: Settings,
+}
+
+/// Settings (`pool.settings`, an actor's `settings`, `server_settings`): name
+/// and value as PostgreSQL text, in file order, and where the map is in the
+/// file (for run-time errors such as an unknown parameter name).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Settings {
+    /// (name, value) pairs, e.g. `("lock_timeout", "200ms")`.
+    pub list: Vec<(String, String)>,
+    /// Where the map starts in the file.
+    pub pos: Pos,
+}
+
+impl Settings {
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+}
+
+/// Loads and validates every `*.yaml` file in `dir`, sorted by file name.
+/// Other files are ignored.
+///
+/// # Errors
+/// Every problem found, across all files (an unreadable directory is one error
+/// at 1:1 of the directory).
+pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        vec![ScenarioError::at_start(
+            dir,
+            format!("cannot read scenario directory: {e}"),
+        )]
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        // Nothing to run is a mistake (a wrong directory, `.yml` files), not a pass.
+        return Err(vec![ScenarioError::at_start(
+            dir,
+            "no scenario files (*.yaml) in this directory",
+        )]);
+    }
+    let mut out = Vec::new();
+    let mut errors = Vec::new();
+    for f in files {
+        match load_file(&f) {
+            Ok(mut s) => out.append(&mut s),
+            Err(mut e) => errors.append(&mut e),
+        }
+    }
+    let mut seen: HashMap<&str, &Path> = HashMap::new();
+    for s in &out {
+        if let Some(first) = seen.insert(&s.name, &s.file)
+            && first != s.file
+        {
+            errors.push(ScenarioError::at_start(
+                &s.file,
+                format!("scenario name '{}' is also used by {}", s.name, first.display()),
+            ));
+        }
+    }
+    if errors.is_empty() { Ok(out) } else { Err(errors) }
+}
+
+/// Loads and validates one scenario file: one [`Scenario`], or one per
+/// combination of its `params`.
+///
+/// # Errors
+/// Syntax errors, type errors and unknown keys (first one found), or every
+/// semantic error found by validation, each with `file:line:column`.
+pub fn load_file(path: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
+    let fail = |message: String| vec![ScenarioError::at_start(path, message)];
+    // Not read into memory when it is far too large to be a scenario.
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_FILE_BYTES as u64 + 1), &mut bytes))
+        .map_err(|e| fail(format!("cannot read file: {e}")))?;
+    if bytes.len() > MAX_FILE_BYTES {
+        return Err(fail(format!(
+            "the file has more than {MAX_FILE_BYTES} bytes, the most a scenario file may have"
+        )));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        // Where the first byte that is not UTF-8 is.
+        let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        // YAML's line breaks: \n, \r\n, or a lone \r.
+        let line = good
+            .iter()
+            .enumerate()
+            .filter(|&(i, &b)| b == b'\n' || (b == b'\r' && good.get(i + 1) != Some(&b'\n')))
+            .count()
+            + 1;
+        let line_start = good
+            .iter()
+            .rposition(|&b| b == b'\n' || b == b'\r')
+            .map_or(0, |i| i + 1);
+        let column = String::from_utf8_lossy(&good[line_start..]).chars().count() + 1;
+        vec![ScenarioError {
+            file: path.to_owned(),
+            pos: Pos {
+                line: line as u64,
+                column: column as u64,
+            },
+            message: "the file is not UTF-8 text (this byte starts an invalid sequence)".to_owned(),
+        }]
+    })?;
+    let scenarios = parse(path, &text)?;
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
+    if let Some(s) = scenarios.first()
+        && s.family != stem
+    {
+        return Err(vec![ScenarioError {
+            file: path.to_owned(),
+            pos: s.name_pos,
+            message: format!(
+                "scenario name '{}' differs from the file name; rename one of them to match ('{stem}')",
+                s.family
+            ),
+        }]);
+    }
+    Ok(scenarios)
+}
+
+/// Largest scenario file, in bytes (1 MiB; the shipped ones have a few KiB).
+pub const MAX_FILE_BYTES: usize = 1 << 20;
+
+/// Most instances one file may expand to through `params`.
+pub const MAX_INSTANCES: usize = 64;
+
+/// Parses and validates scenario text; `path` is used in error messages only
+/// (so, unlike [`load_file`], the name is not compared with the file name).
+/// A file with `params` yields one scenario per combination, in order.
+///
+/// # Errors
+/// As [`load_file`]. An error that only some parameter combinations have is
+/// prefixed with the combination, e.g. `with key=-1: …`.
+pub fn parse(path: &Path, text: &str) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
+    if text.len() > MAX_FILE_BYTES {
+        return Err(vec![ScenarioError::at_start(
+            path,
+            format!(
+                "the file has {} bytes; a scenario file may have at most {MAX_FILE_BYTES}",
+                text.len()
+            ),
+        )]);
+    }
+    if text.split(['\n', '\r']).all(|l| {
+        let l = l.trim();
+        l.is_empty() || l.starts_with('#') || l == "---" || l == "..."
+    }) {
+        return Err(vec![ScenarioError::at_start(
+            path,
+            "the file is empty; a scenario needs name, description, actors and steps",
+        )]);
+    }
+    // Placeholders are not YAML everywhere (`{ value: ${key} }`): read `params`
+    // from a copy where each `${name}` is letters of the same width.
+    let head: ParamsOnly =
+        serde_saphyr::from_str(&neutralize_placeholders(text)).map_err(|e| vec![yaml_error(path, &e)])?;
+    let instances = match head.params {
+        None => vec![Vec::new()],
+        Some(p) => {
+            let pos = Pos::of(&p.referenced);
+            let combos = expand_params(path, p)?;
+            let body = without_params_and_comments(text);
+            for (name, _) in combos.first().into_iter().flatten() {
+                if !body.contains(&format!("${{{name}}}")) {
+                    return Err(vec![ScenarioError {
+                        file: path.to_owned(),
+                        pos,
+                        message: format!("parameter '{name}' is never used as '${{{name}}}'"),
+                    }]);
+                }
+            }
+            combos
+        }
+    };
+    let mut out = Vec::new();
+    // Each parameter set's errors, positions mapped back to the file as written.
+    let mut per_instance: Vec<Vec<ScenarioError>> = Vec::new();
+    for params in &instances {
+        let (expanded, shifts) = substitute_params(text, params);
+        let result = serde_saphyr::from_str::<RawScenario>(&expanded)
+            .map_err(|e| vec![yaml_error(path, &e)])
+            .and_then(|raw| {
+                Validator {
+                    file: path,
+                    errors: Vec::new(),
+                    params,
+                }
+                .run(raw)
+            });
+        match result {
+            Ok(s) => out.push(s),
+            Err(mut errs) => {
+                for e in &mut errs {
+                    e.pos = shifts.original(e.pos);
+                }
+                per_instance.push(errs);
+                continue;
+            }
+        }
+        per_instance.push(Vec::new());
+    }
+    // An error every set has is reported once; one only some have names the set.
+    let mut errors: Vec<ScenarioError> = Vec::new();
+    let mut seen: Vec<(Pos, String)> = Vec::new();
+    for (params, errs) in instances.iter().zip(&per_instance) {
+        for e in errs {
+            let key = (e.pos, e.message.clone());
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key);
+            let every = per_instance
+                .iter()
+                .all(|other| other.iter().any(|x| x.pos == e.pos && x.message == e.message));
+            let mut e = e.clone();
+            if !every {
+                e.message = format!("with {}: {}", instance_suffix(params), e.message);
+            }
+            errors.push(e);
+        }
+    }
+    if errors.is_empty() { Ok(out) } else { Err(errors) }
+}

@@ -1,0 +1,559 @@
+//! The file format, as serde reads it. Unknown keys are errors everywhere.
+//! The JSON Schema shipped as `scenarios/scenario.schema.json` is generated
+//! from these types ([`json_schema`]), so editors and `locklab validate` agree.
+
+use std::fmt;
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
+use serde_saphyr::Spanned;
+
+use crate::keys::AdvisoryKey;
+
+/// A locklab scenario file: actors (connections) and the steps they run.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "locklab scenario")]
+pub(crate) struct RawScenario {
+    /// Unique name; must equal the file name without `.yaml`. Letters, digits, `-` and `_`.
+    #[schemars(with = "String")]
+    pub(crate) name: Spanned<String>,
+    /// One or two sentences: the behaviour this file states. Say so where the truth is not what a reader would assume.
+    pub(crate) description: String,
+    /// Where the claim comes from: a section of the guide or of the PostgreSQL documentation.
+    #[serde(default)]
+    pub(crate) source: Option<String>,
+    /// Parameters: the file is run once per combination, with `${name}` replaced by the value
+    /// everywhere in the file. Either a map of name → list of values (every combination), or a
+    /// list of maps (one run per map). Each run is named `name[param=value,…]` (parameters whose
+    /// name starts with `_` are left out of the name).
+    #[serde(default)]
+    #[schemars(with = "Option<RawParams>")]
+    #[allow(dead_code)]
+    // read by `ParamsOnly` before expansion; declared here for the schema and deny_unknown_fields
+    pub(crate) params: Option<Spanned<RawParams>>,
+    /// Server settings for this scenario's database (`ALTER DATABASE … SET name = value`, run by
+    /// the harness's superuser before any connection): e.g. `deadlock_timeout: 100ms`.
+    #[serde(default)]
+    #[schemars(with = "IndexMap<String, Setting>")]
+    pub(crate) server_settings: Option<Spanned<IndexMap<String, Setting>>>,
+    /// SQL run once, by the harness's own connection to the scenario's database, before the actors connect.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub(crate) setup: Vec<Spanned<String>>,
+    /// SQL run once, by the harness's own connection, after the last step (also after a failure).
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub(crate) teardown: Vec<Spanned<String>>,
+    /// The pool under test.
+    #[serde(default)]
+    pub(crate) pool: RawPool,
+    /// Deadline of every step in ms unless the step sets its own (default 10000, at most 600000).
+    #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 1, max = 600000))]
+    pub(crate) step_deadline_ms: Option<Spanned<i64>>,
+    /// Named connections. `via: pool` actors share the pool under test; `via: direct` actors
+    /// each own a dedicated connection for the whole run (observers, dedicated lock holders).
+    #[schemars(with = "IndexMap<String, RawActor>")]
+    pub(crate) actors: Spanned<IndexMap<String, Spanned<RawActor>>>,
+    /// Steps, run in order.
+    #[schemars(with = "Vec<RawStep>")]
+    pub(crate) steps: Spanned<Vec<Spanned<RawStep>>>,
+}
+
+/// Only the `params` of a file, read before the placeholders are expanded.
+#[derive(Deserialize)]
+pub(crate) struct ParamsOnly {
+    #[serde(default)]
+    pub(crate) params: Option<Spanned<RawParams>>,
+}
+
+/// `params:` either as a map of lists (every combination) or a list of maps (one run each).
+#[derive(Clone, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub(crate) enum RawParams {
+    /// `{key: [7, -1], fn: [a, b]}`: every combination (4 runs here).
+    Matrix(IndexMap<String, Vec<Scalar>>),
+    /// `[{lock_timeout: 200ms, error: lock_not_available}, …]`: one run per map.
+    Cases(Vec<IndexMap<String, Scalar>>),
+}
+
+/// A setting value: text, number or boolean, sent as PostgreSQL text (`200ms`, `5`, `on`).
+pub(crate) type Setting = Scalar;
+
+/// The pool under test.
+#[derive(Deserialize, Default, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPool {
+    /// Maximum number of connections (1–100, default 4).
+    #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 1, max = 100))]
+    pub(crate) max_size: Option<Spanned<i64>>,
+    /// Connection settings for every connection the pool opens, sent at connect time
+    /// (`application_name`, or any run-time parameter as `-c name=value`: `lock_timeout`,
+    /// `idle_in_transaction_session_timeout`, `tcp_keepalives_idle`, …).
+    #[serde(default)]
+    #[schemars(with = "IndexMap<String, Setting>")]
+    pub(crate) settings: Option<Spanned<IndexMap<String, Setting>>>,
+}
+
+/// An actor: a named connection.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawActor {
+    /// `pool`: checked out of the pool under test; `direct`: a dedicated tokio-postgres connection.
+    pub(crate) via: Via,
+    /// Connection settings of a direct actor, sent at connect time (as `pool.settings`).
+    /// Pool actors share the pool's connections: use `pool.settings` for them.
+    #[serde(default)]
+    #[schemars(with = "IndexMap<String, Setting>")]
+    pub(crate) settings: Option<Spanned<IndexMap<String, Setting>>>,
+}
+
+/// How an actor gets its connection.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Via {
+    /// A checkout from the driver under test (`checkout` / `return` steps).
+    Pool,
+    /// A dedicated tokio-postgres connection the harness owns for the whole run,
+    /// never pooled: observers and dedicated lock holders. Server notices
+    /// (`WARNING`, `NOTICE`) are captured on these connections.
+    Direct,
+}
+
+/// Transaction and connection control steps (`do:`).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// Check a connection out of the pool (direct driver: open one).
+    Checkout,
+    /// Give the connection back with no cleanup (direct driver: close it).
+    Return,
+    /// Close a direct actor's dedicated connection (client-side disconnect; the
+    /// step ends once the server has let the backend go).
+    Disconnect,
+    /// `BEGIN`.
+    Begin,
+    /// `COMMIT`.
+    Commit,
+    /// `ROLLBACK`.
+    Rollback,
+    /// Drop the actor's in-flight background step together with its connection
+    /// (the future and the pooled connection object go away mid-call; a pool
+    /// gets the connection back with the statement still running).
+    Abandon,
+}
+
+impl Action {
+    /// The SQL a transaction-control action sends, `None` for checkout/return/disconnect.
+    pub fn transaction_sql(self) -> Option<&'static str> {
+        match self {
+            Action::Begin => Some("begin"),
+            Action::Commit => Some("commit"),
+            Action::Rollback => Some("rollback"),
+            Action::Checkout | Action::Return | Action::Disconnect | Action::Abandon => None,
+        }
+    }
+}
+
+/// What happens when a step's `client_timeout_ms` elapses (`on_timeout:`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OnTimeout {
+    /// Drop the future, as `tokio::time::timeout` does: the client stops
+    /// waiting, the server is not told.
+    #[default]
+    Drop,
+    /// Send a cancel request (tokio-postgres `CancelToken::cancel_query`) and
+    /// keep waiting for the statement's own outcome (57014 query_canceled when
+    /// the cancel lands).
+    Cancel,
+}
+
+/// How a `lock_guard` step ends its guard (`end:`); see
+/// [`locklab_drivers::GuardEnd`].
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardEndRaw {
+    /// `release_now()`.
+    ReleaseNow,
+    /// Drop the guard.
+    Drop,
+    /// `leak()`.
+    Leak,
+}
+
+impl GuardEndRaw {
+    /// The driver-side value.
+    pub fn to_driver(self) -> locklab_drivers::GuardEnd {
+        match self {
+            GuardEndRaw::ReleaseNow => locklab_drivers::GuardEnd::ReleaseNow,
+            GuardEndRaw::Drop => locklab_drivers::GuardEnd::Drop,
+            GuardEndRaw::Leak => locklab_drivers::GuardEnd::Leak,
+        }
+    }
+}
+
+/// What an observer can snapshot (`observe:`).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ObserveKind {
+    /// `pg_locks` (advisory rows of the run's database) joined to `pg_stat_activity`.
+    AdvisoryLocks,
+}
+
+/// Which driver kinds a step applies to (`when:`).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum When {
+    /// Only drivers that pool connections.
+    Pooled,
+    /// Only the direct (unpooled) driver.
+    Direct,
+}
+
+/// One actor name or a list of them.
+#[derive(Clone, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub(crate) enum OneOrMany {
+    /// One actor.
+    One(String),
+    /// Several actors.
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub(crate) fn into_vec(self) -> Vec<String> {
+        match self {
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
+        }
+    }
+}
+
+/// One step: exactly one of `sql`, `do`, `observe`, `blocked`, `await`, `order`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawStep {
+    /// The actor that runs the step (not for `await` and `order`).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub(crate) actor: Option<Spanned<String>>,
+    /// A name for the step, needed to `await` a background step or to list it in `order`.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub(crate) id: Option<Spanned<String>>,
+    /// SQL run with the simple query protocol; `${name}` is replaced by a saved value or a parameter.
+    #[serde(default)]
+    pub(crate) sql: Option<String>,
+    /// Transaction or connection control.
+    #[serde(default, rename = "do")]
+    pub(crate) action: Option<Action>,
+    /// A server-side snapshot taken by a direct actor (the observer).
+    #[serde(default)]
+    pub(crate) observe: Option<ObserveKind>,
+    /// For `observe`: only this advisory lock key, a bigint (`7`) or two integers (`[1, 2]`).
+    #[serde(default)]
+    #[schemars(with = "Option<KeySchema>")]
+    pub(crate) key: Option<AdvisoryKey>,
+    /// Wait (on a direct actor) until these actors' background steps are blocked on a lock,
+    /// seen by the server (`pg_blocking_pids`); fails if one finishes instead.
+    #[serde(default)]
+    #[schemars(with = "Option<OneOrMany>")]
+    pub(crate) blocked: Option<Spanned<OneOrMany>>,
+    /// Wait for the background step with this id to finish; its `expect` and `record` go here.
+    #[serde(default, rename = "await")]
+    #[schemars(with = "Option<String>")]
+    pub(crate) await_step: Option<Spanned<String>>,
+    /// Assert that these awaited background steps completed in this order (by the time the
+    /// client got each result). With `record`, records the order.
+    #[serde(default)]
+    #[schemars(with = "Option<Vec<String>>")]
+    pub(crate) order: Option<Spanned<Vec<String>>>,
+    /// Take the session-level advisory lock on this bigint key through the
+    /// driver's own guard API (sqlx `PgAdvisoryLock`) and end the guard as `end`
+    /// says; other drivers record "not supported".
+    #[serde(default)]
+    #[schemars(with = "Option<i64>")]
+    pub(crate) lock_guard: Option<Spanned<i64>>,
+    /// For `lock_guard`: `release_now`, `drop` or `leak`.
+    #[serde(default)]
+    #[schemars(with = "Option<GuardEndOrParam>")]
+    pub(crate) end: Option<GuardEndRaw>,
+    /// Start the `sql` step and go on; finish it with an `await` step.
+    #[serde(default)]
+    pub(crate) background: bool,
+    /// Client-side bound in ms (1–600000, below the deadline) on a foreground
+    /// `sql`, transaction, `checkout` or `return` step, like
+    /// `tokio::time::timeout`: when it elapses the call's future is dropped
+    /// (or, with `on_timeout: cancel`, a cancel request is sent) and the step
+    /// records that instead of failing.
+    #[serde(default)]
+    #[schemars(with = "Option<MsOrParam>")]
+    pub(crate) client_timeout_ms: Option<Spanned<i64>>,
+    /// What `client_timeout_ms` does when it elapses: `drop` (default) or `cancel`.
+    #[serde(default)]
+    #[schemars(with = "Option<OnTimeoutOrParam>")]
+    pub(crate) on_timeout: Option<OnTimeout>,
+    /// For `observe`: first wait (within the deadline) until no other backend
+    /// of the run's database is running a statement other than a lock wait
+    /// and none changed state in the last 100 ms, seen twice in a row, so
+    /// statements queued behind a dropped call have run.
+    #[serde(default)]
+    pub(crate) settle: bool,
+    /// Deadline of this step in ms (1–600000).
+    #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 1, max = 600000))]
+    pub(crate) deadline_ms: Option<Spanned<i64>>,
+    /// What must hold after the step.
+    #[serde(default)]
+    #[schemars(with = "Option<RawExpect>")]
+    pub(crate) expect: Option<Spanned<RawExpect>>,
+    /// Record the outcome as a row of the matrix report under this name.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub(crate) record: Option<Spanned<String>>,
+    /// Save the first value of the first row as `${name}` for later steps.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub(crate) save: Option<Spanned<String>>,
+    /// Run only for pooled drivers or only for the direct driver.
+    #[serde(default)]
+    pub(crate) when: Option<When>,
+}
+
+/// The schema of a duration in ms that a parameter may give.
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub(crate) enum MsOrParam {
+    /// 1–600000 ms.
+    Ms(#[schemars(range(min = 1, max = 600000))] u32),
+    /// A parameter (`"${ms}"`) that expands to one.
+    Param(#[schemars(regex(pattern = r"^\s*\$\{[A-Za-z_][A-Za-z0-9_]*\}\s*$"))] String),
+}
+
+/// The schema of `on_timeout`, which a parameter may give.
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub(crate) enum OnTimeoutOrParam {
+    /// `drop` or `cancel`.
+    Value(OnTimeout),
+    /// A parameter (`"${on_timeout}"`) that expands to one.
+    Param(#[schemars(regex(pattern = r"^\s*\$\{[A-Za-z_][A-Za-z0-9_]*\}\s*$"))] String),
+}
+
+/// The schema of `end`, which a parameter may give.
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub(crate) enum GuardEndOrParam {
+    /// `release_now`, `drop` or `leak`.
+    Value(GuardEndRaw),
+    /// A parameter (`"${end}"`) that expands to one.
+    Param(#[schemars(regex(pattern = r"^\s*\$\{[A-Za-z_][A-Za-z0-9_]*\}\s*$"))] String),
+}
+
+/// The schema of an advisory lock key (see [`AdvisoryKey`]).
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub(crate) enum KeySchema {
+    /// A bigint key.
+    Big(i64),
+    /// Two integer keys.
+    Pair([i32; 2]),
+    /// A bigint as text, or a parameter (`"${key}"`) that expands to one.
+    Text(#[schemars(regex(pattern = r"^\s*(-?[0-9]+|\$\{[A-Za-z_][A-Za-z0-9_]*\})\s*$"))] String),
+}
+
+/// Expectations on a step.
+#[derive(Deserialize, Default, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawExpect {
+    /// First column of the first row (`null` for SQL NULL; `true` matches `t`).
+    #[serde(default, deserialize_with = "present")]
+    pub(crate) value: Option<Scalar>,
+    /// The number of rows, or the rows themselves (lists of values, compared like `value`).
+    #[serde(default)]
+    pub(crate) rows: Option<RowsExpect>,
+    /// The step fails with this SQLSTATE: five characters (`55P03`) or a condition name
+    /// (`lock_not_available`, `deadlock_detected`, `query_canceled`, …).
+    #[serde(default)]
+    pub(crate) error: Option<String>,
+    /// With `error`: a regular expression the error message must match.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub(crate) message: Option<Spanned<String>>,
+    /// Server notices the step must produce, each a regular expression matched against
+    /// `SEVERITY: message` (e.g. `^WARNING: you don't own a lock`), in order; `[]` means none.
+    /// Captured on direct actors only.
+    #[serde(default)]
+    #[schemars(with = "Option<Vec<String>>")]
+    pub(crate) notices: Option<Vec<Spanned<String>>>,
+    /// Bounds on the step's wall time in ms.
+    #[serde(default)]
+    pub(crate) elapsed_ms: Option<Bounds>,
+    /// `observe`: whether any granted advisory lock matched.
+    #[serde(default)]
+    pub(crate) held: Option<bool>,
+    /// `observe`: every holder is this backend (a saved pid) and/or in this state.
+    #[serde(default)]
+    pub(crate) holders: Option<RawHolders>,
+}
+
+/// `rows:` as a count or as the expected rows.
+#[derive(Clone, Debug, Deserialize, PartialEq, JsonSchema)]
+#[serde(untagged)]
+pub enum RowsExpect {
+    /// The number of rows.
+    Count(u64),
+    /// The rows, each a list of values compared like `value`.
+    Exact(Vec<Vec<Scalar>>),
+}
+
+/// `holders:` expectation of an observe step.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHolders {
+    /// Name of a saved variable holding a backend pid.
+    #[serde(default)]
+    pub(crate) pid: Option<String>,
+    /// A `pg_stat_activity.state`, e.g. `idle`.
+    #[serde(default)]
+    pub(crate) state: Option<String>,
+}
+
+/// Inclusive bounds on a step's elapsed time, in ms.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Bounds {
+    /// Lower bound in ms (default 0).
+    #[serde(default)]
+    pub min: Option<f64>,
+    /// Upper bound in ms (default: none).
+    #[serde(default)]
+    pub max: Option<f64>,
+}
+
+/// An expected scalar: the first column of the first row, compared with
+/// PostgreSQL's text output (`true` ↔ `t`, numbers as decimal, `null` ↔ SQL NULL).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Scalar {
+    /// SQL NULL.
+    Null,
+    /// A boolean (`t`/`f` on the wire).
+    Bool(bool),
+    /// An integer.
+    Int(i128),
+    /// A floating-point number, compared numerically.
+    Float(f64),
+    /// Text, compared exactly.
+    Text(String),
+}
+
+impl Scalar {
+    /// Whether the server's text value `actual` (`None` for NULL) equals this.
+    pub fn matches(&self, actual: Option<&str>) -> bool {
+        match (self, actual) {
+            (Scalar::Null, None) => true,
+            (_, None) | (Scalar::Null, Some(_)) => false,
+            (Scalar::Bool(b), Some(a)) => a == if *b { "t" } else { "f" },
+            (Scalar::Int(i), Some(a)) => a.parse::<i128>() == Ok(*i),
+            (Scalar::Float(f), Some(a)) => a.parse::<f64>().is_ok_and(|x| x == *f),
+            (Scalar::Text(t), Some(a)) => a == t,
+        }
+    }
+}
+
+impl fmt::Display for Scalar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scalar::Null => f.write_str("NULL"),
+            Scalar::Bool(b) => write!(f, "{b}"),
+            Scalar::Int(i) => write!(f, "{i}"),
+            Scalar::Float(x) => write!(f, "{x}"),
+            Scalar::Text(t) => write!(f, "{t:?}"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Scalar;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a scalar (null, boolean, number or string)")
+            }
+            fn visit_unit<E>(self) -> Result<Scalar, E> {
+                Ok(Scalar::Null)
+            }
+            fn visit_none<E>(self) -> Result<Scalar, E> {
+                Ok(Scalar::Null)
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Scalar, E> {
+                Ok(Scalar::Bool(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar::Int(v.into()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar::Int(v.into()))
+            }
+            fn visit_i128<E>(self, v: i128) -> Result<Scalar, E> {
+                Ok(Scalar::Int(v))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar::Float(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar::Text(v.to_owned()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl JsonSchema for Scalar {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Scalar".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A value: null, boolean, number or string (compared with PostgreSQL's text output)",
+            "type": ["null", "boolean", "number", "string"]
+        })
+    }
+}
+
+impl Scalar {
+    /// The value as PostgreSQL text: what `${name}` expands to and what a setting sends
+    /// (`true` → `true`, numbers in decimal, `null` → `NULL`).
+    pub fn text(&self) -> String {
+        match self {
+            Scalar::Null => "NULL".into(),
+            Scalar::Bool(b) => b.to_string(),
+            Scalar::Int(i) => i.to_string(),
+            Scalar::Float(x) => x.to_string(),
+            Scalar::Text(t) => t.clone(),
+        }
+    }
+}
+
+/// `value:` present (even as `null`) → `Some`, absent → `None` (via `#[serde(default)]`).
+pub(crate) fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Scalar>, D::Error> {
+    Scalar::deserialize(d).map(Some)
+}
+
+/// The JSON Schema of the scenario format, generated from the types the
+/// loader deserializes into (shipped as `scenarios/scenario.schema.json`).
+pub fn json_schema() -> serde_json::Value {
+    let mut schema = schemars::schema_for!(RawScenario);
+    schema.insert("$id".into(), "https://locklab.invalid/scenario.schema.json".into());
+    serde_json::to_value(schema).unwrap_or_default()
+}

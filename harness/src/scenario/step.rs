@@ -1,0 +1,267 @@
+//! The validated steps the runner executes: one variant per step kind, each
+//! carrying exactly its own fields (so no combination of fields has to be
+//! ruled out at run time).
+
+use super::raw::{Bounds, GuardEndRaw, OnTimeout, RowsExpect, Scalar, When};
+use super::{Actor, Pos};
+use crate::keys::AdvisoryKey;
+
+/// One step: what every kind has, and its [`StepKind`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    /// 0-based index in the file's `steps` list.
+    pub index: usize,
+    /// Where the step starts in the file.
+    pub pos: Pos,
+    /// Optional id (needed to `await` a background step or name it in `order`).
+    pub id: Option<String>,
+    /// Deadline in ms, after which the scenario fails (for an `await`: the
+    /// background step's).
+    pub deadline_ms: u64,
+    /// Observation name for the matrix (`record:`).
+    pub record: Option<String>,
+    /// What it does.
+    pub kind: StepKind,
+}
+
+/// What a step does.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StepKind {
+    /// SQL in the foreground (simple query protocol).
+    Sql(SqlStep),
+    /// SQL started on the actor's connection, finished by an [`StepKind::Await`].
+    Background {
+        /// Actor index.
+        actor: usize,
+        /// The SQL; `${name}` is replaced by saved values when it starts.
+        sql: String,
+    },
+    /// `begin`, `commit` or `rollback`.
+    Transaction(TransactionStep),
+    /// Check a connection out of the pool under test (direct driver: open one).
+    Checkout {
+        /// Actor index (a pool actor).
+        actor: usize,
+        /// Client-side bound in ms whose expiry is recorded, not a failure.
+        client_timeout_ms: Option<u64>,
+    },
+    /// Give the connection back with no cleanup (direct driver: close it).
+    Return {
+        /// Actor index (a pool actor).
+        actor: usize,
+        /// Client-side bound in ms whose expiry is recorded, not a failure.
+        client_timeout_ms: Option<u64>,
+    },
+    /// Close a direct actor's dedicated connection; the step ends once the
+    /// server has let the backend go.
+    Disconnect {
+        /// Actor index (a direct actor).
+        actor: usize,
+    },
+    /// Drop the actor's in-flight background step together with its connection.
+    Abandon {
+        /// Actor index.
+        actor: usize,
+    },
+    /// Snapshot advisory locks (`pg_locks` joined to `pg_stat_activity`).
+    Observe(ObserveStep),
+    /// Wait until every target (actor indices) is blocked on a lock, seen from
+    /// the server (`pg_blocking_pids`); fails if one's background step
+    /// finishes first.
+    Blocked {
+        /// The observer (a direct actor) that asks the server.
+        observer: usize,
+        /// Actors whose background steps must be blocked.
+        targets: Vec<usize>,
+    },
+    /// Wait for a background step to finish and check its expectation.
+    Await(AwaitStep),
+    /// The listed background steps (indices) completed in this order.
+    Order {
+        /// Indices of awaited background steps, in the expected order.
+        steps: Vec<usize>,
+    },
+    /// Take the session-level advisory lock on a bigint key through the
+    /// driver's guard API (sqlx `PgAdvisoryLock`) and end the guard.
+    Guard {
+        /// Actor index (a pool actor).
+        actor: usize,
+        /// The bigint key.
+        key: i64,
+        /// How the guard ends.
+        end: GuardEndRaw,
+    },
+}
+
+/// A foreground `sql` step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SqlStep {
+    /// Actor index.
+    pub actor: usize,
+    /// The SQL; `${name}` is replaced by saved values.
+    pub sql: String,
+    /// What must hold afterwards.
+    pub expect: Option<SqlExpect>,
+    /// Variable to store the first value of the first row in (`save:`).
+    pub save: Option<String>,
+    /// Only for some driver kinds.
+    pub when: Option<When>,
+    /// A client-side bound on the call (`client_timeout_ms`, `on_timeout`).
+    pub bound: Option<ClientBound>,
+}
+
+/// A client-side bound on a call: when `ms` elapse the call's future is
+/// dropped (or a cancel request sent), and the step records that.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientBound {
+    /// The bound, in ms (below the step's deadline).
+    pub ms: u64,
+    /// What the client does when it elapses.
+    pub on_timeout: OnTimeout,
+}
+
+/// Transaction control.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transaction {
+    /// `begin`.
+    Begin,
+    /// `commit`.
+    Commit,
+    /// `rollback`.
+    Rollback,
+}
+
+impl Transaction {
+    /// The SQL it sends.
+    pub fn sql(self) -> &'static str {
+        match self {
+            Transaction::Begin => "begin",
+            Transaction::Commit => "commit",
+            Transaction::Rollback => "rollback",
+        }
+    }
+}
+
+/// A `do: begin | commit | rollback` step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TransactionStep {
+    /// Actor index.
+    pub actor: usize,
+    /// Which statement.
+    pub action: Transaction,
+    /// What must hold afterwards.
+    pub expect: Option<SqlExpect>,
+    /// A client-side bound on the call (its `on_timeout` is always `drop`).
+    pub bound: Option<ClientBound>,
+}
+
+/// An `observe: advisory_locks` step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObserveStep {
+    /// The observer (a direct actor).
+    pub observer: usize,
+    /// Only this key, when given.
+    pub key: Option<AdvisoryKey>,
+    /// First wait for the other backends to settle.
+    pub settle: bool,
+    /// What must hold.
+    pub expect: Option<ObserveExpect>,
+    /// Only for some driver kinds.
+    pub when: Option<When>,
+}
+
+/// An `await` step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AwaitStep {
+    /// The awaited step's actor.
+    pub actor: usize,
+    /// Index of the awaited background step.
+    pub target: usize,
+    /// What must hold for the background step's outcome.
+    pub expect: Option<SqlExpect>,
+}
+
+/// Expectations on a step that runs SQL.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SqlExpect {
+    /// First column of the first row.
+    pub value: Option<Scalar>,
+    /// Number of rows, or the rows.
+    pub rows: Option<RowsExpect>,
+    /// SQLSTATE the step must fail with (five characters, e.g. `55P03`).
+    pub error: Option<String>,
+    /// Regular expression the error message must match (validated at load).
+    pub message: Option<String>,
+    /// Regular expressions the step's notices (`SEVERITY: message`) must match, in order.
+    pub notices: Option<Vec<String>>,
+    /// Elapsed-time bounds in ms.
+    pub elapsed_ms: Option<Bounds>,
+}
+
+/// Expectations on an `observe` step.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ObserveExpect {
+    /// Whether any granted advisory lock matched.
+    pub held: Option<bool>,
+    /// Every granted lock's backend pid equals this saved variable.
+    pub holder_pid: Option<String>,
+    /// Every granted lock's backend is in this `pg_stat_activity.state`.
+    pub holder_state: Option<String>,
+}
+
+impl Step {
+    /// The actor whose connection the step uses (`None` for `order`).
+    pub fn actor(&self) -> Option<usize> {
+        Some(match &self.kind {
+            StepKind::Sql(s) => s.actor,
+            StepKind::Transaction(t) => t.actor,
+            StepKind::Observe(o) => o.observer,
+            StepKind::Await(a) => a.actor,
+            StepKind::Blocked { observer, .. } => *observer,
+            StepKind::Background { actor, .. }
+            | StepKind::Checkout { actor, .. }
+            | StepKind::Return { actor, .. }
+            | StepKind::Disconnect { actor }
+            | StepKind::Abandon { actor }
+            | StepKind::Guard { actor, .. } => *actor,
+            StepKind::Order { .. } => return None,
+        })
+    }
+
+    /// Which driver kinds the step applies to (`None`: all).
+    pub fn when(&self) -> Option<When> {
+        match &self.kind {
+            StepKind::Sql(s) => s.when,
+            StepKind::Observe(o) => o.when,
+            _ => None,
+        }
+    }
+
+    /// A short human label, e.g. `step 4 (b: select pg_advisory_xact_lock(7))`.
+    pub fn label(&self, actors: &[Actor], steps: &[Step]) -> String {
+        let id_of = |i: &usize| steps[*i].id.clone().unwrap_or_else(|| format!("step {}", i + 1));
+        let what = match &self.kind {
+            StepKind::Sql(SqlStep { sql, .. }) | StepKind::Background { sql, .. } => {
+                sql.split_whitespace().collect::<Vec<_>>().join(" ")
+            }
+            StepKind::Transaction(t) => t.action.sql().to_owned(),
+            StepKind::Checkout { .. } => "checkout".into(),
+            StepKind::Return { .. } => "return".into(),
+            StepKind::Disconnect { .. } => "disconnect".into(),
+            StepKind::Abandon { .. } => "abandon".into(),
+            StepKind::Observe(_) => "observe advisory_locks".into(),
+            StepKind::Blocked { targets, .. } => {
+                let names: Vec<&str> = targets.iter().map(|a| actors[*a].name.as_str()).collect();
+                format!("blocked: {}", names.join(", "))
+            }
+            StepKind::Await(a) => format!("await {}", id_of(&a.target)),
+            StepKind::Guard { key, end, .. } => format!("lock_guard {key}, end {end:?}").to_lowercase(),
+            StepKind::Order { steps } => {
+                let names: Vec<String> = steps.iter().map(id_of).collect();
+                return format!("step {} (order: {})", self.index + 1, names.join(" → "));
+            }
+        };
+        let actor = self.actor().unwrap_or_default();
+        format!("step {} ({}: {})", self.index + 1, actors[actor].name, what)
+    }
+}

@@ -1,0 +1,84 @@
+//! The connection each actor has as the steps go: a step may only use a
+//! connection its actor has (checked out, not busy with a background step).
+
+use super::Validator;
+use super::step::{ABANDONED, Kind, Walk};
+use crate::scenario::Pos;
+use crate::scenario::raw::{Action, Via};
+
+/// What the validator tracks per actor while walking the steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Conn {
+    /// No connection (a pool actor before checkout, after return; a
+    /// disconnected direct actor).
+    None,
+    /// A connection, idle.
+    Ready,
+    /// A background step (index) is in flight.
+    Busy(usize),
+}
+
+impl Validator<'_> {
+    /// Checks that `kind` fits the connection `actor` has, and updates it.
+    pub(super) fn connection_rules(&mut self, walk: &mut Walk, n: usize, pos: Pos, kind: &Kind, actor: usize) {
+        let an = walk.actors[actor].name.clone();
+        let via = walk.actors[actor].via;
+        match (kind, walk.state[actor]) {
+            (Kind::Await(_), _) => walk.state[actor] = Conn::Ready,
+            (Kind::Order(_), _) => {}
+            (Kind::Do(Action::Abandon), Conn::Busy(b)) => {
+                walk.background.insert(b, Some(ABANDONED));
+                walk.state[actor] = Conn::None;
+            }
+            (Kind::Do(Action::Abandon), _) => {
+                self.err(
+                    pos,
+                    format!("step {n}: 'abandon' drops a background step in flight, but '{an}' runs none"),
+                );
+            }
+            (_, Conn::Busy(b)) => {
+                self.err(
+                    pos,
+                    format!(
+                        "step {n}: actor '{an}' is still running background step {} (await it first)",
+                        b + 1
+                    ),
+                );
+            }
+            (Kind::Do(Action::Checkout), _) if via == Via::Direct => {
+                self.err(
+                    pos,
+                    format!(
+                        "step {n}: '{an}' is a direct actor, connected for the whole run; 'checkout' is for pool actors"
+                    ),
+                );
+            }
+            (Kind::Do(Action::Checkout), Conn::Ready) => {
+                self.err(pos, format!("step {n}: '{an}' already has a connection checked out"));
+            }
+            (Kind::Do(Action::Checkout), Conn::None) => walk.state[actor] = Conn::Ready,
+            (Kind::Do(Action::Return), _) if via == Via::Direct => {
+                self.err(
+                    pos,
+                    format!("step {n}: '{an}' is a direct actor; 'return' is for pool actors ('disconnect' closes a direct actor's connection)"),
+                );
+            }
+            (Kind::Do(Action::Disconnect), _) if via == Via::Pool => {
+                self.err(
+                    pos,
+                    format!("step {n}: '{an}' is a pool actor; 'disconnect' is for direct actors ('return' gives a pooled connection back)"),
+                );
+            }
+            (Kind::Do(Action::Return | Action::Disconnect), Conn::Ready) => walk.state[actor] = Conn::None,
+            (_, Conn::None) => {
+                let msg = if via == Via::Direct {
+                    format!("step {n}: actor '{an}' was disconnected by an earlier step")
+                } else {
+                    format!("step {n}: actor '{an}' has no connection (add a 'do: checkout' step before it)")
+                };
+                self.err(pos, msg);
+            }
+            (_, Conn::Ready) => {}
+        }
+    }
+}

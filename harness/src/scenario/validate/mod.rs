@@ -1,0 +1,221 @@
+//! Validation: the serde types of a file ([`super::raw`]) become a
+//! [`Scenario`] with typed steps, or a list of located errors. Split by
+//! concern: the scenario as a whole and its settings (here), each step
+//! ([`step`]), the connection each actor has as the steps go ([`conn`]), and
+//! expectations ([`expect`]).
+
+mod conn;
+mod expect;
+mod step;
+
+use std::path::Path;
+
+use indexmap::IndexMap;
+use serde_saphyr::Spanned;
+
+use super::params::{instance_suffix, is_identifier};
+use super::raw::{RawScenario, Scalar, Setting, Via};
+use super::{
+    Actor, DEFAULT_POOL_MAX_SIZE, DEFAULT_STEP_DEADLINE_MS, MAX_STEP_DEADLINE_MS, Pos, Scenario, ScenarioError,
+    Settings, template,
+};
+
+/// Checks one instance of a file and builds its [`Scenario`], collecting every
+/// error with its position.
+pub(super) struct Validator<'a> {
+    /// The file, for error positions.
+    pub(super) file: &'a Path,
+    /// Errors found so far.
+    pub(super) errors: Vec<ScenarioError>,
+    /// This instance's parameters.
+    pub(super) params: &'a [(String, String)],
+}
+
+/// Most actors a scenario may have.
+const MAX_ACTORS: usize = 64;
+
+impl Validator<'_> {
+    fn err(&mut self, pos: Pos, message: impl Into<String>) {
+        self.errors.push(ScenarioError {
+            file: self.file.to_owned(),
+            pos,
+            message: message.into(),
+        });
+    }
+
+    /// Validates `raw` into a scenario.
+    ///
+    /// # Errors
+    /// Every error found, each with its place in the file.
+    pub(super) fn run(mut self, raw: RawScenario) -> Result<Scenario, Vec<ScenarioError>> {
+        let name_pos = Pos::of(&raw.name.referenced);
+        let name = raw.name.value.trim().to_owned();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            self.err(
+                name_pos,
+                format!("scenario name '{name}' must be non-empty and use only letters, digits, '-' and '_'"),
+            );
+        }
+        let step_deadline = match &raw.step_deadline_ms {
+            Some(d) => self.deadline(d),
+            None => DEFAULT_STEP_DEADLINE_MS,
+        };
+        let pool_max_size = match &raw.pool.max_size {
+            Some(s) if !(1..=100).contains(&s.value) => {
+                self.err(
+                    Pos::of(&s.referenced),
+                    format!("pool.max_size must be between 1 and 100, got {}", s.value),
+                );
+                DEFAULT_POOL_MAX_SIZE
+            }
+            Some(s) => s.value as u32,
+            None => DEFAULT_POOL_MAX_SIZE,
+        };
+        let pool_settings = self.settings(raw.pool.settings, "pool.settings");
+        let server_settings = self.settings(raw.server_settings, "server_settings");
+        let actors_pos = Pos::of(&raw.actors.referenced);
+        let actors = self.actors(raw.actors);
+        let setup = self.sql_list(raw.setup, "setup");
+        let teardown = self.sql_list(raw.teardown, "teardown");
+        self.actor_count(&actors, actors_pos);
+        let steps = self.steps(raw.steps, &actors, step_deadline);
+        let instance = if self.params.is_empty() {
+            name.clone()
+        } else {
+            format!("{name}[{}]", instance_suffix(self.params))
+        };
+        if !self.errors.is_empty() {
+            return Err(self.errors);
+        }
+        Ok(Scenario {
+            name: instance,
+            family: name,
+            params: self.params.to_vec(),
+            pool_settings,
+            server_settings,
+            setup,
+            teardown,
+            name_pos,
+            description: raw.description.trim().to_owned(),
+            source: raw.source,
+            file: self.file.to_owned(),
+            pool_max_size,
+            actors,
+            steps,
+        })
+    }
+
+    /// The actors in file order: names, how they connect, their settings.
+    fn actors(&mut self, raw: Spanned<IndexMap<String, Spanned<super::raw::RawActor>>>) -> Vec<Actor> {
+        let mut actors: Vec<Actor> = Vec::new();
+        for (n, a) in raw.value {
+            let apos = Pos::of(&a.referenced);
+            let a = a.value;
+            if a.via == Via::Pool
+                && let Some(st) = &a.settings
+                && !st.value.is_empty()
+            {
+                self.err(
+                    Pos::of(&st.referenced),
+                    format!("actor '{n}': pool actors share the pool's connections; put their settings under 'pool.settings'"),
+                );
+            }
+            if !is_identifier(&n) && !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                self.err(
+                    apos,
+                    format!("actor name '{n}' must use only letters, digits, '-' and '_'"),
+                );
+            }
+            let settings = self.settings(a.settings, &format!("actors.{n}.settings"));
+            actors.push(Actor {
+                name: n,
+                via: a.via,
+                settings,
+            });
+        }
+        actors
+    }
+
+    fn actor_count(&mut self, actors: &[Actor], pos: Pos) {
+        if actors.is_empty() {
+            self.err(pos, "a scenario needs at least one actor");
+        }
+        if actors.len() > MAX_ACTORS {
+            self.err(
+                pos,
+                format!("{} actors; at most {MAX_ACTORS} are allowed", actors.len()),
+            );
+        }
+    }
+
+    /// Validates a settings map: names are PostgreSQL parameter names; values
+    /// are sent in a connection's startup packet (`-c name=value`), so only
+    /// `application_name` may contain spaces.
+    pub(super) fn settings(&mut self, m: Option<Spanned<IndexMap<String, Setting>>>, what: &str) -> Settings {
+        let Some(m) = m else { return Settings::default() };
+        let pos = Pos::of(&m.referenced);
+        let mut out = Vec::new();
+        for (name, value) in m.value {
+            let valid_name = name
+                .split('.')
+                .all(|part| is_identifier(part) && part.chars().all(|c| !c.is_ascii_uppercase()));
+            if !valid_name {
+                self.err(
+                    pos,
+                    format!("{what}: '{name}' is not a PostgreSQL parameter name (lower case, e.g. lock_timeout)"),
+                );
+                continue;
+            }
+            if value == Scalar::Null {
+                self.err(pos, format!("{what}: '{name}' needs a value"));
+                continue;
+            }
+            let text = value.text();
+            if name != "application_name" && text.chars().any(|c| c.is_whitespace() || c == '\\' || c == '\'') {
+                self.err(
+                    pos,
+                    format!("{what}: the value of '{name}' cannot contain spaces, quotes or backslashes"),
+                );
+                continue;
+            }
+            out.push((name, text));
+        }
+        Settings { list: out, pos }
+    }
+
+    fn sql_list(&mut self, list: Vec<Spanned<String>>, what: &str) -> Vec<(String, Pos)> {
+        let mut out = Vec::new();
+        for (i, sql) in list.into_iter().enumerate() {
+            if sql.value.trim().is_empty() {
+                self.err(Pos::of(&sql.referenced), format!("{what} statement {} is empty", i + 1));
+            }
+            if !template::names(&sql.value).is_empty() {
+                self.err(
+                    Pos::of(&sql.referenced),
+                    format!(
+                        "{what} statement {}: only parameters can be used here, not saved values",
+                        i + 1
+                    ),
+                );
+            }
+            out.push((sql.value, Pos::of(&sql.referenced)));
+        }
+        out
+    }
+
+    pub(super) fn deadline(&mut self, d: &Spanned<i64>) -> u64 {
+        match u64::try_from(d.value) {
+            Ok(v) if (1..=MAX_STEP_DEADLINE_MS).contains(&v) => v,
+            _ => {
+                self.err(
+                    Pos::of(&d.referenced),
+                    format!(
+                        "deadline must be between 1 and {MAX_STEP_DEADLINE_MS} ms, got {}",
+                        d.value
+                    ),
+                );
+                DEFAULT_STEP_DEADLINE_MS
+            }
+        }
+    }
+}

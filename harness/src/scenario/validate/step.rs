@@ -1,0 +1,585 @@
+//! Validating one step: exactly one kind, its actor, the fields that go with
+//! it, and the typed [`Step`] it becomes.
+
+use std::collections::HashMap;
+
+use serde_saphyr::Spanned;
+
+use super::Validator;
+use super::conn::Conn;
+use crate::keys::AdvisoryKey;
+use crate::scenario::params::is_identifier;
+use crate::scenario::raw::{Action, GuardEndRaw, RawStep, Via};
+use crate::scenario::step::{
+    AwaitStep, ClientBound, ObserveStep, SqlStep, Step, StepKind, Transaction, TransactionStep,
+};
+use crate::scenario::{Actor, Pos, template};
+
+/// Marks a background step in [`Walk::background`] as dropped by `do: abandon`
+/// (it is never awaited and never completes).
+pub(super) const ABANDONED: usize = usize::MAX;
+
+/// What a step does, as the rules below see it (before it becomes a typed
+/// [`StepKind`]).
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Kind {
+    Sql(String),
+    Do(Action),
+    Observe(Option<AdvisoryKey>),
+    Blocked(Vec<usize>),
+    Await(usize),
+    Guard(i64, GuardEndRaw),
+    Order(Vec<usize>),
+}
+
+/// What the validator knows while it walks the steps in order.
+pub(super) struct Walk<'s> {
+    /// The scenario's actors.
+    pub(super) actors: &'s [Actor],
+    /// Actor name → index.
+    index_of: HashMap<&'s str, usize>,
+    /// Each actor's connection after the steps so far.
+    pub(super) state: Vec<Conn>,
+    /// Step id → step index.
+    ids: HashMap<String, usize>,
+    /// Background step index → the step that awaited it (`None`: in flight,
+    /// [`ABANDONED`]: abandoned).
+    pub(super) background: HashMap<usize, Option<usize>>,
+    /// Names saved by earlier steps.
+    pub(super) saved: Vec<String>,
+    /// Record names used so far, with where.
+    records: HashMap<String, Pos>,
+    /// The scenario's default step deadline, ms.
+    step_deadline: u64,
+}
+
+impl Validator<'_> {
+    /// Validates every step in order.
+    pub(super) fn steps(
+        &mut self,
+        raw: Spanned<Vec<Spanned<RawStep>>>,
+        actors: &[Actor],
+        step_deadline: u64,
+    ) -> Vec<Step> {
+        if raw.value.is_empty() {
+            self.err(Pos::of(&raw.referenced), "a scenario needs at least one step");
+        }
+        let mut walk = Walk {
+            actors,
+            index_of: actors.iter().enumerate().map(|(i, a)| (a.name.as_str(), i)).collect(),
+            state: actors
+                .iter()
+                .map(|a| if a.via == Via::Direct { Conn::Ready } else { Conn::None })
+                .collect(),
+            ids: HashMap::new(),
+            background: HashMap::new(),
+            saved: Vec::new(),
+            records: HashMap::new(),
+            step_deadline,
+        };
+        let mut steps = Vec::new();
+        for (index, spanned) in raw.value.into_iter().enumerate() {
+            let pos = Pos::of(&spanned.referenced);
+            if let Some(step) = self.step(&mut walk, index, pos, spanned.value) {
+                steps.push(step);
+            }
+        }
+        for (i, st) in walk.state.iter().enumerate() {
+            if let Conn::Busy(b) = st {
+                let pos = steps.iter().find(|s| s.index == *b).map(|s| s.pos).unwrap_or_default();
+                self.err(
+                    pos,
+                    format!("background step of actor '{}' is never awaited", actors[i].name),
+                );
+            }
+        }
+        steps
+    }
+
+    /// One step; `None` when it is too broken to go on with (the error is recorded).
+    fn step(&mut self, walk: &mut Walk, index: usize, pos: Pos, s: RawStep) -> Option<Step> {
+        let n = index + 1;
+        if walk.actors.is_empty() {
+            // Already reported ("a scenario needs at least one actor").
+            return None;
+        }
+        if !self.one_kind(n, pos, &s) {
+            return None;
+        }
+        let deadline_ms = self.step_deadline(n, &s, walk.step_deadline);
+        let client_timeout_ms = self.field_combinations(n, pos, &s, deadline_ms);
+        let actor = self.resolve_actor(walk, n, pos, &s)?;
+        let kind = self.kind(walk, n, pos, index, &s)?;
+        self.connection_rules(walk, n, pos, &kind, actor);
+        self.uses(walk, n, pos, index, &s, &kind, actor, client_timeout_ms);
+        let direct = walk.actors[actor].via == Via::Direct;
+        let expect = match s.expect {
+            Some(e) => self.expect(n, e, &kind, s.background, direct, &walk.saved),
+            None => None,
+        };
+        let bound = client_timeout_ms.map(|ms| ClientBound {
+            ms,
+            on_timeout: s.on_timeout.unwrap_or_default(),
+        });
+        let kind = typed(
+            kind,
+            actor,
+            s.background,
+            s.settle,
+            s.save.map(|v| v.value),
+            s.when,
+            bound,
+            expect,
+        );
+        Some(Step {
+            index,
+            pos,
+            id: s.id.map(|i| i.value),
+            deadline_ms,
+            record: s.record.map(|r| r.value),
+            kind,
+        })
+    }
+
+    /// Whether the step has exactly one kind key.
+    fn one_kind(&mut self, n: usize, pos: Pos, s: &RawStep) -> bool {
+        let kinds = [
+            s.sql.is_some(),
+            s.action.is_some(),
+            s.observe.is_some(),
+            s.blocked.is_some(),
+            s.await_step.is_some(),
+            s.order.is_some(),
+            s.lock_guard.is_some(),
+        ];
+        let count = kinds.iter().filter(|k| **k).count();
+        if count != 1 {
+            self.err(
+                pos,
+                format!(
+                    "step {n} must have exactly one of 'sql', 'do', 'observe', 'blocked', 'await', 'order', 'lock_guard' (found {count})"
+                ),
+            );
+        }
+        count == 1
+    }
+
+    /// The step's deadline in ms (an `await` or `order` step has the
+    /// background step's and may not set its own).
+    fn step_deadline(&mut self, n: usize, s: &RawStep, default: u64) -> u64 {
+        match &s.deadline_ms {
+            Some(d) if s.await_step.is_some() || s.order.is_some() => {
+                self.err(
+                    Pos::of(&d.referenced),
+                    format!(
+                        "step {n}: an '{}' step runs within the background step's deadline; set 'deadline_ms' there",
+                        if s.order.is_some() { "order" } else { "await" }
+                    ),
+                );
+                default
+            }
+            Some(d) => self.deadline(d),
+            None => default,
+        }
+    }
+
+    /// Fields that belong to one kind only; returns the valid `client_timeout_ms`.
+    fn field_combinations(&mut self, n: usize, pos: Pos, s: &RawStep, deadline_ms: u64) -> Option<u64> {
+        if s.key.is_some() && s.observe.is_none() {
+            self.err(pos, format!("step {n}: 'key' only applies to 'observe' steps"));
+        }
+        if s.settle && s.observe.is_none() {
+            self.err(pos, format!("step {n}: 'settle' only applies to 'observe' steps"));
+        }
+        if s.end.is_some() != s.lock_guard.is_some() {
+            self.err(pos, format!("step {n}: 'lock_guard' and 'end' go together"));
+        }
+        let client_timeout_ms = s.client_timeout_ms.as_ref().and_then(|c| {
+            let cpos = Pos::of(&c.referenced);
+            let takes = !s.background
+                && (s.sql.is_some()
+                    || matches!(
+                        s.action,
+                        Some(Action::Checkout | Action::Return | Action::Begin | Action::Commit | Action::Rollback)
+                    ));
+            if !takes {
+                self.err(
+                    cpos,
+                    format!("step {n}: 'client_timeout_ms' applies to foreground 'sql', transaction, 'checkout' and 'return' steps"),
+                );
+            }
+            match u64::try_from(c.value) {
+                Ok(v) if (1..deadline_ms).contains(&v) => Some(v),
+                _ => {
+                    self.err(
+                        cpos,
+                        format!(
+                            "step {n}: 'client_timeout_ms' must be between 1 and the step's deadline ({deadline_ms} ms) minus 1, got {}",
+                            c.value
+                        ),
+                    );
+                    None
+                }
+            }
+        });
+        if s.on_timeout.is_some() && (s.client_timeout_ms.is_none() || s.sql.is_none()) {
+            self.err(
+                pos,
+                format!("step {n}: 'on_timeout' goes with 'client_timeout_ms' on an 'sql' step"),
+            );
+        }
+        client_timeout_ms
+    }
+
+    /// The step's actor: named by `actor`, or for `await` the awaited step's
+    /// (for `order`, 0 and unused).
+    fn resolve_actor(&mut self, walk: &Walk, n: usize, pos: Pos, s: &RawStep) -> Option<usize> {
+        if let Some(aw) = &s.await_step {
+            if s.actor.is_some() {
+                self.err(
+                    pos,
+                    format!("step {n}: an 'await' step takes the actor of the awaited step; remove 'actor'"),
+                );
+            }
+            let Some(&target) = walk.ids.get(&aw.value) else {
+                self.err(
+                    Pos::of(&aw.referenced),
+                    format!("step {n} awaits '{}', which is not the id of an earlier step", aw.value),
+                );
+                return None;
+            };
+            let Some(a) = walk.state.iter().position(|c| *c == Conn::Busy(target)) else {
+                let why = match walk.background.get(&target) {
+                    None => "not a background step",
+                    Some(Some(ABANDONED)) => "abandoned by an earlier step",
+                    Some(Some(_)) => "already awaited",
+                    Some(None) => "not in flight",
+                };
+                self.err(
+                    Pos::of(&aw.referenced),
+                    format!("step {n} awaits '{}', which is {why}", aw.value),
+                );
+                return None;
+            };
+            return Some(a);
+        }
+        if s.order.is_some() {
+            if s.actor.is_some() {
+                self.err(pos, format!("step {n}: an 'order' step has no actor; remove 'actor'"));
+            }
+            return Some(0);
+        }
+        let Some(a) = &s.actor else {
+            self.err(pos, format!("step {n} has no 'actor'"));
+            return None;
+        };
+        let found = walk.index_of.get(a.value.as_str()).copied();
+        if found.is_none() {
+            let known: Vec<&str> = walk.actors.iter().map(|a| a.name.as_str()).collect();
+            self.err(
+                Pos::of(&a.referenced),
+                format!(
+                    "step {n}: unknown actor '{}'; actors are: {}",
+                    a.value,
+                    known.join(", ")
+                ),
+            );
+        }
+        found
+    }
+
+    /// What the step does; `None` when its kind's own fields are unusable.
+    fn kind(&mut self, walk: &mut Walk, n: usize, pos: Pos, index: usize, s: &RawStep) -> Option<Kind> {
+        if let Some(sql) = &s.sql {
+            if sql.trim().is_empty() {
+                self.err(pos, format!("step {n}: 'sql' is empty"));
+            }
+            for var in template::names(sql) {
+                if !walk.saved.contains(&var) {
+                    self.err(
+                        pos,
+                        format!("step {n}: '${{{var}}}' is neither a parameter nor saved by an earlier step"),
+                    );
+                }
+            }
+            return Some(Kind::Sql(sql.clone()));
+        }
+        if let Some(a) = s.action {
+            return Some(Kind::Do(a));
+        }
+        if let Some(k) = &s.lock_guard {
+            return Some(Kind::Guard(k.value, s.end.unwrap_or(GuardEndRaw::ReleaseNow)));
+        }
+        if s.observe.is_some() {
+            return Some(Kind::Observe(s.key));
+        }
+        if let Some(b) = &s.blocked {
+            return self.blocked(walk, n, b).map(Kind::Blocked);
+        }
+        if let Some(o) = &s.order {
+            return Some(Kind::Order(self.order(walk, n, o)));
+        }
+        let aw = s.await_step.as_ref()?;
+        let target = walk.ids[&aw.value];
+        walk.background.insert(target, Some(index));
+        Some(Kind::Await(target))
+    }
+
+    /// The actors a `blocked` step waits for: each with a background step in flight.
+    fn blocked(&mut self, walk: &Walk, n: usize, b: &Spanned<crate::scenario::raw::OneOrMany>) -> Option<Vec<usize>> {
+        let bpos = Pos::of(&b.referenced);
+        let names = b.value.clone().into_vec();
+        if names.is_empty() {
+            self.err(bpos, format!("step {n}: 'blocked' lists no actor"));
+            return None;
+        }
+        let mut targets = Vec::new();
+        for name in names {
+            match walk.index_of.get(name.as_str()) {
+                Some(&t) if matches!(walk.state[t], Conn::Busy(_)) => {
+                    if targets.contains(&t) {
+                        self.err(bpos, format!("step {n}: 'blocked' lists '{name}' twice"));
+                    }
+                    targets.push(t);
+                }
+                Some(_) => self.err(
+                    bpos,
+                    format!("step {n}: 'blocked: {name}' needs a background step of '{name}' in flight"),
+                ),
+                None => self.err(bpos, format!("step {n}: unknown actor '{name}' in 'blocked'")),
+            }
+        }
+        Some(targets)
+    }
+
+    /// The steps an `order` step names: awaited background steps, once each.
+    fn order(&mut self, walk: &Walk, n: usize, o: &Spanned<Vec<String>>) -> Vec<usize> {
+        let opos = Pos::of(&o.referenced);
+        if o.value.len() < 2 {
+            self.err(opos, format!("step {n}: 'order' needs at least two step ids"));
+        }
+        let mut steps = Vec::new();
+        for id in &o.value {
+            match walk.ids.get(id).map(|i| (*i, walk.background.get(i))) {
+                None => self.err(
+                    opos,
+                    format!("step {n}: 'order' names '{id}', which is not the id of an earlier step"),
+                ),
+                Some((_, None)) => self.err(
+                    opos,
+                    format!("step {n}: 'order' names '{id}', which is not a background step"),
+                ),
+                Some((_, Some(None))) => self.err(
+                    opos,
+                    format!("step {n}: 'order' names '{id}', which is still in flight (await it first)"),
+                ),
+                Some((_, Some(Some(ABANDONED)))) => self.err(
+                    opos,
+                    format!("step {n}: 'order' names '{id}', which was abandoned (it never completes)"),
+                ),
+                Some((i, Some(Some(_)))) => {
+                    if steps.contains(&i) {
+                        self.err(opos, format!("step {n}: 'order' names '{id}' twice"));
+                    }
+                    steps.push(i);
+                }
+            }
+        }
+        steps
+    }
+
+    /// `background`, `lock_guard`, `client_timeout_ms`, observations, `id`,
+    /// `save`, `record` and `when`: where each may be used.
+    #[allow(clippy::too_many_arguments)]
+    fn uses(
+        &mut self,
+        walk: &mut Walk,
+        n: usize,
+        pos: Pos,
+        index: usize,
+        s: &RawStep,
+        kind: &Kind,
+        actor: usize,
+        client_timeout_ms: Option<u64>,
+    ) {
+        let an = walk.actors[actor].name.clone();
+        let via = walk.actors[actor].via;
+        if s.background {
+            match kind {
+                Kind::Sql(_) => {
+                    walk.state[actor] = Conn::Busy(index);
+                    walk.background.insert(index, None);
+                }
+                _ => self.err(pos, format!("step {n}: only 'sql' steps can run in the background")),
+            }
+            if s.id.is_none() {
+                self.err(pos, format!("step {n}: a background step needs an 'id' to await it by"));
+            }
+        }
+        if matches!(kind, Kind::Guard(..)) && via != Via::Pool {
+            self.err(
+                pos,
+                format!("step {n}: 'lock_guard' uses the driver under test, so it runs on a pool actor, not on direct actor '{an}'"),
+            );
+        }
+        if client_timeout_ms.is_some() {
+            if s.save.is_some() {
+                self.err(
+                    pos,
+                    format!(
+                        "step {n}: 'save' cannot be combined with 'client_timeout_ms' (a dropped call saves nothing)"
+                    ),
+                );
+            }
+            if s.record.is_none() {
+                self.err(pos, format!("step {n}: a step with 'client_timeout_ms' needs 'record', so that a timeout shows in the report"));
+            }
+        }
+        if matches!(kind, Kind::Observe(..) | Kind::Blocked(_)) && via != Via::Direct {
+            self.err(
+                pos,
+                format!("step {n}: observations run on a direct actor (the observer), not on pool actor '{an}'"),
+            );
+        }
+        if let Some(id) = &s.id
+            && walk.ids.insert(id.value.clone(), index).is_some()
+        {
+            self.err(
+                Pos::of(&id.referenced),
+                format!("step {n}: id '{}' is used twice", id.value),
+            );
+        }
+        self.save(walk, n, s, kind);
+        self.record(walk, n, s, kind, client_timeout_ms.is_some());
+        let foreground_sql_or_observe = matches!(kind, Kind::Sql(_) | Kind::Observe(..)) && !s.background;
+        if s.when.is_some() && !foreground_sql_or_observe {
+            self.err(
+                pos,
+                format!("step {n}: 'when' applies to foreground 'sql' and 'observe' steps only"),
+            );
+        }
+    }
+
+    /// `save:` on a foreground SQL step that runs everywhere and succeeds.
+    fn save(&mut self, walk: &mut Walk, n: usize, s: &RawStep, kind: &Kind) {
+        let Some(v) = &s.save else { return };
+        let at = Pos::of(&v.referenced);
+        if !matches!(kind, Kind::Sql(_)) || s.background {
+            self.err(at, format!("step {n}: 'save' works on foreground 'sql' steps only"));
+        }
+        // Later steps rely on the value: the step must run everywhere and succeed.
+        if s.when.is_some() {
+            self.err(at, format!("step {n}: 'save' cannot be combined with 'when'"));
+        }
+        if s.expect.as_ref().is_some_and(|e| e.value.error.is_some()) {
+            self.err(at, format!("step {n}: 'save' on a step expected to fail saves nothing"));
+        }
+        if !is_identifier(&v.value) {
+            self.err(
+                at,
+                format!(
+                    "step {n}: 'save: {}' must be a letter or '_' followed by letters, digits or '_' (it is used as ${{name}})",
+                    v.value
+                ),
+            );
+        }
+        if self.params.iter().any(|(p, _)| *p == v.value) {
+            self.err(at, format!("step {n}: 'save: {}' has the name of a parameter", v.value));
+        }
+        walk.saved.push(v.value.clone());
+    }
+
+    /// `record:` on a step whose outcome can be shown, under a name not used before.
+    fn record(&mut self, walk: &mut Walk, n: usize, s: &RawStep, kind: &Kind, timed: bool) {
+        let Some(r) = &s.record else { return };
+        let at = Pos::of(&r.referenced);
+        if matches!(kind, Kind::Do(Action::Disconnect | Action::Abandon) | Kind::Blocked(_))
+            || (matches!(kind, Kind::Do(Action::Checkout | Action::Return)) && !timed)
+            || s.background
+        {
+            self.err(
+                at,
+                if s.background {
+                    format!("step {n}: a background step's outcome is recorded on its 'await' step; move 'record' there")
+                } else {
+                    format!("step {n}: 'record' works on 'sql', 'observe', 'await', 'order', 'lock_guard' and transaction steps, and on 'checkout' and 'return' with 'client_timeout_ms'")
+                },
+            );
+        }
+        if let Some(first) = walk.records.insert(r.value.clone(), at) {
+            self.err(
+                at,
+                format!(
+                    "step {n}: record name '{}' is already used at line {}",
+                    r.value, first.line
+                ),
+            );
+        }
+    }
+}
+
+/// The typed step kind of a step that passed validation.
+#[allow(clippy::too_many_arguments)]
+fn typed(
+    kind: Kind,
+    actor: usize,
+    background: bool,
+    settle: bool,
+    save: Option<String>,
+    when: Option<crate::scenario::When>,
+    bound: Option<ClientBound>,
+    expect: Option<super::expect::Expect>,
+) -> StepKind {
+    let sql_expect = expect.clone().map(|e| e.sql);
+    let transaction = |action| {
+        StepKind::Transaction(TransactionStep {
+            actor,
+            action,
+            expect: sql_expect.clone(),
+            // (`on_timeout` goes with `sql` steps only: always `drop` here)
+            bound,
+        })
+    };
+    match kind {
+        Kind::Sql(sql) if background => StepKind::Background { actor, sql },
+        Kind::Sql(sql) => StepKind::Sql(SqlStep {
+            actor,
+            sql,
+            expect: sql_expect,
+            save,
+            when,
+            bound,
+        }),
+        Kind::Do(Action::Begin) => transaction(Transaction::Begin),
+        Kind::Do(Action::Commit) => transaction(Transaction::Commit),
+        Kind::Do(Action::Rollback) => transaction(Transaction::Rollback),
+        Kind::Do(Action::Checkout) => StepKind::Checkout {
+            actor,
+            client_timeout_ms: bound.map(|b| b.ms),
+        },
+        Kind::Do(Action::Return) => StepKind::Return {
+            actor,
+            client_timeout_ms: bound.map(|b| b.ms),
+        },
+        Kind::Do(Action::Disconnect) => StepKind::Disconnect { actor },
+        Kind::Do(Action::Abandon) => StepKind::Abandon { actor },
+        Kind::Observe(key) => StepKind::Observe(ObserveStep {
+            observer: actor,
+            key,
+            settle,
+            expect: expect.map(|e| e.observe),
+            when,
+        }),
+        Kind::Blocked(targets) => StepKind::Blocked {
+            observer: actor,
+            targets,
+        },
+        Kind::Await(target) => StepKind::Await(AwaitStep {
+            actor,
+            target,
+            expect: sql_expect,
+        }),
+        Kind::Guard(key, end) => StepKind::Guard { actor, key, end },
+        Kind::Order(steps) => StepKind::Order { steps },
+    }
+}
