@@ -31,7 +31,8 @@ pub struct LockRow {
     pub application_name: Option<String>,
 }
 
-fn key_text<S: serde::Serializer>(k: &AdvisoryKey, s: S) -> Result<S::Ok, S::Error> {
+/// Serialises a key as its text: `7`, `(1, 2)`.
+pub(crate) fn key_text<S: serde::Serializer>(k: &AdvisoryKey, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(k)
 }
 

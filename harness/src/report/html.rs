@@ -421,7 +421,7 @@ mod tests {
                             actor: Some(evil.into()),
                             pid: 42,
                             state: Some("idle".into()),
-                            key: "1".into(),
+                            key: crate::keys::AdvisoryKey::Big(1),
                             mode: "ExclusiveLock".into(),
                         }],
                         waiters: Vec::new(),

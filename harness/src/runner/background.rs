@@ -92,8 +92,7 @@ impl Run<'_> {
         seen.sort();
         let actual: Vec<String> = seen.iter().map(|(_, i)| id_of(i)).collect();
         let wanted: Vec<String> = steps.iter().map(id_of).collect();
-        let display = actual.join(" → ");
-        self.record_note(step, Value::Order(actual.clone()), display, None);
+        self.record_note(step, Value::Order(actual.clone()), None);
         if actual == wanted {
             Ok(())
         } else {

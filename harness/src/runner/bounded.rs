@@ -9,7 +9,7 @@ use locklab_drivers::Returned;
 
 use super::state::{Run, Slot};
 use super::{CANCEL_GRACE, StepError, StepResult};
-use crate::outcome::Value;
+use crate::outcome::{Cancel, Checkout, Return, Value};
 use crate::scenario::{ClientBound, OnTimeout, SqlExpect, Step};
 
 impl Run<'_> {
@@ -56,49 +56,41 @@ impl Run<'_> {
                         let rest = deadline.saturating_sub(t0.elapsed()).min(CANCEL_GRACE);
                         match tokio::time::timeout(rest, &mut fut).await {
                             Ok(r) => Ok(r),
-                            Err(_) => Err(format!("cancel sent, no effect within {} ms", rest.as_millis())),
+                            Err(_) => Err(Cancel::NoEffect(rest.as_millis())),
                         }
                     }
-                    (OnTimeout::Cancel, None) => Err(format!("no cancel request sent ({no_cancel})")),
-                    (OnTimeout::Drop, _) => Err(String::new()),
+                    (OnTimeout::Cancel, None) => Err(Cancel::NotSent(no_cancel.to_string())),
+                    (OnTimeout::Drop, _) => Err(Cancel::None),
                 },
             }
         };
         let took = t0.elapsed();
         match outcome {
             Ok(r) => self.finish_sql(step, actor, expect, None, (r, took), None),
-            Err(why) => self.dropped(step, bound, expect.is_some(), &why, took),
+            Err(cancel) => self.dropped(step, bound, expect.is_some(), cancel, took),
         }
     }
 
     /// Records a call whose future was dropped: the client stopped waiting;
     /// the server was not told.
-    fn dropped(&mut self, step: &Step, bound: ClientBound, expects: bool, why: &str, took: Duration) -> StepResult {
-        let prefix = if why.is_empty() {
-            String::new()
-        } else {
-            format!("{why}; ")
+    fn dropped(
+        &mut self,
+        step: &Step,
+        bound: ClientBound,
+        expects: bool,
+        cancel: Cancel,
+        took: Duration,
+    ) -> StepResult {
+        let value = Value::Dropped {
+            at_ms: bound.ms,
+            cancel,
         };
-        let display = format!("{prefix}dropped at {} ms", bound.ms);
         if expects {
             return Err(StepError::Harness(format!(
-                "{display} (client_timeout_ms), so the expectation cannot be checked"
+                "{value} (client_timeout_ms), so the expectation cannot be checked"
             )));
         }
-        let cancel = match bound.on_timeout {
-            OnTimeout::Drop => "none",
-            OnTimeout::Cancel if why.starts_with("cancel sent") => "sent, no effect",
-            OnTimeout::Cancel => "not sent",
-        };
-        self.record_note(
-            step,
-            Value::Dropped {
-                dropped_at_ms: bound.ms,
-                cancel,
-            },
-            display,
-            Some(took),
-        );
+        self.record_note(step, value, Some(took));
         Ok(())
     }
 
@@ -113,48 +105,27 @@ impl Run<'_> {
     ) -> StepResult {
         let bound = Duration::from_millis(ms);
         let t0 = Instant::now();
-        let (value, display) = match tokio::time::timeout(bound, pool.checkout()).await {
-            Err(_) => {
-                let why = format!("checkout dropped at {} ms", bound.as_millis());
-                self.slots[actor] = Slot::Lost(why.clone());
-                let value = Value::Checkout {
-                    checkout: "dropped",
-                    error: None,
-                    first_statement: None,
-                };
-                (value, why)
-            }
-            Ok(Err(e)) => {
-                let why = format!("checkout failed: {e}");
-                self.slots[actor] = Slot::Lost(why.clone());
-                let value = Value::Checkout {
-                    checkout: "failed",
-                    error: Some(e.to_string()),
-                    first_statement: None,
-                };
-                (value, why)
-            }
+        let checkout = match tokio::time::timeout(bound, pool.checkout()).await {
+            Err(_) => Checkout::Dropped(ms),
+            Ok(Err(e)) => Checkout::Failed(e.to_string()),
             Ok(Ok(conn)) => {
                 self.slots[actor] = Slot::Ready(conn);
                 // The harness's one added statement, bounded by the same
                 // client timeout on its own (so how long the checkout took
                 // does not decide the cell): a connection handed out with a
                 // statement still queued on it does not answer.
-                let answered = self.learn_pid(actor, bound).await;
-                let value = Value::Checkout {
-                    checkout: "ok",
-                    error: None,
-                    first_statement: (!answered).then_some("no answer"),
-                };
-                let display = if answered {
-                    "ok".to_owned()
+                if self.learn_pid(actor, bound).await {
+                    Checkout::Ok
                 } else {
-                    format!("handed out, no answer within {} ms", bound.as_millis())
-                };
-                (value, display)
+                    Checkout::NoAnswer(ms)
+                }
             }
         };
-        self.record_note(step, value, display, Some(t0.elapsed()));
+        if matches!(checkout, Checkout::Dropped(_) | Checkout::Failed(_)) {
+            // Later steps of the actor record this instead of running.
+            self.slots[actor] = Slot::Lost(Value::Checkout(checkout.clone()).to_string());
+        }
+        self.record_note(step, Value::Checkout(checkout), Some(t0.elapsed()));
         Ok(())
     }
 
@@ -170,16 +141,13 @@ impl Run<'_> {
         };
         self.pids.remove(&actor);
         let t0 = Instant::now();
-        let (returned, display) = match tokio::time::timeout(bound, conn.give_back()).await {
-            Ok(Returned::ToPool) => ("to pool", "to pool".to_owned()),
-            Ok(Returned::Closed) => ("closed", "closed".to_owned()),
-            Ok(Returned::ToPooler) => (
-                "closed, server connection to the pooler",
-                "closed, server connection to the pooler".to_owned(),
-            ),
-            Err(_) => ("unfinished", format!("unfinished at {} ms", bound.as_millis())),
+        let returned = match tokio::time::timeout(bound, conn.give_back()).await {
+            Ok(Returned::ToPool) => Return::ToPool,
+            Ok(Returned::Closed) => Return::Closed,
+            Ok(Returned::ToPooler) => Return::ToPooler,
+            Err(_) => Return::Unfinished(ms),
         };
-        self.record_note(step, Value::Return { returned }, display, Some(t0.elapsed()));
+        self.record_note(step, Value::Return(returned), Some(t0.elapsed()));
         Ok(())
     }
 }

@@ -113,21 +113,10 @@ fn check_rows(e: &SqlExpect, rows: &Rows) -> Result<(), String> {
     Ok(())
 }
 
-/// How a server value shows in a report cell: `t`/`f` as `true`/`false`,
-/// an empty string (e.g. the result of a function returning void) as `(empty)`.
-pub(super) fn display(t: &str) -> String {
-    match t {
-        "t" => "true".to_owned(),
-        "f" => "false".to_owned(),
-        "" => "(empty)".to_owned(),
-        _ => t.to_owned(),
-    }
-}
-
 fn show_first(rows: &Rows) -> String {
     match rows.first_value() {
         None => "no rows".into(),
         Some(None) => "NULL".into(),
-        Some(Some(v)) => display(v),
+        Some(Some(v)) => crate::outcome::Value::of_text(v).to_string(),
     }
 }

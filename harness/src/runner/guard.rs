@@ -8,7 +8,7 @@ use locklab_drivers::DriverError;
 use super::sql::late;
 use super::state::Run;
 use super::{StepError, StepResult};
-use crate::outcome::Value;
+use crate::outcome::{GuardEnded, Value};
 use crate::scenario::{GuardEndRaw, Step};
 
 impl Run<'_> {
@@ -24,17 +24,16 @@ impl Run<'_> {
         let took = t0.elapsed();
         match r {
             Ok(()) => {
-                let how = match end {
-                    GuardEndRaw::ReleaseNow => "acquired, release_now()",
-                    GuardEndRaw::Drop => "acquired, guard dropped",
-                    GuardEndRaw::Leak => "acquired, leak()",
+                let ended = match end {
+                    GuardEndRaw::ReleaseNow => GuardEnded::ReleaseNow,
+                    GuardEndRaw::Drop => GuardEnded::Dropped,
+                    GuardEndRaw::Leak => GuardEnded::Leaked,
                 };
-                self.record_note(step, Value::Guard { guard: how }, how.to_owned(), Some(took));
+                self.record_note(step, Value::Guard(ended), Some(took));
                 Ok(())
             }
             Err(DriverError::Unsupported(why)) => {
-                let value = Value::Unsupported { unsupported: why };
-                self.record_note(step, value, "n/a (no guard API)".to_owned(), None);
+                self.record_note(step, Value::Unsupported(why), None);
                 Ok(())
             }
             Err(e) => Err(StepError::Driver(format!("lock_guard failed: {e}"))),

@@ -29,20 +29,8 @@ impl Run<'_> {
             self.check_observe(e, &holders, &waiters)?;
         }
         if step.record.is_some() {
-            let who = |r: &LockRow| LockHolder {
-                actor: self.actor_of(r.pid).map(str::to_owned),
-                pid: r.pid,
-                state: r.state.clone(),
-                key: r.key.to_string(),
-                mode: r.mode.clone(),
-            };
-            let value = Value::Locks(LockSnapshot {
-                held: !holders.is_empty(),
-                holders: holders.iter().map(|r| who(r)).collect(),
-                waiters: waiters.iter().map(|r| who(r)).collect(),
-            });
-            let display = self.describe(&holders, &waiters);
-            self.record_note(step, value, display, None);
+            let value = Value::Locks(self.snapshot(&holders, &waiters));
+            self.record_note(step, value, None);
         }
         Ok(())
     }
@@ -79,27 +67,26 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// The snapshot of the matching rows, each backend named after the actor
+    /// that last used it.
+    fn snapshot(&self, holders: &[&LockRow], waiters: &[&LockRow]) -> LockSnapshot {
+        let who = |r: &&LockRow| LockHolder {
+            actor: self.actor_of(r.pid).map(str::to_owned),
+            pid: r.pid,
+            state: r.state.clone(),
+            key: r.key,
+            mode: r.mode.clone(),
+        };
+        LockSnapshot {
+            held: !holders.is_empty(),
+            holders: holders.iter().map(who).collect(),
+            waiters: waiters.iter().map(who).collect(),
+        }
+    }
+
     /// `held by worker (idle)`, `not held`, `held by a (idle in transaction); waiting: b`.
     fn describe(&self, holders: &[&LockRow], waiters: &[&LockRow]) -> String {
-        let name = |r: &LockRow| {
-            self.actor_of(r.pid)
-                .map(str::to_owned)
-                .unwrap_or_else(|| format!("backend {}", r.pid))
-        };
-        let mut s = if holders.is_empty() {
-            "not held".to_owned()
-        } else {
-            let hs: Vec<String> = holders
-                .iter()
-                .map(|r| format!("{} ({})", name(r), r.state.as_deref().unwrap_or("?")))
-                .collect();
-            format!("held by {}", hs.join(", "))
-        };
-        if !waiters.is_empty() {
-            let ws: Vec<String> = waiters.iter().map(|r| name(r)).collect();
-            s.push_str(&format!("; waiting: {}", ws.join(", ")));
-        }
-        s
+        self.snapshot(holders, waiters).to_string()
     }
 
     /// Waits until no other backend of the run's database runs a statement

@@ -23,18 +23,9 @@ pub(super) fn not_applicable_behind_pgbouncer(scenario: &Scenario, result: &mut 
     ));
     for step in &scenario.steps {
         if let Some(name) = &step.record {
-            result.observations.push(Observation {
-                name: name.clone(),
-                step: step.index + 1,
-                value: Value::Null,
-                display: "n/a (settings cannot pass PgBouncer)".into(),
-                sqlstate: None,
-                elapsed_ms: None,
-                waited_ms: None,
-                notices: Vec::new(),
-                elapsed_stats: None,
-                waited_stats: None,
-            });
+            let value = Value::SettingsCannotPassPgBouncer;
+            let observation = Observation::new(name, step.index + 1, value, Vec::new(), None, None);
+            result.observations.push(observation);
         }
     }
 }

@@ -7,7 +7,7 @@ use locklab_drivers::DriverError;
 
 use super::state::{Run, SqlOutcome};
 use super::{StepError, StepResult, expect, ms};
-use crate::outcome::{Observation, Value};
+use crate::outcome::{Observation, StatementError, Value};
 use crate::scenario::{RowsExpect, Scalar, SqlExpect, SqlStep, Step, TransactionStep, Via};
 
 /// What a missed deadline says: the deadline, and what was still awaited.
@@ -101,7 +101,7 @@ impl Run<'_> {
     }
 
     /// The observation a recorded statement makes: its first value (or its
-    /// error's SQLSTATE), timing and, on direct actors, its notices.
+    /// error), timing and, on direct actors, its notices.
     fn observation(
         &self,
         name: &str,
@@ -118,37 +118,18 @@ impl Run<'_> {
             (Ok(r), Via::Direct) => r.notices.clone(),
             _ => Vec::new(),
         };
-        let (value, mut display, sqlstate) = match result {
+        let value = match result {
             Ok(rows) => match rows.first_value() {
-                None => (Value::Null, "(no rows)".to_owned(), None),
-                Some(None) => (Value::Null, "NULL".to_owned(), None),
-                Some(Some(t)) => (Value::of_text(t), expect::display(t), None),
+                None => Value::NoRows,
+                Some(None) => Value::Null,
+                Some(Some(t)) => Value::of_text(t),
             },
-            Err(e) => {
-                let code = e.sqlstate().map(str::to_owned);
-                let display = match (e, &code) {
-                    (_, Some(c)) => c.clone(),
-                    (DriverError::Db(_), None) => "error, no SQLSTATE from the driver".into(),
-                    _ => "client error".into(),
-                };
-                (Value::Error { error: e.to_string() }, display, code)
-            }
+            Err(e) => Value::Error(StatementError {
+                message: e.to_string(),
+                sqlstate: e.sqlstate().map(str::to_owned),
+                from_server: matches!(e, DriverError::Db(_)),
+            }),
         };
-        if let Some(first) = notices.first() {
-            let severity = first.split(':').next().unwrap_or_default();
-            display.push_str(&format!(" + {severity}"));
-        }
-        Observation {
-            name: name.to_owned(),
-            step: step.index + 1,
-            value,
-            display,
-            sqlstate,
-            elapsed_ms: Some(elapsed),
-            waited_ms: waited.map(ms),
-            notices,
-            elapsed_stats: None,
-            waited_stats: None,
-        }
+        Observation::new(name, step.index + 1, value, notices, Some(elapsed), waited.map(ms))
     }
 }

@@ -172,7 +172,7 @@ impl<'a> Run<'a> {
                 None => false,
             };
             let r = if skipped {
-                self.record_note(step, Value::Null, "n/a".into(), None);
+                self.record_note(step, Value::NotApplicable, None);
                 Ok(())
             } else {
                 // A panic inside the step (a driver's, or the harness's own)
@@ -285,14 +285,7 @@ impl<'a> Run<'a> {
         if matches!(step.kind, StepKind::Return { .. }) {
             self.slots[actor] = Slot::Empty;
         }
-        self.record_note(
-            step,
-            Value::NoConnection {
-                no_connection: why.clone(),
-            },
-            format!("no connection ({why})"),
-            None,
-        );
+        self.record_note(step, Value::NoConnection(why), None);
         Ok(true)
     }
 
@@ -461,20 +454,10 @@ impl<'a> Run<'a> {
     /// Records an observation that is not a statement result (an `observe`,
     /// an `order`, a dropped call, a bounded checkout or return, a guard, a
     /// step that does not apply), when the step has `record`.
-    pub(super) fn record_note(&mut self, step: &Step, value: Value, display: String, took: Option<Duration>) {
+    pub(super) fn record_note(&mut self, step: &Step, value: Value, took: Option<Duration>) {
         if let Some(name) = &step.record {
-            self.result.observations.push(Observation {
-                name: name.clone(),
-                step: step.index + 1,
-                value,
-                display,
-                sqlstate: None,
-                elapsed_ms: took.map(ms),
-                waited_ms: None,
-                notices: Vec::new(),
-                elapsed_stats: None,
-                waited_stats: None,
-            });
+            let observation = Observation::new(name, step.index + 1, value, Vec::new(), took.map(ms), None);
+            self.result.observations.push(observation);
         }
     }
 }

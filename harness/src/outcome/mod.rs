@@ -4,6 +4,10 @@
 
 use serde::Serialize;
 
+mod value;
+
+pub use value::{Cancel, Checkout, GuardEnded, LockHolder, LockSnapshot, Return, StatementError, Value};
+
 use crate::observe::LockRow;
 
 /// The status of one cell, in precedence order (most severe last): serialised
@@ -45,122 +49,6 @@ impl std::fmt::Display for Status {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
-}
-
-/// The machine-readable value of an observation, as `matrix.json` has it
-/// (untagged: a plain JSON scalar, or an object whose keys say what it is).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(untagged)]
-pub enum Value {
-    /// SQL NULL, no row, or a step that does not apply (`null`).
-    Null,
-    /// `t` / `f` from the server.
-    Bool(bool),
-    /// A value that parses as an i64.
-    Int(i64),
-    /// Any other text (an empty string for a `void` result).
-    Text(String),
-    /// An `observe` step: `{held, holders, waiters}`.
-    Locks(LockSnapshot),
-    /// An `order` step: the step ids in completion order.
-    Order(Vec<String>),
-    /// A failed statement: `{error}` with the driver's message.
-    Error {
-        /// The error as the driver reported it.
-        error: String,
-    },
-    /// A checkout bounded by `client_timeout_ms`: `{checkout: ok | dropped |
-    /// failed, error?, first_statement?}`.
-    Checkout {
-        /// `ok`, `dropped` or `failed`.
-        checkout: &'static str,
-        /// Why it failed (`failed` only).
-        #[serde(skip_serializing_if = "Option::is_none")]
-        error: Option<String>,
-        /// `no answer` when the harness's `select pg_backend_pid()` on the
-        /// connection handed out did not answer within the bound.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        first_statement: Option<&'static str>,
-    },
-    /// A return bounded by `client_timeout_ms`: `{return: to pool | closed |
-    /// closed, server connection to the pooler | unfinished}`.
-    Return {
-        /// How the connection went back.
-        #[serde(rename = "return")]
-        returned: &'static str,
-    },
-    /// A call dropped at its `client_timeout_ms`: `{dropped_at_ms, cancel:
-    /// none | sent, no effect | not sent}`.
-    Dropped {
-        /// The bound, in ms.
-        dropped_at_ms: u64,
-        /// Whether a cancel request was sent, and its effect.
-        cancel: &'static str,
-    },
-    /// A `lock_guard` step whose guard was acquired: `{guard}`, how it ended.
-    Guard {
-        /// `acquired, release_now()`, `acquired, guard dropped`, `acquired, leak()`.
-        guard: &'static str,
-    },
-    /// A capability the driver does not have: `{unsupported}`, why.
-    Unsupported {
-        /// The driver's reason.
-        unsupported: String,
-    },
-    /// A step of an actor whose bounded checkout gave up: `{no_connection}`.
-    NoConnection {
-        /// Why the actor has no connection.
-        no_connection: String,
-    },
-}
-
-impl Value {
-    /// `t`/`f` become booleans, integers numbers, anything else text.
-    pub fn of_text(t: &str) -> Value {
-        match t {
-            "t" => Value::Bool(true),
-            "f" => Value::Bool(false),
-            _ => match t.parse::<i64>() {
-                Ok(n) => Value::Int(n),
-                Err(_) => Value::Text(t.to_owned()),
-            },
-        }
-    }
-
-    /// The lock snapshot of an `observe` step, if this is one.
-    pub fn locks(&self) -> Option<&LockSnapshot> {
-        match self {
-            Value::Locks(l) => Some(l),
-            _ => None,
-        }
-    }
-}
-
-/// What an `observe` step saw: the granted and awaited advisory locks.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct LockSnapshot {
-    /// Whether any granted advisory lock matched.
-    pub held: bool,
-    /// Backends holding a matching lock (granted rows of `pg_locks`).
-    pub holders: Vec<LockHolder>,
-    /// Backends waiting for one (ungranted rows).
-    pub waiters: Vec<LockHolder>,
-}
-
-/// One holder or waiter of an advisory lock.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct LockHolder {
-    /// The actor that last used the backend (`server connection` behind
-    /// transaction pooling), `None` for a backend no actor used.
-    pub actor: Option<String>,
-    /// Backend pid.
-    pub pid: i32,
-    /// `pg_stat_activity.state` of the backend.
-    pub state: Option<String>,
-    /// The key as text: an i64, or `(i32, i32)`.
-    pub key: String,
-    /// `ExclusiveLock` or `ShareLock`.
-    pub mode: String,
 }
 
 /// `key 43 (idle), key (1, 2) (idle in transaction)`: the "locks left after run" cell,
@@ -315,6 +203,36 @@ pub struct RunResult {
 }
 
 impl Observation {
+    /// The observation `name` of step `step` (1-based): the cell text and
+    /// SQLSTATE come from `value`, plus ` + SEVERITY` of the first of
+    /// `notices` (`SEVERITY: message`); `elapsed` and `waited` in ms.
+    pub fn new(
+        name: &str,
+        step: usize,
+        value: Value,
+        notices: Vec<String>,
+        elapsed_ms: Option<f64>,
+        waited_ms: Option<f64>,
+    ) -> Observation {
+        let mut display = value.to_string();
+        if let Some(first) = notices.first() {
+            let severity = first.split(':').next().unwrap_or_default();
+            display.push_str(&format!(" + {severity}"));
+        }
+        Observation {
+            name: name.to_owned(),
+            step,
+            sqlstate: value.sqlstate().map(str::to_owned),
+            value,
+            display,
+            elapsed_ms,
+            waited_ms,
+            notices,
+            elapsed_stats: None,
+            waited_stats: None,
+        }
+    }
+
     /// The timing shown next to the value: `201.2 ms`, or for an `await` step
     /// `201.2 ms, 3.1 at await`; `None` for observations without a timing.
     /// With several repeats: `p50 201.2 ms, 198.0–230.5` (min–max), and for
@@ -424,48 +342,6 @@ impl RunResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `matrix.json` keeps the shapes it had when values were built with `json!`.
-    #[test]
-    fn values_serialise_as_matrix_json_has_them() {
-        let json = |v: Value| serde_json::to_string(&v).unwrap();
-        assert_eq!(json(Value::Null), "null");
-        assert_eq!(json(Value::of_text("t")), "true");
-        assert_eq!(json(Value::of_text("-7")), "-7");
-        assert_eq!(json(Value::of_text("")), "\"\"");
-        assert_eq!(json(Value::of_text("1.5")), "\"1.5\"");
-        assert_eq!(json(Value::Order(vec!["a".into(), "b".into()])), r#"["a","b"]"#);
-        assert_eq!(
-            json(Value::Checkout {
-                checkout: "ok",
-                error: None,
-                first_statement: Some("no answer")
-            }),
-            r#"{"checkout":"ok","first_statement":"no answer"}"#
-        );
-        assert_eq!(json(Value::Return { returned: "to pool" }), r#"{"return":"to pool"}"#);
-        assert_eq!(
-            json(Value::Dropped {
-                dropped_at_ms: 200,
-                cancel: "none"
-            }),
-            r#"{"dropped_at_ms":200,"cancel":"none"}"#
-        );
-        assert_eq!(
-            json(Value::Locks(LockSnapshot {
-                held: true,
-                holders: vec![LockHolder {
-                    actor: None,
-                    pid: 9,
-                    state: Some("idle".into()),
-                    key: "(1, 2)".into(),
-                    mode: "ShareLock".into()
-                }],
-                waiters: Vec::new()
-            })),
-            r#"{"held":true,"holders":[{"actor":null,"pid":9,"state":"idle","key":"(1, 2)","mode":"ShareLock"}],"waiters":[]}"#
-        );
-    }
 
     #[test]
     fn statuses_serialise_as_before() {
