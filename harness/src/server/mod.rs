@@ -13,17 +13,19 @@
 //! (SIGKILL, a panic that aborts, a test binary exiting with statics alive).
 
 pub mod container;
+mod external;
 pub mod local;
+mod options;
 pub mod pgbouncer;
 
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use locklab_drivers::{ConnectSpec, DirectConn, PoolerMode};
 
 pub use local::{install_script, resolve_binaries};
+pub use options::{Backend, BackendChoice, ServerOptions};
 
 /// The PostgreSQL major version used when none is asked for.
 pub const DEFAULT_PG_MAJOR: u32 = 17;
@@ -48,160 +50,6 @@ pub(crate) fn server_setting_args() -> Vec<&'static str> {
 
 /// Default limit for a server to start and accept connections, in s.
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Which backend to use, as asked for (`--backend`, `LOCKLAB_BACKEND`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BackendChoice {
-    /// `external` when a DSN is given, else `container` when a Docker engine
-    /// answers, else `local`.
-    #[default]
-    Auto,
-    /// A PostgreSQL container started with testcontainers.
-    Container,
-    /// A throw-away cluster from PostgreSQL binaries.
-    Local,
-    /// An existing server (`--dsn` / `LOCKLAB_DSN`).
-    External,
-}
-
-impl BackendChoice {
-    /// `"auto"`, `"container"`, `"local"` or `"external"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BackendChoice::Auto => "auto",
-            BackendChoice::Container => "container",
-            BackendChoice::Local => "local",
-            BackendChoice::External => "external",
-        }
-    }
-}
-
-/// How to get a server. Its `Debug` does not show the DSN, which may hold a password.
-#[derive(Clone)]
-pub struct ServerOptions {
-    /// The backend asked for.
-    pub backend: BackendChoice,
-    /// Use this existing server (a libpq connection string or URL; its database
-    /// is used for administration, and the role must be allowed to create and
-    /// drop databases).
-    pub dsn: Option<String>,
-    /// Directory holding `postgres` and `initdb` for the local backend
-    /// (overrides the cache and the automatic install; also `LOCKLAB_PG_BIN`).
-    pub pg_bin: Option<PathBuf>,
-    /// PostgreSQL major version for the local and container backends. When
-    /// given, a server of another version (binaries from `pg_bin`, an image
-    /// without `{major}`) is an error; when not, 17 picks the binaries and the
-    /// default image, and other sources are taken at whatever version they are.
-    pub pg_major: Option<u32>,
-    /// Image for the container backend; `{major}` is replaced by the major
-    /// version (also `LOCKLAB_PG_IMAGE`; default: see [`container`]).
-    pub image: Option<String>,
-    /// Limit for the server to start and accept connections.
-    pub start_timeout: Duration,
-}
-
-impl Default for ServerOptions {
-    fn default() -> ServerOptions {
-        ServerOptions {
-            backend: BackendChoice::Auto,
-            dsn: None,
-            pg_bin: None,
-            pg_major: None,
-            image: None,
-            start_timeout: DEFAULT_START_TIMEOUT,
-        }
-    }
-}
-
-impl ServerOptions {
-    /// Options for `backend` and PostgreSQL `major`, the rest default.
-    pub fn new(backend: BackendChoice, major: u32) -> ServerOptions {
-        ServerOptions {
-            backend,
-            pg_major: Some(major),
-            ..ServerOptions::default()
-        }
-    }
-
-    /// The existing server to use, if any: [`ServerOptions::dsn`], else a
-    /// non-empty `LOCKLAB_DSN`.
-    pub fn external_dsn(&self) -> Option<String> {
-        self.dsn
-            .clone()
-            .filter(|d| !d.is_empty())
-            .or_else(|| std::env::var("LOCKLAB_DSN").ok().filter(|s| !s.is_empty()))
-    }
-
-    /// The major version for the local and container backends.
-    pub fn major(&self) -> u32 {
-        self.pg_major.unwrap_or(DEFAULT_PG_MAJOR)
-    }
-
-    /// The backend `start` will use: `auto` resolved (which may ask Docker
-    /// whether it answers, within 3 s). `LOCKLAB_DSN` matters to `auto` and
-    /// `external` only: an explicit `local` or `container` ignores it.
-    ///
-    /// # Errors
-    /// `external` without a DSN; [`ServerOptions::dsn`] with `local` or `container`.
-    pub fn resolve_backend(&self) -> Result<Backend> {
-        Ok(self.resolve_backend_with_reason()?.0)
-    }
-
-    /// [`ServerOptions::resolve_backend`], plus why `auto` chose `local` when it did
-    /// (e.g. "no Docker engine answered (cannot connect to /var/run/docker.sock …)").
-    ///
-    /// # Errors
-    /// As [`ServerOptions::resolve_backend`].
-    pub fn resolve_backend_with_reason(&self) -> Result<(Backend, Option<String>)> {
-        let dsn = match self.backend {
-            BackendChoice::Local | BackendChoice::Container => self.dsn.clone().filter(|d| !d.is_empty()),
-            BackendChoice::Auto | BackendChoice::External => self.external_dsn(),
-        };
-        Ok(match (self.backend, dsn.is_some()) {
-            (BackendChoice::Auto, false) => match container::docker_answers() {
-                Ok(()) => (Backend::Container, None),
-                Err(why) => (
-                    Backend::Local,
-                    Some(format!("no Docker engine answered ({why:#}); using the local backend")),
-                ),
-            },
-            (BackendChoice::Auto | BackendChoice::External, true) => (Backend::External, None),
-            (BackendChoice::External, false) => {
-                bail!("--backend external needs a server: give --dsn or set LOCKLAB_DSN")
-            }
-            (BackendChoice::Local | BackendChoice::Container, true) => bail!(
-                "--backend {} starts its own server, but --dsn names one; drop one of them",
-                self.backend.as_str()
-            ),
-            (BackendChoice::Local, false) => (Backend::Local, None),
-            (BackendChoice::Container, false) => (Backend::Container, None),
-        })
-    }
-}
-
-/// Which kind of server is in use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    /// A PostgreSQL container started by the harness.
-    Container,
-    /// A throw-away cluster started by the harness.
-    Local,
-    /// An existing server given by DSN.
-    External,
-}
-
-impl Backend {
-    /// `"container"`, `"local"` or `"external"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::Container => "container",
-            Backend::Local => "local",
-            Backend::External => "external",
-        }
-    }
-}
 
 /// A running server the harness can create databases on.
 pub struct Server {
@@ -288,7 +136,7 @@ impl Server {
             bail!("PostgreSQL {major} is not supported; choose from 14-18");
         }
         let mut server = match backend {
-            Backend::External => external(&opts.external_dsn().unwrap_or_default())?,
+            Backend::External => external::external(&opts.external_dsn().unwrap_or_default())?,
             Backend::Local => {
                 let bin = resolve_binaries(&opts)?;
                 let cluster = local::LocalCluster::start(&bin, opts.start_timeout).await?;
@@ -529,52 +377,6 @@ impl Server {
             self.startup.as_secs_f64() * 1e3
         )
     }
-}
-
-impl std::fmt::Debug for ServerOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerOptions")
-            .field("backend", &self.backend)
-            .field("dsn", &self.dsn.as_ref().map(|_| "(not shown)"))
-            .field("pg_bin", &self.pg_bin)
-            .field("pg_major", &self.pg_major)
-            .field("image", &self.image)
-            .field("start_timeout", &self.start_timeout)
-            .finish()
-    }
-}
-
-fn external(dsn: &str) -> Result<Server> {
-    let cfg = tokio_postgres::Config::from_str(dsn).map_err(|e| {
-        // The parser's detail names an option, or a byte position and, after
-        // "but got", one character of the string (maybe of the password): that
-        // part is left out, and the string itself is never shown.
-        let detail = std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default();
-        let detail = detail.split(" but got ").next().unwrap_or_default();
-        // "unknown option `x`": with an unquoted space or an unescaped `&` in
-        // a password, `x` is a piece of it.
-        let detail = if detail.starts_with("unknown option") {
-            "an unknown option or a value with an unquoted space or `&`"
-        } else {
-            detail
-        };
-        anyhow!(
-            "--dsn/LOCKLAB_DSN is not a valid connection string ({detail}); it is not shown, as it may hold a password"
-        )
-    })?;
-    let host = match cfg.get_hosts().first() {
-        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
-        Some(_) => bail!("--dsn/LOCKLAB_DSN: only TCP hosts are supported"),
-        None => "127.0.0.1".into(),
-    };
-    Ok(Server::at(
-        Backend::External,
-        &host,
-        cfg.get_ports().first().copied().unwrap_or(5432),
-        cfg.get_user().unwrap_or("postgres"),
-        cfg.get_password().map(|p| String::from_utf8_lossy(p).into_owned()),
-        cfg.get_dbname().unwrap_or("postgres"),
-    ))
 }
 
 /// Starts one server per options, concurrently, and returns them in order.

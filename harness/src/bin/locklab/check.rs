@@ -1,0 +1,202 @@
+//! `locklab check`: a fresh run compared with the committed baseline, or
+//! (`--update`) written as the new baseline.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+use locklab::baseline::{self, Baseline, Tolerance, short_version};
+use locklab::outcome::RunResult;
+use locklab::report::Report;
+use locklab::server;
+
+use crate::cli::{CheckArgs, RunArgs};
+use crate::execute::execute;
+use crate::output::emit;
+
+/// Lines of cell diffs `check` prints without `--full`: about one screen.
+const DIFF_LINES: usize = 30;
+
+/// What `check` was asked to do, from its options.
+struct CheckPlan<'a> {
+    /// The selection and the server.
+    run: &'a RunArgs,
+    /// The baseline file.
+    path: PathBuf,
+    /// Only some scenarios or drivers run (-s, -d, another scenario directory).
+    partial: bool,
+    /// The scenarios are this repository's `scenarios/`.
+    default_dir: bool,
+    /// `--baseline` was given.
+    explicit: bool,
+    /// Timing tolerance.
+    tolerance: Tolerance,
+    /// Diff lines to print (`None` with `--full`).
+    max_lines: Option<usize>,
+}
+
+/// Compares a fresh run of the scenarios in `dir` with the baseline, or
+/// (`--update`) rewrites the baseline from it. `given_dir` is the directory
+/// `--scenarios` / `LOCKLAB_SCENARIOS` named, if any. Exit code 1 on a
+/// difference, a failed cell, or (`--update`) a failed cell not written.
+///
+/// # Errors
+/// `--update` of a selection without `--baseline`; several versions or
+/// backends; no baseline file; as [`execute`]; the baseline cannot be written.
+pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<ExitCode> {
+    let explicit = args.baseline.is_some();
+    let default_dir = match given_dir {
+        None => true,
+        Some(d) => same_dir(d, &server::workspace_root().join("scenarios")),
+    };
+    let run = &args.run;
+    let plan = CheckPlan {
+        run,
+        path: args
+            .baseline
+            .clone()
+            .unwrap_or_else(|| server::workspace_root().join("reports").join("baseline.json")),
+        partial: !run.scenario.is_empty() || !run.driver.is_empty() || !default_dir,
+        default_dir,
+        explicit,
+        tolerance: Tolerance {
+            factor: args.timing_factor,
+            slack_ms: args.timing_slack_ms,
+        },
+        max_lines: (!args.full).then_some(DIFF_LINES),
+    };
+    if args.update && plan.partial && !explicit {
+        bail!(
+            "`check --update` with --scenario, --driver or another scenario directory would replace \
+             the full baseline with a partial one; give --baseline FILE"
+        );
+    }
+    one_server(run)?;
+    // Read the baseline before the runs: a missing one is an error at once.
+    let before = if args.update {
+        None
+    } else {
+        Some(Baseline::load(&plan.path)?)
+    };
+    let report = execute(dir, run)?;
+    let fresh = Baseline::from_report(&report)?;
+    match before {
+        None => update(&plan, &report, &fresh),
+        Some(before) => compare(&plan, &report, &before, &fresh),
+    }
+}
+
+/// Whether two paths name the same directory (by their canonical paths).
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// One server: refuses several versions or backends before starting any.
+fn one_server(run: &RunArgs) -> Result<()> {
+    let mut majors = run.majors();
+    majors.dedup();
+    let mut backends = run.backends();
+    backends.dedup();
+    if majors.len() > 1 || backends.len() > 1 {
+        bail!(
+            "`check` compares one server with the baseline: give one --pg and one --backend (LOCKLAB_PG, LOCKLAB_BACKEND)"
+        );
+    }
+    Ok(())
+}
+
+/// "17.5 (local)": the run's server, as the baseline names it.
+fn server_label(report: &Report) -> String {
+    let server = &report.servers[0];
+    format!("{} ({})", short_version(&server.version), server.backend)
+}
+
+fn failed_runs(report: &Report) -> Vec<&RunResult> {
+    report.runs.iter().filter(|r| !r.passed()).collect()
+}
+
+/// `--update`: writes `fresh`, the run's baseline, unless a cell failed (exit 1).
+fn update(plan: &CheckPlan, report: &Report, fresh: &Baseline) -> Result<ExitCode> {
+    let path = plan.path.as_path();
+    let failed = failed_runs(report);
+    if !failed.is_empty() {
+        let mut text = format!(
+            "locklab: not writing {}: {} cell(s) failed or were unstable; a baseline records passing behaviour\n",
+            path.display(),
+            failed.len()
+        );
+        for r in &failed {
+            let _ = writeln!(text, "  {}", r.failure.as_deref().unwrap_or_default());
+        }
+        eprint!("{text}");
+        return Ok(ExitCode::from(1));
+    }
+    fresh.save(path)?;
+    emit(&format!(
+        "wrote {} ({} cell(s), {}, {} run(s) per cell){}\n",
+        path.display(),
+        fresh.cells.len(),
+        server_label(report),
+        report.repeat,
+        if plan.partial {
+            "; a selection: the file now holds only these cells"
+        } else {
+            ""
+        }
+    ))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Compares `fresh`, the run's baseline, with `before` and prints the
+/// differences (exit 1 if any, or if a cell failed).
+fn compare(plan: &CheckPlan, report: &Report, before: &Baseline, fresh: &Baseline) -> Result<ExitCode> {
+    let (run, path) = (plan.run, plan.path.as_path());
+    let server = &report.servers[0];
+    let failed = failed_runs(report);
+    if before.server.major != server.major {
+        eprintln!(
+            "locklab: note: the baseline was measured on PostgreSQL {}, this run is on {}",
+            before.server.major, server.major
+        );
+    }
+    // A baseline cell is expected in this run unless the selection left out
+    // its scenario (-s, or another scenario directory) or its driver (-d).
+    let ran: Vec<&str> = report.scenarios.iter().map(|s| s.name.as_str()).collect();
+    let scenarios_partial = !run.scenario.is_empty() || !plan.default_dir;
+    let expected = |cell: &baseline::BaselineCell| {
+        (!scenarios_partial || ran.contains(&cell.scenario.as_str()))
+            && (run.driver.is_empty() || run.driver.contains(&cell.driver))
+    };
+    let comparison = baseline::compare(before, fresh, plan.tolerance, &expected);
+    let mut text = comparison.render(before, path, &server_label(report), plan.max_lines);
+    if !comparison.is_clean() {
+        let _ = writeln!(
+            text,
+            "\nIf the change is intended, rewrite the baseline: {}",
+            if plan.explicit || plan.partial {
+                format!(
+                    "`cargo locklab check --update --baseline {}` with the same selection",
+                    path.display()
+                )
+            } else {
+                "`cargo locklab check --update` (or `just baseline`)".to_owned()
+            }
+        );
+    }
+    if !failed.is_empty() {
+        let _ = writeln!(text, "\n{} cell(s) failed or were unstable:", failed.len());
+        for r in &failed {
+            let _ = writeln!(text, "  {}", r.failure.as_deref().unwrap_or_default());
+        }
+    }
+    emit(&text)?;
+    Ok(if comparison.is_clean() && failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

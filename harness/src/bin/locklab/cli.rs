@@ -1,0 +1,370 @@
+//! The command line: clap derive types, and the value parsers that give the
+//! environment variables behind some options the meaning the README documents
+//! (an empty variable counts as unset; list items may carry spaces).
+
+use std::ffi::OsStr;
+use std::path::PathBuf;
+
+use clap::builder::{EnumValueParser, TypedValueParser, ValueParserFactory};
+use clap::error::ErrorKind;
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use locklab::baseline::Tolerance;
+use locklab::matrix::DEFAULT_JOBS;
+use locklab::report::Format;
+use locklab::server::{self, BackendChoice, DEFAULT_START_TIMEOUT};
+
+/// `locklab`'s arguments.
+#[derive(Parser)]
+#[command(
+    name = "locklab",
+    version,
+    about = "Behavioural conformance suite for PostgreSQL advisory locks through Rust connection pools"
+)]
+pub struct Cli {
+    /// Directory of scenario files (*.yaml) [default: scenarios/ of this repository]
+    #[arg(long, global = true, env = "LOCKLAB_SCENARIOS", hide_env_values = true)]
+    pub scenarios: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand)]
+pub enum Command {
+    /// List scenarios and driver configurations.
+    List,
+    /// Check scenario files or directories (default: the scenario directory).
+    Validate {
+        /// Files or directories to check.
+        files: Vec<PathBuf>,
+    },
+    /// Print the JSON Schema of scenario files (shipped as scenarios/scenario.schema.json).
+    Schema,
+    /// Run scenarios × drivers and print the results.
+    Run {
+        #[command(flatten)]
+        run: RunArgs,
+        /// Also print the full results as JSON on stdout (the summary then goes to stderr).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run scenarios × drivers (default: all) and write matrix.json, matrix.md and index.html.
+    Report(ReportArgs),
+    /// Run the whole matrix (or a selection) round after round and count the
+    /// cells whose outcome differs between rounds; exit 1 if any differs or fails.
+    Soak(SoakArgs),
+    /// Run scenarios × drivers and compare the outcomes with the committed
+    /// baseline (reports/baseline.json); exit 1 with a per-cell diff on any change.
+    Check(CheckArgs),
+}
+
+/// `locklab report`'s arguments.
+#[derive(Args)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Where to write the report (default: reports/ of this repository).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Also print the full results as JSON on stdout (the summary then goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Which files to write, comma-separated: json (matrix.json), md
+    /// (matrix.md), html (index.html).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "json,md,html")]
+    pub format: Vec<Format>,
+    /// Also screenshot index.html in headless Chromium into index.png
+    /// (needs the html format and Chromium: LOCKLAB_CHROMIUM or chromium on PATH).
+    #[arg(long)]
+    pub screenshot: bool,
+}
+
+/// `locklab soak`'s arguments.
+#[derive(Args)]
+pub struct SoakArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// How many rounds (1-1000): each runs every selected cell once.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub rounds: u16,
+    /// Also write the folded results as JSON to this file.
+    #[arg(long)]
+    pub json_out: Option<PathBuf>,
+}
+
+/// `locklab check`'s arguments.
+#[derive(Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// The baseline file (default: reports/baseline.json of this repository).
+    #[arg(long)]
+    pub baseline: Option<PathBuf>,
+    /// Rewrite the baseline from this run instead of comparing (every cell must pass).
+    #[arg(long)]
+    pub update: bool,
+    /// Timing tolerance: a p50 time t against the baseline's b passes when
+    /// b/F - S <= t <= b*F + S, with F this factor (>= 1) ...
+    #[arg(long, default_value_t = Tolerance::default().factor, value_parser = parse_factor)]
+    pub timing_factor: f64,
+    /// ... and S this slack in ms (>= 0).
+    #[arg(long, default_value_t = Tolerance::default().slack_ms, value_parser = parse_slack)]
+    pub timing_slack_ms: f64,
+    /// Print every changed cell (default: about one screen, then a count of the rest).
+    #[arg(long)]
+    pub full: bool,
+}
+
+fn parse_factor(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f.is_finite() && f >= 1.0 => Ok(f),
+        _ => Err(format!("'{s}' is not a number >= 1")),
+    }
+}
+
+fn parse_slack(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f.is_finite() && f >= 0.0 => Ok(f),
+        _ => Err(format!("'{s}' is not a number of ms >= 0")),
+    }
+}
+
+/// What selects and starts the runs (`run`, `report`, `soak`, `check`).
+#[derive(Args, Clone)]
+pub struct RunArgs {
+    /// Only these scenarios (repeatable; default: all).
+    #[arg(short, long = "scenario")]
+    pub scenario: Vec<String>,
+    /// Only these drivers (repeatable; default: all).
+    #[arg(short, long = "driver")]
+    pub driver: Vec<String>,
+    /// Where PostgreSQL runs: a container (testcontainers), a local cluster from
+    /// binaries, an external server (--dsn), or auto: external with a DSN, else
+    /// container when a Docker engine answers, else local.
+    /// Several, comma-separated, give one column group per backend × version.
+    /// [default: auto]
+    #[arg(long, env = "LOCKLAB_BACKEND", hide_env_values = true)]
+    backend: Vec<List<BackendChoice>>,
+    /// PostgreSQL major versions, comma-separated (14-18); each is a column group
+    /// in the report [default: 17]
+    #[arg(long = "pg", env = "LOCKLAB_PG", hide_env_values = true)]
+    pg: Vec<List<Major>>,
+    /// Container image; `{major}` is replaced by the version
+    /// [default: postgres:{major}, else a local locklab/postgres:{major}]
+    #[arg(long, env = "LOCKLAB_PG_IMAGE", hide_env_values = true)]
+    pub image: Option<String>,
+    /// Seconds a server may take to start and accept connections (1-3600).
+    #[arg(long, default_value_t = DEFAULT_START_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub start_timeout: u64,
+    /// Use this running server instead of starting one; the role needs CREATEDB
+    #[arg(long, env = "LOCKLAB_DSN", hide_env_values = true)]
+    dsn: Option<Dsn>,
+    /// Directory with postgres and initdb for the local backend
+    #[arg(long, env = "LOCKLAB_PG_BIN", hide_env_values = true)]
+    pub pg_bin: Option<PathBuf>,
+    /// Scenario × driver runs in flight at once (1-256).
+    #[arg(long, default_value_t = DEFAULT_JOBS as u16, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub jobs: u16,
+    /// Run each cell this many times (1-1000): timings become min / p50 / p95 /
+    /// max, and a cell whose outcome differs between repeats is unstable (fails).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub repeat: u16,
+}
+
+impl RunArgs {
+    /// The `--pg` / `LOCKLAB_PG` versions in the order given, duplicates
+    /// included (empty: none asked for).
+    pub fn majors(&self) -> Vec<u32> {
+        self.pg.iter().flat_map(|l| l.0.iter().map(|m| m.0)).collect()
+    }
+
+    /// The `--backend` / `LOCKLAB_BACKEND` choices in the order given,
+    /// duplicates included (empty: none asked for, i.e. auto).
+    pub fn backends(&self) -> Vec<BackendChoice> {
+        self.backend.iter().flat_map(|l| l.0.iter().copied()).collect()
+    }
+
+    /// The DSN that goes with `choice`: `--dsn` always (with `local` or
+    /// `container` the server refuses it), `LOCKLAB_DSN` only for `auto` and
+    /// `external`: an explicit `local` or `container` ignores the variable.
+    pub fn dsn_for(&self, choice: BackendChoice) -> Option<String> {
+        let dsn = self.dsn.as_ref()?;
+        let applies = !dsn.from_env || matches!(choice, BackendChoice::Auto | BackendChoice::External);
+        applies.then(|| dsn.value.clone())
+    }
+}
+
+/// Parses the command line (and the variables behind its options).
+///
+/// # Errors
+/// clap's error for bad arguments (exit code 2), or its "error" for `--help`
+/// and `--version` (exit code 0), to be printed by the caller.
+pub fn parse() -> Result<Cli, clap::Error> {
+    let matches = blank_env_is_unset(Cli::command()).try_get_matches()?;
+    Cli::from_arg_matches(&matches)
+}
+
+/// clap takes a variable that is set but empty as a value (`LOCKLAB_PG_BIN=`
+/// would name the directory ""); locklab counts it as unset, as the README
+/// says. clap has no setting for that, so the binding to such a variable is
+/// dropped before parsing (for this command and its subcommands).
+fn blank_env_is_unset(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|arg| {
+        let blank = arg.get_env().and_then(std::env::var_os).is_some_and(|v| v.is_empty());
+        if blank { arg.env(None) } else { arg }
+    })
+    .mut_subcommands(blank_env_is_unset)
+}
+
+/// A PostgreSQL major version given to `--pg` (14-18).
+#[derive(Clone, Copy)]
+pub struct Major(u32);
+
+/// One `--pg` / `--backend` value or its variable: a comma-separated list.
+#[derive(Clone)]
+pub struct List<T>(Vec<T>);
+
+/// How [`ListParser`] reads one item of a variable (items are trimmed; empty
+/// ones are skipped): the item, or what it should have been.
+pub trait EnvItem: Sized {
+    /// What an item must be, for the error message ("one of auto, …").
+    const WANT: &'static str;
+    /// The item, if it is one.
+    fn from_env_item(item: &str) -> Option<Self>;
+}
+
+impl EnvItem for Major {
+    const WANT: &'static str = "a PostgreSQL major version from 14 to 18";
+    fn from_env_item(item: &str) -> Option<Major> {
+        item.parse()
+            .ok()
+            .filter(|m| server::SUPPORTED_MAJORS.contains(m))
+            .map(Major)
+    }
+}
+
+impl EnvItem for BackendChoice {
+    const WANT: &'static str = "one of auto, container, local, external";
+    fn from_env_item(item: &str) -> Option<BackendChoice> {
+        <BackendChoice as clap::ValueEnum>::from_str(item, true).ok()
+    }
+}
+
+/// Parses a comma-separated list. On the command line each item is parsed
+/// by `item`, with clap's own messages, exactly like `value_delimiter = ','`
+/// would. From the option's variable, items are trimmed, empty ones skipped
+/// (`LOCKLAB_PG=' 16, 17 '`, `LOCKLAB_PG=' '`), backends are matched without
+/// regard to case, and an error names the variable and its whole value
+/// (`LOCKLAB_PG=16,13: '13' is not …`): `value_delimiter` cannot do these, as
+/// clap would hand over the untrimmed items one by one.
+#[derive(Clone)]
+pub struct ListParser<P>(P);
+
+impl<P> TypedValueParser for ListParser<P>
+where
+    P: TypedValueParser,
+    P::Value: EnvItem,
+{
+    type Value = List<P::Value>;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<Self::Value, clap::Error> {
+        self.parse_ref_(cmd, arg, value, ValueSource::CommandLine)
+    }
+
+    fn parse_ref_(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+        source: ValueSource,
+    ) -> Result<Self::Value, clap::Error> {
+        let env = arg
+            .and_then(clap::Arg::get_env)
+            .filter(|_| source == ValueSource::EnvVariable);
+        let Some(name) = env else {
+            // Not UTF-8: `item` says so in clap's words.
+            let Some(items) = value.to_str() else {
+                return self.0.parse_ref(cmd, arg, value).map(|item| List(vec![item]));
+            };
+            let items = items
+                .split(',')
+                .map(|item| self.0.parse_ref(cmd, arg, OsStr::new(item)));
+            return items.collect::<Result<_, _>>().map(List);
+        };
+        let value = value.to_string_lossy();
+        let items = value.split(',').map(str::trim).filter(|item| !item.is_empty());
+        let parse = |item: &str| {
+            P::Value::from_env_item(item).ok_or_else(|| {
+                let name = name.to_string_lossy();
+                let message = format!("{name}={value}: '{item}' is not {}\n", P::Value::WANT);
+                clap::Error::raw(ErrorKind::ValueValidation, message).with_cmd(cmd)
+            })
+        };
+        items.map(parse).collect::<Result<_, _>>().map(List)
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        self.0.possible_values()
+    }
+}
+
+impl ValueParserFactory for List<Major> {
+    type Parser = ListParser<clap::builder::MapValueParser<clap::builder::RangedI64ValueParser<u32>, fn(u32) -> Major>>;
+    fn value_parser() -> Self::Parser {
+        ListParser(clap::value_parser!(u32).range(14..=18).map(Major as fn(u32) -> Major))
+    }
+}
+
+impl ValueParserFactory for List<BackendChoice> {
+    type Parser = ListParser<EnumValueParser<BackendChoice>>;
+    fn value_parser() -> Self::Parser {
+        ListParser(EnumValueParser::new())
+    }
+}
+
+/// `--dsn` or `LOCKLAB_DSN`, and which of the two it came from (see
+/// [`RunArgs::dsn_for`]).
+#[derive(Clone)]
+pub struct Dsn {
+    value: String,
+    from_env: bool,
+}
+
+/// Reads a [`Dsn`], noting whether clap took it from the variable.
+#[derive(Clone)]
+pub struct DsnParser;
+
+impl TypedValueParser for DsnParser {
+    type Value = Dsn;
+
+    fn parse_ref(&self, cmd: &clap::Command, arg: Option<&clap::Arg>, value: &OsStr) -> Result<Dsn, clap::Error> {
+        self.parse_ref_(cmd, arg, value, ValueSource::CommandLine)
+    }
+
+    fn parse_ref_(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+        source: ValueSource,
+    ) -> Result<Dsn, clap::Error> {
+        Ok(Dsn {
+            value: clap::builder::StringValueParser::new().parse_ref(cmd, arg, value)?,
+            from_env: source == ValueSource::EnvVariable,
+        })
+    }
+}
+
+impl ValueParserFactory for Dsn {
+    type Parser = DsnParser;
+    fn value_parser() -> DsnParser {
+        DsnParser
+    }
+}

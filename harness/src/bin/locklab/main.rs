@@ -1,0 +1,75 @@
+//! `locklab`: run advisory-lock scenarios through Rust pools and write the driver matrix.
+//!
+//! Exit codes: 0 all runs passed (or all files valid); 1 a run failed or was
+//! unstable (or `validate`, `check`, `soak` found what they look for); 2
+//! nothing could run (bad arguments, invalid scenario files, no server, …);
+//! 130 / 143 stopped by SIGINT / SIGTERM, after cleaning up.
+
+mod check;
+mod cli;
+mod execute;
+mod list;
+mod output;
+mod progress;
+mod report;
+mod run;
+mod schema;
+mod selection;
+mod servers;
+mod signals;
+mod soak;
+mod validate;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use locklab::server;
+
+use crate::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    // sqlx warns about connections the harness terminates on purpose and about
+    // statements that wait on a lock for over a second: both expected here.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LOCKLAB_LOG")
+        .unwrap_or_else(|_| "warn,sqlx=error,deadpool=error".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let cli = match cli::parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout with 0, argument errors to stderr with 2.
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => match signals::interrupted(&e) {
+            Some(signal) => signal.exit_code(),
+            None => {
+                eprintln!("locklab: error: {e:#}");
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+/// Runs the command; the scenario directory is `--scenarios` /
+/// `LOCKLAB_SCENARIOS`, else this repository's `scenarios/`.
+fn dispatch(cli: Cli) -> Result<ExitCode> {
+    let given = cli.scenarios.as_deref();
+    let dir = given.map_or_else(|| server::workspace_root().join("scenarios"), ToOwned::to_owned);
+    match &cli.command {
+        Command::List => list::list(&dir),
+        Command::Validate { files } => validate::validate(&dir, files),
+        Command::Schema => schema::schema(),
+        Command::Run { run, json } => run::run(&dir, run, *json),
+        Command::Report(args) => report::report(&dir, given.is_some(), args),
+        Command::Soak(args) => soak::soak(&dir, args),
+        Command::Check(args) => check::check(&dir, given, args),
+    }
+}

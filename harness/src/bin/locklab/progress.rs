@@ -1,0 +1,72 @@
+//! The progress bar of a run: drawn on a terminal; on CI or into a pipe or
+//! file, at most one line per finished repeat round.
+
+use std::io::IsTerminal;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use locklab::outcome::RunResult;
+
+/// Progress over `total` runs, `repeat` rounds of them.
+pub struct Progress {
+    bar: ProgressBar,
+    total: u64,
+    repeat: usize,
+    per_round: u64,
+    done: u64,
+    began: Instant,
+}
+
+impl Progress {
+    /// A bar on a terminal; hidden when the `CI` variable is set (to anything
+    /// but "") or stderr is not a terminal. `began` is when the runs started.
+    pub fn new(total: u64, repeat: usize, began: Instant) -> Progress {
+        // CI is not an option of ours: it is read here, where it matters.
+        let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty());
+        let bar = if ci || !std::io::stderr().is_terminal() {
+            ProgressBar::hidden()
+        } else {
+            ProgressBar::new(total)
+        };
+        bar.set_style(
+            ProgressStyle::with_template("{bar:30} {pos}/{len} runs, {elapsed} (about {eta} left) {wide_msg}")
+                .expect("static template"),
+        );
+        Progress {
+            bar,
+            total,
+            repeat,
+            per_round: total / repeat as u64,
+            done: 0,
+            began,
+        }
+    }
+
+    /// Counts run `r` of repeat round `round` (from 1) as done.
+    pub fn step(&mut self, round: usize, r: &RunResult) {
+        let (repeat, total) = (self.repeat, self.total);
+        let of = if repeat > 1 {
+            format!("repeat {round}/{repeat}: ")
+        } else {
+            String::new()
+        };
+        self.bar
+            .set_message(format!("{of}{} × {} × {}", r.server, r.scenario, r.driver));
+        self.bar.inc(1);
+        self.done += 1;
+        let done = self.done;
+        // Without a bar, a long repeated run still says how far it got: one
+        // line per finished round.
+        if self.bar.is_hidden() && repeat > 1 && self.per_round > 0 && done.is_multiple_of(self.per_round) {
+            eprintln!(
+                "locklab: repeat {round}/{repeat} done ({done} of {total} runs, {:.0} s)",
+                self.began.elapsed().as_secs_f64()
+            );
+        }
+    }
+
+    /// Removes the bar from the terminal.
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}

@@ -1,0 +1,104 @@
+//! `locklab report`: run a selection and write the report files (and, with
+//! `--screenshot`, index.png).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use locklab::report::Format;
+use locklab::server;
+
+use crate::cli::ReportArgs;
+use crate::execute::execute;
+use crate::output::{emit, exit_for};
+use crate::run::summary;
+use crate::signals::Interrupts;
+
+/// Size of the `index.png` screenshot, in CSS px: wide enough for the
+/// overview's columns, tall enough for its rows.
+const SHOT_WIDTH: u32 = 1800;
+const SHOT_HEIGHT: u32 = 1700;
+
+/// Runs the selection, writes the report's files into `--out` (default:
+/// `reports/`, only for the whole matrix of this repository's scenarios:
+/// `custom_dir` says whether another directory was given) and prints what
+/// it wrote and the summary. Exit code 1 when a run failed or was unstable.
+///
+/// # Errors
+/// A selection without `--out`; `--screenshot` without the html format or
+/// without Chromium (both before the runs); as [`execute`]; files that cannot
+/// be written; a screenshot that failed (after the files are written).
+pub fn report(dir: &Path, custom_dir: bool, args: &ReportArgs) -> Result<ExitCode> {
+    let ReportArgs {
+        run,
+        out,
+        json,
+        format,
+        screenshot,
+    } = args;
+    let partial = !run.scenario.is_empty() || !run.driver.is_empty() || custom_dir;
+    let out: PathBuf = match out {
+        Some(out) => out.clone(),
+        None if partial => bail!(
+            "`report` with --scenario, --driver or another scenario directory would replace \
+             the full matrix in reports/ with a partial one; give --out DIR, or use `run`"
+        ),
+        None => server::workspace_root().join("reports"),
+    };
+    if *screenshot && !format.contains(&Format::Html) {
+        bail!("--screenshot needs the html format (--format …,html)");
+    }
+    if *screenshot {
+        // Fail before the runs, not after them.
+        locklab::browser::find_chromium()?;
+    }
+    let report = execute(dir, run)?;
+    let mut text = String::new();
+    for p in report.write(&out, format)? {
+        let _ = writeln!(text, "wrote {}", p.display());
+    }
+    text.push_str(&summary(&report.runs));
+    if *json {
+        eprint!("{text}");
+        emit(&report.to_json()?)?;
+    } else {
+        emit(&text)?;
+    }
+    if *screenshot {
+        // After the results: a browser failure must not hide them.
+        let png = out.join("index.png");
+        take_screenshot(&out.join("index.html"), &png).context("no screenshot (the report files are written)")?;
+        eprintln!("wrote {}", png.display());
+    }
+    Ok(exit_for(&report.runs))
+}
+
+/// Screenshots `page` into `png` in headless Chromium.
+///
+/// # Errors
+/// The browser failed; [`crate::signals::Interrupted`] on SIGINT or SIGTERM,
+/// after ending Chromium and removing its profile.
+fn take_screenshot(page: &Path, png: &Path) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (page, png) = (page.to_path_buf(), png.to_path_buf());
+    let outcome = rt.block_on(async move {
+        let mut interrupts = Interrupts::install();
+        let shot =
+            tokio::task::spawn_blocking(move || locklab::browser::screenshot(&page, &png, SHOT_WIDTH, SHOT_HEIGHT));
+        tokio::select! {
+            r = shot => Ok(r.context("the screenshot task failed").and_then(|r| r)),
+            signal = interrupts.next() => Err(signal),
+        }
+    });
+    match outcome {
+        Ok(shot) => shot,
+        Err(signal) => {
+            eprintln!("locklab: {} during the screenshot: cleaning up", signal.what);
+            locklab::browser::kill_running();
+            // The screenshot thread is not waited for.
+            rt.shutdown_background();
+            Err(signal.into())
+        }
+    }
+}

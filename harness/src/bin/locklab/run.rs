@@ -1,0 +1,120 @@
+//! `locklab run`: a selection's results on stdout; and the per-run summary
+//! that `run` and `report` print.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use locklab::outcome::{RunResult, Status, describe_locks_left};
+
+use crate::cli::RunArgs;
+use crate::execute::execute;
+use crate::output::{emit, exit_for};
+
+/// Runs the selection and prints the summary; with `json` the full results
+/// go to stdout as JSON and the summary to stderr. Exit code 1 when a run
+/// failed or was unstable.
+///
+/// # Errors
+/// As [`execute`]; writing to stdout failed.
+pub fn run(dir: &Path, args: &RunArgs, json: bool) -> Result<ExitCode> {
+    let report = execute(dir, args)?;
+    if json {
+        eprint!("{}", summary(&report.runs));
+        emit(&report.to_json()?)?;
+    } else {
+        emit(&summary(&report.runs))?;
+    }
+    Ok(exit_for(&report.runs))
+}
+
+/// The per-run summary printed by `run` and `report`: one line per cell, its
+/// observations, what it left behind, then one line with the counts.
+pub fn summary(runs: &[RunResult]) -> String {
+    let mut lines = Vec::new();
+    let several = runs.iter().any(|r| r.server != runs[0].server);
+    let width = runs
+        .iter()
+        .map(|r| r.scenario.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(28);
+    let obs_width = runs
+        .iter()
+        .flat_map(|r| r.observations.iter().map(|o| o.name.chars().count()))
+        .max()
+        .unwrap_or(0)
+        .max(34);
+    for r in runs {
+        cell_lines(&mut lines, r, several, width, obs_width);
+    }
+    let failed = runs.iter().filter(|r| !r.passed()).count();
+    let deviated = runs.iter().filter(|r| r.passed() && r.deviation.is_some()).count();
+    let skipped = runs.iter().filter(|r| r.passed() && r.skipped.is_some()).count();
+    let unstable = runs.iter().filter(|r| !r.unstable.is_empty()).count();
+    let repeats = runs.iter().map(|r| r.repeats).max().unwrap_or(1);
+    let each = if repeats > 1 {
+        format!(" (cells, each run {repeats} times)")
+    } else {
+        String::new()
+    };
+    lines.push(format!(
+        "{} passed, {deviated} deviated (behind transaction pooling), {skipped} not applicable, \
+         {failed} failed ({unstable} unstable){each}",
+        runs.len() - failed - deviated - skipped
+    ));
+    lines.join("\n") + "\n"
+}
+
+/// The summary's lines for cell `r`: its status line (with the server when
+/// `several` servers ran), then its observations and notes.
+fn cell_lines(lines: &mut Vec<String>, r: &RunResult, several: bool, width: usize, obs_width: usize) {
+    let status = match r.status() {
+        Status::Unstable => "UNST",
+        Status::Fail => "FAIL",
+        Status::NotApplicable => "n/a ",
+        Status::Deviates => "dev ",
+        Status::Pass => "pass",
+    };
+    let server = if several {
+        format!("{:<16} ", r.server)
+    } else {
+        String::new()
+    };
+    lines.push(format!(
+        "{status}  {server}{:<width$} {:<30} {:>8.1} ms{}",
+        r.scenario,
+        r.driver,
+        r.elapsed_stats.filter(|s| s.n > 1).map_or(r.elapsed_ms, |s| s.p50),
+        if r.repeats > 1 { " p50 per run" } else { "" }
+    ));
+    for o in &r.observations {
+        match o.timing() {
+            Some(t) => lines.push(format!("        {:<obs_width$} {} ({t})", o.name, o.display)),
+            None => lines.push(format!("        {:<obs_width$} {}", o.name, o.display)),
+        }
+    }
+    if !r.locks_left.is_empty() {
+        lines.push(format!(
+            "        {:<obs_width$} {}",
+            "locks left after run",
+            describe_locks_left(&r.locks_left)
+        ));
+    }
+    if !r.cleaned_backends.is_empty() {
+        lines.push(format!(
+            "        {:<obs_width$} ended backend(s) {:?}",
+            "cleaned after run", r.cleaned_backends
+        ));
+    }
+    if !r.backends_left.is_empty() {
+        lines.push(format!(
+            "        {:<obs_width$} {}",
+            "LEAK: left once over",
+            r.backends_left.join(", ")
+        ));
+    }
+    for note in [&r.failure, &r.deviation, &r.skipped].into_iter().flatten() {
+        lines.push(format!("        {note}"));
+    }
+}

@@ -1,0 +1,46 @@
+//! The `external` backend: an existing server named by a DSN (`--dsn` /
+//! `LOCKLAB_DSN`), which is never shown (it may hold a password).
+
+use std::str::FromStr;
+
+use anyhow::{Result, anyhow, bail};
+
+use super::{Backend, Server};
+
+/// The server `dsn` names (not yet connected to).
+///
+/// # Errors
+/// A DSN that does not parse (the message leaves out the DSN and any piece
+/// of it), or one naming a Unix socket rather than a TCP host.
+pub(super) fn external(dsn: &str) -> Result<Server> {
+    let cfg = tokio_postgres::Config::from_str(dsn).map_err(|e| {
+        // The parser's detail names an option, or a byte position and, after
+        // "but got", one character of the string (maybe of the password): that
+        // part is left out, and the string itself is never shown.
+        let detail = std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default();
+        let detail = detail.split(" but got ").next().unwrap_or_default();
+        // "unknown option `x`": with an unquoted space or an unescaped `&` in
+        // a password, `x` is a piece of it.
+        let detail = if detail.starts_with("unknown option") {
+            "an unknown option or a value with an unquoted space or `&`"
+        } else {
+            detail
+        };
+        anyhow!(
+            "--dsn/LOCKLAB_DSN is not a valid connection string ({detail}); it is not shown, as it may hold a password"
+        )
+    })?;
+    let host = match cfg.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        Some(_) => bail!("--dsn/LOCKLAB_DSN: only TCP hosts are supported"),
+        None => "127.0.0.1".into(),
+    };
+    Ok(Server::at(
+        Backend::External,
+        &host,
+        cfg.get_ports().first().copied().unwrap_or(5432),
+        cfg.get_user().unwrap_or("postgres"),
+        cfg.get_password().map(|p| String::from_utf8_lossy(p).into_owned()),
+        cfg.get_dbname().unwrap_or("postgres"),
+    ))
+}
