@@ -12,6 +12,7 @@
 
 pub mod baseline;
 pub mod browser;
+pub mod compare;
 pub mod keys;
 pub mod matrix;
 pub mod observe;

@@ -5,6 +5,7 @@
 use futures::StreamExt;
 use locklab_drivers::Driver;
 
+use crate::compare;
 use crate::outcome::{Outcome, RunResult, Stats};
 use crate::runner;
 use crate::scenario::Scenario;
@@ -51,15 +52,18 @@ pub async fn run_all(
 /// Folds the repeats of one cell (at least one, in the order they ran) into
 /// one result: the first failing repeat's result if any failed, else the
 /// first's; `repeats` and the timing statistics over all of them; and
-/// `unstable` listing what their [`Outcome`]s disagreed on, in which case the
-/// cell fails.
+/// `unstable` listing what their [`Outcome`]s disagreed on
+/// ([`compare::disagreements`]), in which case the cell fails.
 ///
 /// # Panics
 /// When `runs` is empty.
 pub fn fold_repeats(runs: Vec<RunResult>) -> RunResult {
     assert!(!runs.is_empty(), "a cell without runs");
     let outcomes: Vec<Outcome> = runs.iter().map(RunResult::outcome).collect();
-    let unstable = disagreements(&outcomes);
+    let unstable: Vec<String> = compare::disagreements(&outcomes)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     let pick = runs.iter().position(|r| !r.passed()).unwrap_or(0);
     let elapsed: Vec<f64> = runs.iter().map(|r| r.elapsed_ms).collect();
     let n = runs.len();
@@ -90,81 +94,9 @@ pub fn fold_repeats(runs: Vec<RunResult>) -> RunResult {
     cell
 }
 
-/// `value ×count` for each distinct value, in first-seen order.
-fn tally<T: PartialEq + std::fmt::Display>(values: impl IntoIterator<Item = T>) -> Vec<(T, usize)> {
-    let mut seen: Vec<(T, usize)> = Vec::new();
-    for v in values {
-        match seen.iter_mut().find(|(x, _)| *x == v) {
-            Some((_, n)) => *n += 1,
-            None => seen.push((v, 1)),
-        }
-    }
-    seen
-}
-
-/// One line per item the outcomes disagree on; empty when they all agree.
-fn disagreements(outcomes: &[Outcome]) -> Vec<String> {
-    let mut lines = Vec::new();
-    let mut item = |what: String, values: Vec<String>| {
-        let t = tally(values);
-        if t.len() > 1 {
-            let each: Vec<String> = t.iter().map(|(v, n)| format!("{v} ×{n}")).collect();
-            lines.push(format!("{what}: {}", each.join(", ")));
-        }
-    };
-    item(
-        "outcome".into(),
-        outcomes.iter().map(|o| o.status.to_string()).collect(),
-    );
-    let mut names: Vec<&str> = Vec::new();
-    for o in outcomes {
-        for (name, _, _) in &o.observations {
-            if !names.contains(&name.as_str()) {
-                names.push(name);
-            }
-        }
-    }
-    for name in names {
-        item(
-            format!("`{name}`"),
-            outcomes
-                .iter()
-                .map(|o| match o.observations.iter().find(|(n, _, _)| n == name) {
-                    Some((_, d, Some(state))) if !d.contains(state.as_str()) => format!("{d} [{state}]"),
-                    Some((_, d, _)) => d.clone(),
-                    None => "(not recorded)".into(),
-                })
-                .collect(),
-        );
-    }
-    item(
-        "locks left after run".into(),
-        outcomes.iter().map(|o| o.locks_left.clone()).collect(),
-    );
-    item(
-        "backends ended after run".into(),
-        outcomes.iter().map(|o| o.cleaned_backends.to_string()).collect(),
-    );
-    item(
-        "left in the run's database once it was over (leak guard)".into(),
-        outcomes.iter().map(|o| o.backends_left.to_string()).collect(),
-    );
-    lines
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn outcome(status: crate::outcome::Status, held: &str) -> Outcome {
-        Outcome {
-            status,
-            observations: vec![("held".into(), held.into(), None)],
-            locks_left: "none".into(),
-            cleaned_backends: 0,
-            backends_left: 0,
-        }
-    }
 
     fn run(deviation: Option<&str>, held: &str, ms: f64) -> RunResult {
         RunResult {
@@ -202,21 +134,5 @@ mod tests {
         assert_eq!(cell.outcome().status, crate::outcome::Status::Unstable);
         assert_eq!(cell.unstable, vec!["outcome: deviates ×1, pass ×1".to_owned()]);
         assert!(cell.failure.as_deref().unwrap().contains("unstable over 2 repeats"));
-    }
-
-    #[test]
-    fn agreeing_outcomes_are_stable() {
-        let o = vec![outcome(crate::outcome::Status::Pass, "true"); 5];
-        assert!(disagreements(&o).is_empty());
-    }
-
-    #[test]
-    fn a_differing_value_is_named_with_its_counts() {
-        let o = vec![
-            outcome(crate::outcome::Status::Pass, "true"),
-            outcome(crate::outcome::Status::Pass, "false"),
-            outcome(crate::outcome::Status::Pass, "true"),
-        ];
-        assert_eq!(disagreements(&o), vec!["`held`: true ×2, false ×1".to_owned()]);
     }
 }

@@ -2,6 +2,12 @@
 //! `reports/matrix.md` (rendered from `templates/matrix.md.j2`) and the
 //! self-contained `reports/index.html` (`templates/index.html.j2`, see [`html`]).
 //!
+//! One writer each: `report/json.rs` serialises the [`Report`];
+//! `report/markdown.rs` and `report/html.rs` write the same view of it
+//! (`report/view.rs`: columns with headers and, per scenario file, the
+//! observation rows, the locks-left row and the expectations row, each cell
+//! with its text, status and evidence), computed once per document.
+//!
 //! `matrix.json`, schema version 6:
 //! - `schema_version` (6), `generated_at` (RFC 3339), `locklab_version`, `repeat`
 //!   (runs per cell, `--repeat`)
@@ -48,6 +54,9 @@
 
 mod chart;
 pub mod html;
+mod json;
+mod markdown;
+mod view;
 
 use std::path::{Path, PathBuf};
 
@@ -316,222 +325,6 @@ impl Report {
             },
             runs,
         }
-    }
-
-    /// The report as pretty JSON.
-    ///
-    /// # Errors
-    /// Serialisation failure (not expected).
-    pub fn to_json(&self) -> Result<String> {
-        let mut v = serde_json::to_value(self)?;
-        // Step-by-step detail is for diagnosing a failure; a passed run's
-        // observations already carry what it measured (and the file stays small).
-        if let Some(runs) = v.get_mut("runs").and_then(|r| r.as_array_mut()) {
-            for run in runs {
-                if run.get("failure").is_some_and(|f| f.is_null())
-                    && let Some(o) = run.as_object_mut()
-                {
-                    o.remove("steps");
-                }
-            }
-        }
-        Ok(serde_json::to_string_pretty(&v)? + "\n")
-    }
-
-    /// The report as GitHub-flavoured Markdown: per scenario, one row per
-    /// recorded observation and one column per server × driver (server-major).
-    /// With several servers, a row whose value differs between servers
-    /// for the same driver is marked.
-    ///
-    /// # Errors
-    /// A template error (a bug).
-    pub fn to_markdown(&self) -> Result<String> {
-        #[derive(Serialize)]
-        struct Row {
-            name: String,
-            cells: Vec<String>,
-        }
-        #[derive(Serialize)]
-        struct Table<'a> {
-            name: &'a str,
-            description: &'a str,
-            source: Option<&'a str>,
-            rows: Vec<Row>,
-        }
-        let several = self.servers.len() > 1;
-        let columns = self.columns();
-        let headers: Vec<String> = columns.iter().map(|(v, d)| self.header(v, d)).collect();
-        let run_of = |v: &str, s: &str, d: &str| self.run_of(v, s, d);
-        let esc = |s: &str| s.replace('|', "\\|").replace('\n', " ");
-        // Marks a row whose values (without timings) differ between servers for a driver.
-        let differs = |values: &dyn Fn(&str, &str) -> Option<String>| {
-            several
-                && self.drivers.iter().any(|d| {
-                    let mut seen = self.servers.iter().map(|v| values(&v.id, &d.id));
-                    let first = seen.next().flatten();
-                    seen.any(|x| x != first)
-                })
-        };
-        let mut tables: Vec<Table> = Vec::new();
-        for family in &self.families() {
-            let mut rows = Vec::new();
-            let parameterised = family.len() > 1 || !family[0].params.is_empty();
-            for s in family {
-                let suffix = s.name.strip_prefix(&s.family).unwrap_or_default();
-                for name in &s.observations {
-                    let value = |v: &str, d: &str| {
-                        run_of(v, &s.name, d)
-                            .and_then(|r| r.observation(name))
-                            .map(|o| o.display.clone())
-                    };
-                    let cells = columns
-                        .iter()
-                        .map(|(v, d)| match run_of(v, &s.name, d).and_then(|r| r.observation(name)) {
-                            Some(o) => match o.timing() {
-                                Some(t) => format!("{} ({t})", esc(&o.display)),
-                                None => esc(&o.display),
-                            },
-                            None => "—".to_owned(),
-                        })
-                        .collect();
-                    let mark = if differs(&value) {
-                        " ⚠ differs between servers"
-                    } else {
-                        ""
-                    };
-                    let label = if parameterised {
-                        format!("`{name}` {}", esc(suffix))
-                    } else {
-                        format!("`{name}`")
-                    };
-                    rows.push(Row {
-                        name: format!("{label}{mark}"),
-                        cells,
-                    });
-                }
-            }
-            // One row for the whole file: each parameter set's leftovers, named.
-            let left_of = |v: &str, d: &str| {
-                let mut parts = Vec::new();
-                for s in family {
-                    let r = run_of(v, &s.name, d)?;
-                    let suffix = s.name.strip_prefix(&s.family).unwrap_or_default();
-                    if !r.locks_left.is_empty() {
-                        parts.push(
-                            format!("{}{suffix}", describe_locks_left(&r.locks_left))
-                                .trim()
-                                .to_owned(),
-                        );
-                    }
-                    if !r.backends_left.is_empty() {
-                        parts.push(
-                            format!("LEAK once over: {}{suffix}", r.backends_left.join(", "))
-                                .trim()
-                                .to_owned(),
-                        );
-                    }
-                }
-                Some(if parts.is_empty() {
-                    "none".to_owned()
-                } else {
-                    parts.join("; ")
-                })
-            };
-            let mark = if differs(&left_of) {
-                " ⚠ differs between servers"
-            } else {
-                ""
-            };
-            rows.push(Row {
-                name: format!("locks left after run{mark}"),
-                cells: columns
-                    .iter()
-                    .map(|(v, d)| left_of(v, d).map(|x| esc(&x)).unwrap_or_else(|| "—".to_owned()))
-                    .collect(),
-            });
-            rows.push(Row {
-                name: "expectations".into(),
-                cells: columns
-                    .iter()
-                    .map(|(v, d)| {
-                        let runs: Vec<&RunResult> = family.iter().filter_map(|s| run_of(v, &s.name, d)).collect();
-                        let failed = runs.iter().filter(|r| !r.passed()).count();
-                        let deviated = runs.iter().filter(|r| r.deviation.is_some()).count();
-                        let skipped = runs.iter().filter(|r| r.skipped.is_some()).count();
-                        match (runs.len(), failed) {
-                            (0, _) => "—".to_owned(),
-                            (n, _) if runs.iter().any(|r| !r.unstable.is_empty()) => {
-                                let u = runs.iter().filter(|r| !r.unstable.is_empty()).count();
-                                format!("**UNSTABLE** ({u} of {n})")
-                            }
-                            (n, 0) if skipped == n => "n/a".to_owned(),
-                            (n, 0) if deviated > 0 => {
-                                format!("deviates ({deviated} of {n}: a session assumption fails)")
-                            }
-                            (_, 0) => "pass".to_owned(),
-                            (1, _) => "**FAIL**".to_owned(),
-                            (n, f) => format!("**FAIL** ({f} of {n})"),
-                        }
-                    })
-                    .collect(),
-            });
-            let first = family[0];
-            tables.push(Table {
-                name: &first.family,
-                description: &first.description,
-                source: first.source.as_deref(),
-                rows,
-            });
-        }
-        let mut env = minijinja::Environment::new();
-        env.set_syntax(
-            minijinja::syntax::SyntaxConfig::builder()
-                .keep_trailing_newline(true)
-                .build()?,
-        );
-        env.add_template("matrix.md", include_str!("../templates/matrix.md.j2"))?;
-        let out = env.get_template("matrix.md")?.render(minijinja::context! {
-            headers => headers,
-            tables => minijinja::value::Serde(&tables),
-            ..self.template_context()
-        })?;
-        Ok(out)
-    }
-
-    /// The columns, server-major: (server id, driver id).
-    fn columns(&self) -> Vec<(&str, &str)> {
-        self.servers
-            .iter()
-            .flat_map(|v| self.drivers.iter().map(move |d| (v.id.as_str(), d.id.as_str())))
-            .collect()
-    }
-
-    /// A column's header: the driver id, or `server · driver` with several servers.
-    fn header(&self, server: &str, driver: &str) -> String {
-        if self.servers.len() > 1 {
-            format!("{server} · {driver}")
-        } else {
-            driver.to_owned()
-        }
-    }
-
-    /// The run of one cell.
-    fn run_of(&self, server: &str, scenario: &str, driver: &str) -> Option<&RunResult> {
-        self.runs
-            .iter()
-            .find(|r| r.server == server && r.scenario == scenario && r.driver == driver)
-    }
-
-    /// The scenarios grouped by file (a file's parameter sets together), in order.
-    fn families(&self) -> Vec<Vec<&ScenarioInfo>> {
-        let mut families: Vec<Vec<&ScenarioInfo>> = Vec::new();
-        for s in &self.scenarios {
-            match families.last_mut() {
-                Some(f) if f[0].family == s.family => f.push(s),
-                _ => families.push(vec![s]),
-            }
-        }
-        families
     }
 
     /// What both templates show: the header fields, servers, drivers, summary

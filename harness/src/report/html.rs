@@ -1,13 +1,15 @@
 //! `index.html`: one self-contained page (inline CSS and SVG, no scripts, no
 //! external assets) with an overview matrix, one colour-coded table per
 //! scenario with the evidence of each cell as hover text, timing charts and
-//! the environment. Rendered from `templates/index.html.j2`.
+//! the environment: the view of `report/view.rs` rendered from
+//! `templates/index.html.j2`.
 
 use anyhow::Result;
 use serde::Serialize;
 
+use super::view::{Family, ObservationRow, Verdict, View};
 use super::{Report, chart};
-use crate::outcome::{Observation, RunResult, Stats, Status};
+use crate::outcome::{Stats, Status};
 
 /// A timing is charted when some column's p50 (or single value) reaches this, in ms;
 /// faster steps are just round trips (an outlier alone does not make a chart).
@@ -45,87 +47,138 @@ struct Section {
     charts: Vec<Chart>,
 }
 
-/// The CSS class of a cell from its run (and, for observation cells, whether
-/// its value differs from the reference column of its server).
-fn class_of(run: &RunResult, differs: bool) -> &'static str {
-    match run.status() {
-        Status::Pass if differs => "differs",
-        Status::Pass => "same",
-        Status::NotApplicable => "na",
-        Status::Deviates => "dev",
-        Status::Fail => "fail",
-        Status::Unstable => "unstable",
+/// The CSS class of an observation or locks-left cell: its run's status
+/// (white for a pass, yellow for a pass whose value differs), `same` without a run.
+fn class_of(status: Option<Status>, differs: bool) -> &'static str {
+    match status {
+        None | Some(Status::Pass) if !differs => "same",
+        None | Some(Status::Pass) => "differs",
+        Some(Status::NotApplicable) => "na",
+        Some(Status::Deviates) => "dev",
+        Some(Status::Fail) => "fail",
+        Some(Status::Unstable) => "unstable",
     }
 }
 
-/// Orders the cell classes from harmless to alarming.
-fn severity(class: &str) -> u8 {
-    match class {
-        "same" => 0,
-        "differs" => 1,
-        "na" => 2,
-        "dev" => 3,
-        "fail" => 4,
-        _ => 5,
+/// The text and CSS class of an expectations cell (a pass is green).
+fn verdict(v: &Verdict) -> (String, &'static str) {
+    let (n, count) = (v.runs, v.count);
+    match v.status {
+        None => ("—".to_owned(), "same"),
+        Some(Status::Unstable) => (format!("UNSTABLE ({count} of {n})"), "unstable"),
+        Some(Status::Fail) => (format!("FAIL ({count} of {n})"), "fail"),
+        Some(Status::NotApplicable) => ("n/a".to_owned(), "na"),
+        Some(Status::Deviates) => (format!("deviates ({count} of {n})"), "dev"),
+        Some(Status::Pass) => ("pass".to_owned(), "pass"),
     }
 }
 
-fn stats_line(s: &Stats) -> String {
-    if s.n > 1 {
-        format!(
-            "{:.1} ms p50; min {:.1}, p95 {:.1}, max {:.1} over {} repeats",
-            s.p50, s.min, s.p95, s.max, s.n
-        )
+/// An observation row and, if some column's time reaches [`CHART_MIN_MS`], its chart.
+fn observation_row(row: &ObservationRow<'_>, headers: &[String]) -> Result<(Row, Option<Chart>)> {
+    let label = if row.parameterised {
+        format!("{} {}", row.name, row.suffix)
     } else {
-        format!("{:.1} ms", s.p50)
-    }
-}
-
-/// The notes every cell of a run carries in its hover text.
-fn run_notes(run: &RunResult, lines: &mut Vec<String>) {
-    if run.repeats > 1 {
-        lines.push(format!("repeats: {}", run.repeats));
-    }
-    for u in &run.unstable {
-        lines.push(format!("unstable: {u}"));
-    }
-    for note in [&run.failure, &run.deviation, &run.skipped].into_iter().flatten() {
-        lines.push(note.clone());
-    }
-}
-
-/// Hover text of an observation cell: the step and its SQL, value, SQLSTATE,
-/// holders and waiters with backend pid and state, timings.
-fn evidence(header: &str, step: &str, o: &Observation, run: &RunResult) -> String {
-    let mut lines = vec![
-        format!("{header} · {}", o.name),
-        step.to_owned(),
-        format!("value: {}", o.display),
-    ];
-    if let Some(state) = &o.sqlstate {
-        lines.push(format!("SQLSTATE: {state}"));
-    }
-    if let Some(snapshot) = o.value.locks() {
-        for (list, what) in [(&snapshot.holders, "holder"), (&snapshot.waiters, "waiter")] {
-            for h in list {
-                lines.push(format!(
-                    "{what}: {} (backend pid {}, {})",
-                    h.actor.as_deref().unwrap_or("?"),
-                    h.pid,
-                    h.state.as_deref().unwrap_or("?"),
-                ));
+        row.name.to_owned()
+    };
+    let mut timed: Vec<(String, Stats)> = Vec::new();
+    let mut cells = Vec::new();
+    for (c, cell) in row.cells.iter().enumerate() {
+        let (text, sub) = match cell.observation {
+            Some(o) => {
+                if let Some(st) = o.elapsed_stats {
+                    timed.push((headers[c].clone(), st));
+                }
+                (o.display.clone(), o.timing().unwrap_or_default())
             }
+            None => ("—".into(), String::new()),
+        };
+        cells.push(Cell {
+            text,
+            sub,
+            class: class_of(cell.status, cell.differs),
+            title: cell.evidence.join("\n"),
+        });
+    }
+    let chart = if timed.iter().any(|(_, s)| s.p50 >= CHART_MIN_MS) {
+        Some(Chart {
+            title: format!("{label}: {}", row.step),
+            svg: chart::timing_chart(&timed).map_err(|e| anyhow::anyhow!("chart {label}: {e}"))?,
+        })
+    } else {
+        None
+    };
+    Ok((Row { name: label, cells }, chart))
+}
+
+/// A family's section and its overview row.
+fn section(family: &Family<'_>, headers: &[String]) -> Result<(Section, Row)> {
+    let first = family.first;
+    let mut rows = Vec::new();
+    let mut charts = Vec::new();
+    for row in &family.rows {
+        let (row, chart) = observation_row(row, headers)?;
+        rows.push(row);
+        charts.extend(chart);
+    }
+    rows.push(Row {
+        name: "locks left after run".into(),
+        cells: family
+            .locks_left
+            .iter()
+            .map(|l| Cell {
+                text: l.text(),
+                sub: String::new(),
+                class: class_of(l.status, l.differs),
+                title: l.evidence.join("\n"),
+            })
+            .collect(),
+    });
+    let mut status_cells = Vec::new();
+    let mut overview_cells = Vec::new();
+    for v in &family.expectations {
+        let (text, class) = verdict(v);
+        let mut sub = Vec::new();
+        if v.differing > 0 {
+            sub.push(format!("≠{}", v.differing));
         }
+        if v.locks_left {
+            sub.push("locks left".to_owned());
+        }
+        overview_cells.push(Cell {
+            text: text.clone(),
+            sub: sub.join(" · "),
+            class: if v.status == Some(Status::Pass) && v.differing > 0 {
+                "differs"
+            } else {
+                class
+            },
+            title: v.evidence.join("\n"),
+        });
+        status_cells.push(Cell {
+            text,
+            sub: String::new(),
+            class,
+            title: v.evidence.join("\n"),
+        });
     }
-    if let Some(s) = &o.elapsed_stats {
-        lines.push(format!("time: {}", stats_line(s)));
-    }
-    if let Some(w) = &o.waited_stats {
-        lines.push(format!("at await: {}", stats_line(w)));
-    }
-    lines.extend(o.notices.iter().cloned());
-    run_notes(run, &mut lines);
-    lines.join("\n")
+    rows.push(Row {
+        name: "expectations".into(),
+        cells: status_cells,
+    });
+    let overview = Row {
+        name: first.family.clone(),
+        cells: overview_cells,
+    };
+    let section = Section {
+        anchor: format!("s-{}", first.family),
+        name: first.family.clone(),
+        description: first.description.clone(),
+        source: first.source.clone(),
+        file: first.file.display().to_string(),
+        rows,
+        charts,
+    };
+    Ok((section, overview))
 }
 
 impl Report {
@@ -134,210 +187,14 @@ impl Report {
     /// # Errors
     /// A template or chart error (a bug).
     pub fn to_html(&self) -> Result<String> {
-        let columns = self.columns();
-        let header = |v: &str, d: &str| self.header(v, d);
-        let headers: Vec<String> = columns.iter().map(|(v, d)| header(v, d)).collect();
-        let run_of = |v: &str, s: &str, d: &str| self.run_of(v, s, d);
-        // The reference column of each server: its first driver (tokio-postgres, no pool).
-        let reference = |v: &str| self.drivers.first().map(|d| d.id.clone()).map(|d| (v.to_owned(), d));
-        let families = self.families();
+        let view = View::of(self);
+        let headers: Vec<String> = view.columns.iter().map(|c| c.header.clone()).collect();
         let mut overview: Vec<Row> = Vec::new();
         let mut sections: Vec<Section> = Vec::new();
-        for family in &families {
-            let first = family[0];
-            let anchor = format!("s-{}", first.family);
-            let parameterised = family.len() > 1 || !first.params.is_empty();
-            let mut rows = Vec::new();
-            let mut charts = Vec::new();
-            // Per column: the observations whose value differs from the reference column.
-            let mut differing: Vec<Vec<String>> = vec![Vec::new(); columns.len()];
-            for s in family {
-                let suffix = s.name.strip_prefix(&s.family).unwrap_or_default();
-                for (k, name) in s.observations.iter().enumerate() {
-                    let step = s.observation_steps.get(k).map(String::as_str).unwrap_or_default();
-                    let mut cells = Vec::new();
-                    let mut timed: Vec<(String, Stats)> = Vec::new();
-                    for (c, (v, d)) in columns.iter().enumerate() {
-                        let run = run_of(v, &s.name, d);
-                        let Some((run, o)) = run.and_then(|r| r.observation(name).map(|o| (r, o))) else {
-                            let mut title = vec![format!("{} · {name}: not recorded", header(v, d))];
-                            if let Some(r) = run {
-                                run_notes(r, &mut title);
-                            }
-                            cells.push(Cell {
-                                text: "—".into(),
-                                sub: String::new(),
-                                class: run.map_or("same", |r| class_of(r, false)),
-                                title: title.join("\n"),
-                            });
-                            continue;
-                        };
-                        let reference_value = reference(v)
-                            .and_then(|(rv, rd)| run_of(&rv, &s.name, &rd))
-                            .and_then(|r| r.observation(name))
-                            .map(|r| r.display.as_str());
-                        // A step that does not apply to one of the two is not a difference.
-                        let differs = reference_value
-                            .is_some_and(|r| r != o.display && !r.starts_with("n/a") && !o.display.starts_with("n/a"));
-                        if differs {
-                            differing[c].push(format!("{name}{suffix}: {}", o.display));
-                        }
-                        if let Some(st) = o.elapsed_stats {
-                            timed.push((header(v, d), st));
-                        }
-                        cells.push(Cell {
-                            text: o.display.clone(),
-                            sub: o.timing().unwrap_or_default(),
-                            class: class_of(run, differs),
-                            title: evidence(&header(v, d), step, o, run),
-                        });
-                    }
-                    let label = if parameterised {
-                        format!("{name} {suffix}")
-                    } else {
-                        name.clone()
-                    };
-                    if timed.iter().any(|(_, s)| s.p50 >= CHART_MIN_MS) {
-                        charts.push(Chart {
-                            title: format!("{label}: {step}"),
-                            svg: chart::timing_chart(&timed).map_err(|e| anyhow::anyhow!("chart {label}: {e}"))?,
-                        });
-                    }
-                    rows.push(Row { name: label, cells });
-                }
-            }
-            let locks_cells = columns
-                .iter()
-                .map(|(v, d)| {
-                    let mut parts = Vec::new();
-                    let mut title = vec![format!("{} · locks left after run", header(v, d))];
-                    let mut class = "same";
-                    for s in family {
-                        let Some(r) = run_of(v, &s.name, d) else { continue };
-                        let suffix = s.name.strip_prefix(&s.family).unwrap_or_default();
-                        if !r.locks_left.is_empty() {
-                            parts.push(format!("{}{suffix}", super::describe_locks_left(&r.locks_left)));
-                        }
-                        for l in &r.locks_left {
-                            title.push(format!(
-                                "{suffix} key {} {} {} by backend pid {} ({}, application_name {})",
-                                l.key,
-                                l.mode,
-                                if l.granted { "held" } else { "waited for" },
-                                l.pid,
-                                l.state.as_deref().unwrap_or("?"),
-                                l.application_name.as_deref().unwrap_or("?")
-                            ));
-                        }
-                        if !r.cleaned_backends.is_empty() {
-                            title.push(format!(
-                                "{suffix} backends ended after the run: {:?}",
-                                r.cleaned_backends
-                            ));
-                        }
-                        if !r.backends_left.is_empty() {
-                            parts.push(format!("LEAK once over: {}{suffix}", r.backends_left.join(", ")));
-                            title.push(format!(
-                                "{suffix} leak guard: still in the run's database once it was over: {}",
-                                r.backends_left.join(", ")
-                            ));
-                        }
-                        // The most severe class of the file's runs.
-                        let c = class_of(r, !r.locks_left.is_empty());
-                        if severity(c) > severity(class) {
-                            class = c;
-                        }
-                    }
-                    Cell {
-                        text: if parts.is_empty() {
-                            "none".into()
-                        } else {
-                            parts.join("; ")
-                        },
-                        sub: String::new(),
-                        class,
-                        title: title.join("\n"),
-                    }
-                })
-                .collect();
-            rows.push(Row {
-                name: "locks left after run".into(),
-                cells: locks_cells,
-            });
-            let mut status_cells = Vec::new();
-            let mut overview_cells = Vec::new();
-            for (c, (v, d)) in columns.iter().enumerate() {
-                let runs: Vec<&RunResult> = family.iter().filter_map(|s| run_of(v, &s.name, d)).collect();
-                let n = runs.len();
-                let count = |f: &dyn Fn(&RunResult) -> bool| runs.iter().filter(|r| f(r)).count();
-                let unstable = count(&|r| !r.unstable.is_empty());
-                let failed = count(&|r| !r.passed());
-                let deviated = count(&|r| r.deviation.is_some());
-                let skipped = count(&|r| r.skipped.is_some());
-                let (text, class) = if n == 0 {
-                    ("—".to_owned(), "same")
-                } else if unstable > 0 {
-                    (format!("UNSTABLE ({unstable} of {n})"), "unstable")
-                } else if failed > 0 {
-                    (format!("FAIL ({failed} of {n})"), "fail")
-                } else if skipped == n {
-                    ("n/a".to_owned(), "na")
-                } else if deviated > 0 {
-                    (format!("deviates ({deviated} of {n})"), "dev")
-                } else {
-                    ("pass".to_owned(), "pass")
-                };
-                let mut title = vec![format!("{} · {}", header(v, d), first.family)];
-                for line in &differing[c] {
-                    title.push(format!("differs from the first column: {line}"));
-                }
-                for r in &runs {
-                    let suffix = r.scenario.strip_prefix(&first.family).unwrap_or_default();
-                    title.push(format!("{suffix} {}", r.outcome().status).trim().to_owned());
-                    run_notes(r, &mut title);
-                }
-                let left = runs.iter().any(|r| !r.locks_left.is_empty());
-                let mut sub = Vec::new();
-                if !differing[c].is_empty() {
-                    sub.push(format!("≠{}", differing[c].len()));
-                }
-                if left {
-                    sub.push("locks left".to_owned());
-                }
-                overview_cells.push(Cell {
-                    text: text.clone(),
-                    sub: sub.join(" · "),
-                    class: if class == "pass" && !differing[c].is_empty() {
-                        "differs"
-                    } else {
-                        class
-                    },
-                    title: title.join("\n"),
-                });
-                status_cells.push(Cell {
-                    text,
-                    sub: String::new(),
-                    class,
-                    title: title.join("\n"),
-                });
-            }
-            rows.push(Row {
-                name: "expectations".into(),
-                cells: status_cells,
-            });
-            overview.push(Row {
-                name: first.family.clone(),
-                cells: overview_cells,
-            });
-            sections.push(Section {
-                anchor,
-                name: first.family.clone(),
-                description: first.description.clone(),
-                source: first.source.clone(),
-                file: first.file.display().to_string(),
-                rows,
-                charts,
-            });
+        for family in &view.families {
+            let (section, row) = section(family, &headers)?;
+            sections.push(section);
+            overview.push(row);
         }
         let mut crates: Vec<String> = Vec::new();
         for d in &self.drivers {
@@ -365,7 +222,7 @@ impl Report {
 mod tests {
     use super::super::{DriverColumn, Environment, ScenarioInfo, ServerInfo, Summary};
     use super::*;
-    use crate::outcome::Observation;
+    use crate::outcome::{Observation, RunResult};
 
     /// A one-cell report whose scenario text, SQL and value are hostile HTML.
     fn hostile() -> Report {
