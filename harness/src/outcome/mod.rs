@@ -196,7 +196,7 @@ pub struct RunResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub elapsed_stats: Option<Stats>,
     /// What differed between the repeats' [`Outcome`]s, one line per item
-    /// (`` `held` differs: true ×19, false ×1 ``); empty when every repeat agreed.
+    /// (`` `held`: true ×19, false ×1 ``); empty when every repeat agreed.
     /// An unstable cell counts as failed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unstable: Vec<String>,
