@@ -1,16 +1,19 @@
-// The scenario × driver tests are generated from the files in scenarios/ when
-// the tests are compiled (rstest `#[files]`): rebuild when that directory changes,
-// so a new, renamed or deleted scenario is picked up by the next `cargo test`.
+// The broken-fixture tests (harness/tests/validation.rs) are generated from the
+// files in tests/fixtures when the tests are compiled (rstest `#[files]`):
+// rebuild when that directory changes. (The scenario × driver tests,
+// harness/tests/matrix.rs, are generated when they run, from scenarios/ and
+// the driver registry: nothing to rebuild for them.)
 //
-// Tests that need Docker are compiled as `#[ignore]`d ("skipped", by name, in
-// cargo test's output) unless a Docker engine answers `GET /_ping` now: this
-// sets `cfg(locklab_docker)` when it does. LOCKLAB_DOCKER_TESTS=0 forces the
-// skip, =1 forces the tests on (they then fail clearly without an engine).
+// The tests in harness/tests/container.rs that need Docker are compiled as
+// `#[ignore]`d ("ignored, needs Docker", by name, in cargo test's output)
+// unless a Docker engine answers `GET /_ping` now: this sets
+// `cfg(locklab_docker)` when it does. LOCKLAB_DOCKER_TESTS=0 forces the skip,
+// =1 forces the tests on (they then fail clearly without an engine). The
+// matrix's container trials decide at run time instead.
 use std::io::{Read, Write};
 use std::time::Duration;
 
 fn main() {
-    println!("cargo:rerun-if-changed=../scenarios");
     println!("cargo:rerun-if-changed=tests/fixtures");
     println!("cargo:rerun-if-env-changed=DOCKER_HOST");
     println!("cargo:rerun-if-env-changed=LOCKLAB_DOCKER_TESTS");
@@ -39,7 +42,7 @@ fn main() {
         println!("cargo:rustc-cfg=locklab_docker");
     } else {
         println!(
-            "cargo:warning=no Docker engine answered at {host}: the container tests are compiled as ignored (skipped)"
+            "cargo:warning=no Docker engine answered at {host}: the tests of container.rs are compiled as ignored (skipped)"
         );
     }
 }

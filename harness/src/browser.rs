@@ -5,6 +5,14 @@
 //! headless documentation). Each call gets a throw-away profile directory, runs
 //! in its own process group and is killed (with its helper processes) at its
 //! deadline.
+//!
+//! Chromium is installed on first use when none is found and this can be
+//! done here (see [`availability`]): as root with apt-get, by
+//! `harness/scripts/install-chromium.sh` (Debian's `chromium` package; the
+//! script takes a lock, so several processes asking at once install it once),
+//! unless `LOCKLAB_NO_INSTALL=1`. The PostgreSQL binaries and PgBouncer are
+//! installed the same way, privately into `.cache/`; Chromium is a system
+//! package, which is why it alone can be opted out of.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -49,6 +57,112 @@ pub fn find_chromium() -> Result<PathBuf> {
     )
 }
 
+/// Set to `1` (any value but empty or `0`) to never install Chromium on first use.
+pub const NO_INSTALL_ENV: &str = "LOCKLAB_NO_INSTALL";
+
+/// The install script shared by the harness and `just setup`.
+pub fn install_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/install-chromium.sh")
+}
+
+/// Whether Chromium can be had, as far as can be told without installing it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Availability {
+    /// Found ([`find_chromium`]).
+    Found(PathBuf),
+    /// Not found, but [`chromium`] will try to install it: we are root,
+    /// apt-get is there, and `LOCKLAB_NO_INSTALL` is not set.
+    Installable,
+    /// Not found and not installable here; why, and what to do.
+    Unavailable(String),
+}
+
+fn no_install() -> bool {
+    std::env::var(NO_INSTALL_ENV).is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+fn on_path(name: &str) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).any(|d| d.join(name).is_file())
+}
+
+/// Whether Chromium is there or could be installed on first use; installs
+/// nothing (cheap: looks at `LOCKLAB_CHROMIUM`, `PATH`, the user id).
+pub fn availability() -> Availability {
+    if let Ok(p) = find_chromium() {
+        return Availability::Found(p);
+    }
+    if let Some(p) = std::env::var_os("LOCKLAB_CHROMIUM").filter(|p| !p.is_empty()) {
+        return Availability::Unavailable(format!("LOCKLAB_CHROMIUM={} is not a file", Path::new(&p).display()));
+    }
+    if no_install() {
+        return Availability::Unavailable(format!(
+            "no Chromium found, and {NO_INSTALL_ENV} is set: not installing it \
+             (install Chromium, or set LOCKLAB_CHROMIUM)"
+        ));
+    }
+    if !on_path("apt-get") {
+        return Availability::Unavailable(
+            "no Chromium found, and no apt-get to install it with (install Chromium and set LOCKLAB_CHROMIUM)".into(),
+        );
+    }
+    if !nix::unistd::geteuid().is_root() {
+        return Availability::Unavailable(
+            "no Chromium found, and installing Debian's chromium package needs root \
+             (`sudo bash harness/scripts/install-chromium.sh`, or set LOCKLAB_CHROMIUM)"
+                .into(),
+        );
+    }
+    Availability::Installable
+}
+
+/// The Chromium binary ([`find_chromium`]); when there is none and it is
+/// [`Availability::Installable`], installs it first with [`install_script`],
+/// saying so on stderr (the script prints what it does). One attempt per
+/// process; the script's lock makes concurrent attempts install it once.
+///
+/// # Errors
+/// Chromium is [`Availability::Unavailable`] (the reason), or the install
+/// failed (its output is on stderr above).
+pub fn chromium() -> Result<PathBuf> {
+    if let Ok(p) = find_chromium() {
+        return Ok(p);
+    }
+    static INSTALLED: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    INSTALLED
+        .get_or_init(|| match availability() {
+            Availability::Found(p) => Ok(p),
+            Availability::Unavailable(why) => Err(why),
+            Availability::Installable => install(),
+        })
+        .clone()
+        .map_err(|e| anyhow::anyhow!(e))
+}
+
+fn install() -> Result<PathBuf, String> {
+    let script = install_script();
+    eprintln!(
+        "locklab: no Chromium found (for the HTML report's check and screenshot); installing \
+         Debian's chromium package with apt-get, once per machine ({}; {NO_INSTALL_ENV}=1 skips this)",
+        script.display()
+    );
+    let status = Command::new("bash")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .status()
+        .map_err(|e| format!("cannot run bash for {}: {e}", script.display()))?;
+    match find_chromium() {
+        Ok(p) if status.success() => {
+            eprintln!("locklab: Chromium installed: {}", p.display());
+            Ok(p)
+        }
+        _ => Err(format!(
+            "no Chromium found, and installing it failed ({} exited with {status}; its output is above)",
+            script.display()
+        )),
+    }
+}
+
 /// Chromium runs in flight: (process group, profile directory), for [`kill_running`].
 static RUNNING: Mutex<Vec<(i32, PathBuf)>> = Mutex::new(Vec::new());
 
@@ -68,7 +182,7 @@ pub fn kill_running() {
 /// throw-away profile directory, so that nothing depends on when its helper
 /// processes close a pipe; the deadline is on the browser process itself.
 fn run(page: &Path, args: &[String]) -> Result<String> {
-    let chromium = find_chromium()?;
+    let chromium = chromium()?;
     let page = std::fs::canonicalize(page).with_context(|| format!("cannot open {}", page.display()))?;
     let url =
         url::Url::from_file_path(&page).map_err(|()| anyhow::anyhow!("{} cannot be a file: URL", page.display()))?;
@@ -144,7 +258,8 @@ fn run(page: &Path, args: &[String]) -> Result<String> {
 /// out (`--dump-dom`).
 ///
 /// # Errors
-/// No Chromium, a failed or timed-out run (with its last stderr lines).
+/// No Chromium (installed on first use, see [`chromium`]), a failed or
+/// timed-out run (with its last stderr lines).
 pub fn dump_dom(page: &Path) -> Result<String> {
     let dom = run(page, &["--dump-dom".to_owned()])?;
     if dom.trim().is_empty() {
@@ -156,7 +271,8 @@ pub fn dump_dom(page: &Path) -> Result<String> {
 /// Writes a PNG screenshot of the top `width` × `height` CSS px of `page` to `png`.
 ///
 /// # Errors
-/// No Chromium, a failed or timed-out run, or no PNG written.
+/// No Chromium (installed on first use, see [`chromium`]), a failed or
+/// timed-out run, or no PNG written.
 pub fn screenshot(page: &Path, png: &Path, width: u32, height: u32) -> Result<()> {
     let png_abs = std::path::absolute(png).with_context(|| format!("bad path {}", png.display()))?;
     let _ = std::fs::remove_file(&png_abs);

@@ -17,6 +17,7 @@ mod external;
 pub mod local;
 mod options;
 pub mod pgbouncer;
+pub mod shared;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -68,6 +69,12 @@ pub struct Server {
     /// PgBouncer instances in front of this server, by mode, started on first
     /// use; declared before the server so they stop first.
     poolers: tokio::sync::Mutex<std::collections::HashMap<PoolerMode, pgbouncer::PgBouncer>>,
+    /// PgBouncers that another process runs in front of this server (a
+    /// [`shared`] test server): mode → (port, version, client password).
+    attached_poolers: std::collections::HashMap<PoolerMode, (u16, String, String)>,
+    /// For a server another process started and owns ([`shared`]): that
+    /// process's id.
+    keeper: Option<u32>,
     local: Option<local::LocalCluster>,
     container: Option<container::ContainerServer>,
 }
@@ -102,6 +109,8 @@ impl Server {
             image_time: Duration::ZERO,
             image: None,
             poolers: Default::default(),
+            attached_poolers: Default::default(),
+            keeper: None,
             local: None,
             container: None,
         }
@@ -223,6 +232,9 @@ impl Server {
     /// # Errors
     /// PgBouncer cannot be installed, started, or is not ready within 30 s.
     pub async fn pooler(&self, mode: PoolerMode) -> Result<(u16, String, String)> {
+        if let Some(attached) = self.attached_poolers.get(&mode) {
+            return Ok(attached.clone());
+        }
         let mut poolers = self.poolers.lock().await;
         if let Some(b) = poolers.get_mut(&mode) {
             match b.exited() {
@@ -260,12 +272,15 @@ impl Server {
     pub async fn pooler_close_database(&self, mode: PoolerMode, dbname: &str) -> Result<()> {
         // The console is reached without holding the lock that every run's
         // `pooler()` takes.
-        let target = self
-            .poolers
-            .lock()
-            .await
-            .get(&mode)
-            .map(|b| (b.port, b.password.clone()));
+        let target = match self.attached_poolers.get(&mode) {
+            Some((port, _, password)) => Some((*port, password.clone())),
+            None => self
+                .poolers
+                .lock()
+                .await
+                .get(&mode)
+                .map(|b| (b.port, b.password.clone())),
+        };
         match target {
             Some((port, password)) => pgbouncer::kill_database(port, &password, &self.user, dbname).await,
             None => Ok(()),
@@ -353,9 +368,25 @@ impl Server {
         self.container.as_ref().map(|c| c.id.as_str())
     }
 
+    /// For a server that another process started and owns (a [`shared`] test
+    /// server, attached to with [`shared::start_for_tests`]): that process's id.
+    /// [`Server::backend`] is then the backend it started, and
+    /// [`Server::data_dir`], [`Server::postmaster_pid`] and
+    /// [`Server::container_id`] are `None`.
+    pub fn keeper_pid(&self) -> Option<u32> {
+        self.keeper
+    }
+
     /// A one-line description for progress output: version, backend, where.
     pub fn describe(&self) -> String {
         let whence = match (self.backend, &self.local, &self.container) {
+            _ if self.keeper.is_some() => format!(
+                "{} server at {}:{} shared by keeper process {}",
+                self.backend.as_str(),
+                self.host,
+                self.port,
+                self.keeper.unwrap_or_default()
+            ),
             (Backend::Local, Some(c), _) => {
                 format!(
                     "local cluster in {}, postmaster pid {}",

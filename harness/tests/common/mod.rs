@@ -1,17 +1,53 @@
-//! Helpers shared by the test files: the shared test server, and starting the
+//! Helpers shared by the test files: the shared test servers, libtest-mimic
+//! trials (for the binaries with `harness = false`), and starting the
 //! `locklab` binary as a child process.
 
 #![allow(dead_code)] // each test file uses a subset
 
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
-use locklab::server::{BackendChoice, Server, ServerOptions};
+use libtest_mimic::{Arguments, Trial};
+use locklab::server::{BackendChoice, Server, ServerOptions, shared};
 
-/// The local cluster (PostgreSQL 17), or the server `LOCKLAB_DSN` names,
-/// started once per test process and shared by its tests.
+/// Whether this binary can be its own server keeper (see [`init_binary`]).
+static KEEPER_CAPABLE: AtomicBool = AtomicBool::new(false);
+
+/// First thing in the `main` of a test binary with `harness = false`: when
+/// the process was started as the keeper of a server shared by a nextest run,
+/// serves it and exits (`locklab::server::shared`); otherwise lets [`server`]
+/// and [`container_server`] share one server per backend across the whole
+/// nextest run. Returns the command-line arguments, with `--test-threads`
+/// taken from `RUST_TEST_THREADS` when not given (as the built-in harness
+/// does; `.cargo/config.toml` sets it).
+pub fn init_binary() -> Arguments {
+    shared::serve_if_keeper();
+    KEEPER_CAPABLE.store(true, Ordering::Relaxed);
+    let mut args = Arguments::from_args();
+    if args.test_threads.is_none() {
+        args.test_threads = std::env::var("RUST_TEST_THREADS").ok().and_then(|n| n.parse().ok());
+    }
+    args
+}
+
+/// The keeper executable for `shared::start_for_tests`: this binary, when
+/// its `main` called [`init_binary`].
+fn keeper() -> Option<PathBuf> {
+    if KEEPER_CAPABLE.load(Ordering::Relaxed) {
+        std::env::current_exe().ok()
+    } else {
+        None
+    }
+}
+
+/// The local cluster (PostgreSQL 17), or the server `LOCKLAB_DSN` names:
+/// under `cargo test` started once per test process and shared by its tests;
+/// under nextest, in a binary that called [`init_binary`], one per nextest
+/// run, shared by every test process (`locklab::server::shared`).
 pub fn server() -> &'static Server {
     static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
     let backend = if ServerOptions::default().external_dsn().is_some() {
@@ -20,9 +56,101 @@ pub fn server() -> &'static Server {
         BackendChoice::Local
     };
     SERVER
-        .get_or_init(|| Server::start(&ServerOptions::new(backend, 17)).map_err(|e| format!("{e:#}")))
+        .get_or_init(|| {
+            shared::start_for_tests(&ServerOptions::new(backend, 17), keeper().as_deref()).map_err(|e| format!("{e:#}"))
+        })
         .as_ref()
         .unwrap_or_else(|e| panic!("no PostgreSQL server for the tests: {e}"))
+}
+
+/// A PostgreSQL 17 container (testcontainers), shared as [`server`] is.
+/// Removed when the test process ends (by the container watchdog: statics
+/// are never dropped), or, shared by a nextest run, when the run ends.
+pub fn container_server() -> &'static Server {
+    static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
+    SERVER
+        .get_or_init(|| {
+            shared::start_for_tests(&ServerOptions::new(BackendChoice::Container, 17), keeper().as_deref())
+                .map_err(|e| format!("{e:#}"))
+        })
+        .as_ref()
+        .unwrap_or_else(|e| panic!("no PostgreSQL container for the tests: {e}"))
+}
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Whether this process runs under cargo-nextest (which sets `NEXTEST_RUN_ID`
+/// while listing and running tests).
+pub fn under_nextest() -> bool {
+    std::env::var_os(shared::RUN_ID_ENV).is_some_and(|v| !v.is_empty())
+}
+
+/// A trial that passes unless `f` panics (libtest-mimic reports the panic's
+/// message as the failure).
+pub fn trial(name: impl Into<String>, f: impl FnOnce() + Send + 'static) -> Trial {
+    Trial::test(name, move || {
+        f();
+        Ok(())
+    })
+}
+
+/// Marks the trials whose `needs(trial)` is true as ignored when `missing`
+/// gives a reason, and says so once on stderr (`what`, e.g. "needs Docker",
+/// and the reason). The built-in harness would print `ignored, <reason>`;
+/// libtest-mimic prints no reason for an ignored trial, so under `cargo test`
+/// the trial also gets `what` as its kind: `test [needs Docker] NAME ...
+/// ignored`. Not under nextest, which would take the kind for part of the
+/// name; nextest reports the trials as skipped (`--status-level skip` lists
+/// them by name).
+pub fn ignore_when(
+    trials: Vec<Trial>,
+    needs: impl Fn(&Trial) -> bool,
+    what: &str,
+    missing: Option<&str>,
+    args: &Arguments,
+) -> Vec<Trial> {
+    let Some(why) = missing else {
+        return trials;
+    };
+    let by_name = by_name(args);
+    let mut ignored = 0;
+    let out: Vec<Trial> = trials
+        .into_iter()
+        .map(|t| {
+            if !needs(&t) {
+                return t;
+            }
+            if !by_name.is_filtered_out(&t) {
+                ignored += 1;
+            }
+            let t = t.with_ignored_flag(true);
+            if under_nextest() { t } else { t.with_kind(what) }
+        })
+        .collect();
+    if ignored > 0 && !args.list {
+        eprintln!("{ignored} test(s) ignored, {what}: {why}");
+    }
+    out
+}
+
+/// Whether any of `trials` that `needs` picks is selected by the name
+/// filters of these arguments (whether or not it is, or will be, ignored:
+/// `--ignored` lists and runs exactly the ignored ones), e.g. to decide
+/// whether to probe for Docker at all.
+pub fn any_selected(trials: &[Trial], needs: impl Fn(&Trial) -> bool, args: &Arguments) -> bool {
+    let by_name = by_name(args);
+    trials.iter().any(|t| needs(t) && !by_name.is_filtered_out(t))
+}
+
+/// `args` without `--ignored`: its filters select by name only.
+fn by_name(args: &Arguments) -> Arguments {
+    Arguments {
+        ignored: false,
+        ..args.clone()
+    }
 }
 
 /// Starts `cmd` (the `locklab` binary, stderr piped) and reads its stderr line
@@ -69,6 +197,18 @@ pub fn slow_scenario() -> tempfile::TempDir {
 /// synchronous tests that query a server).
 pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(f)
+}
+
+/// Runs `f` to completion on a new multi-threaded tokio runtime with two
+/// workers (as `#[tokio::test(flavor = "multi_thread", worker_threads = 2)]`),
+/// for the tests that run scenarios.
+pub fn block_on_multi<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
         .expect("a tokio runtime")

@@ -1,0 +1,464 @@
+//! The scenario × driver matrix as test cases, generated when the tests run
+//! from the files in `scenarios/` and from `locklab_drivers::registry()`
+//! (libtest-mimic, `harness = false`): a new scenario file or a newly
+//! registered driver is a new set of trials, with no edit here.
+//!
+//! - `SCENARIO::DRIVER::local` and `SCENARIO::DRIVER::container` (SCENARIO is
+//!   the instance name, with `[param=value,…]` for a parameterised file): the
+//!   cell runs once on that backend (a local cluster; a PostgreSQL 17
+//!   container, ignored as "needs Docker" when no Docker engine answers).
+//!   It must pass (the scenario's fixed expectations are asserted by the
+//!   runner), its observations must be present and well-formed, and its
+//!   outcome must equal the cell of the committed `reports/baseline.json`
+//!   (timings within `Tolerance::default()`): a changed behaviour fails with
+//!   the per-cell diff. No answer is hard-coded here.
+//! - `deadline_fails_with_step_name::DRIVER`,
+//!   `holders_named_after_latest_actor::DRIVER`,
+//!   `aborted_transaction_is_recorded_not_fatal::DRIVER`: properties every
+//!   driver must have, on the local cluster.
+//! - `baseline_has_a_cell_for_every_scenario_and_driver`: without a server,
+//!   the baseline's cells are exactly scenarios × registered drivers.
+//!
+//! The servers are shared: one per backend per test process under `cargo
+//! test`, one per backend per run under `cargo nextest run`
+//! (`locklab::server::shared`).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use libtest_mimic::{Arguments, Failed, Trial};
+use locklab::baseline::{self, Baseline, Tolerance};
+use locklab::outcome::{RunResult, Value};
+use locklab::report::Report;
+use locklab::runner;
+use locklab::scenario::{self, Scenario, StepKind, When};
+use locklab::server::{Backend, Server};
+use locklab_drivers::{DriverKind, PoolerMode};
+
+/// The backends every cell runs on, with their trial-name suffix.
+const BACKENDS: [(Backend, &str); 2] = [(Backend::Local, "local"), (Backend::Container, "container")];
+
+/// Where the committed baseline is, relative to the workspace.
+const BASELINE: &str = "reports/baseline.json";
+
+fn main() {
+    let args = common::init_binary();
+    let _ = SINGLE_TRIAL.set(args.exact && args.filter.is_some());
+    let scenarios = scenarios_for(&args);
+    let ids = locklab_drivers::ids();
+    let scenarios: Vec<Arc<Scenario>> = scenarios.into_iter().map(Arc::new).collect();
+    let mut trials = Vec::new();
+    // Diagonal order: the trials that run at the same time are different
+    // scenarios through different drivers, so that neither the cells of a
+    // scenario whose server-side work is heavy (string-keys-fixed-width-hash
+    // hashes 200000 ids) nor those of one PgBouncer compete with each other
+    // for the CPU, which would push their timings past the baseline's
+    // tolerance. Every scenario × driver × backend once.
+    for offset in 0..ids.len() {
+        for (i, s) in scenarios.iter().enumerate() {
+            let id = ids[(i + offset) % ids.len()];
+            for (backend, label) in BACKENDS {
+                let s = Arc::clone(s);
+                trials.push(Trial::test(format!("{}::{id}::{label}", s.name), move || {
+                    cell(backend, &s, id)
+                }));
+            }
+        }
+    }
+    for id in &ids {
+        let id = *id;
+        trials.push(common::trial(
+            format!("deadline_fails_with_step_name::{id}"),
+            move || deadline_fails_with_step_name(id),
+        ));
+        trials.push(common::trial(
+            format!("holders_named_after_latest_actor::{id}"),
+            move || holders_named_after_latest_actor(id),
+        ));
+        trials.push(common::trial(
+            format!("aborted_transaction_is_recorded_not_fatal::{id}"),
+            move || aborted_transaction_is_recorded_not_fatal(id),
+        ));
+    }
+    trials.push(common::trial(
+        "baseline_has_a_cell_for_every_scenario_and_driver",
+        baseline_has_a_cell_for_every_scenario_and_driver,
+    ));
+    let in_container = |t: &Trial| t.name().ends_with("::container");
+    // Asked only when a container trial is to run (or be listed).
+    let docker = if common::any_selected(&trials, in_container, &args) {
+        locklab::server::container::docker_answers()
+            .err()
+            .map(|e| format!("no Docker engine answered ({e:#})"))
+    } else {
+        None
+    };
+    let trials = common::ignore_when(trials, in_container, "needs Docker", docker.as_deref(), &args);
+    libtest_mimic::run(&args, trials).exit();
+}
+
+/// The shipped scenarios. A process that runs one trial by its exact name
+/// (nextest runs each trial so, in a process of its own) parses only that
+/// trial's file: a scenario's name starts with its file's stem.
+fn scenarios_for(args: &Arguments) -> Vec<Scenario> {
+    let dir = common::root().join("scenarios");
+    if let (true, Some(name)) = (args.exact, &args.filter) {
+        let stem = name.split(['[', ':']).next().unwrap_or_default();
+        let file = dir.join(format!("{stem}.yaml"));
+        if !stem.is_empty()
+            && file.is_file()
+            && let Ok(s) = scenario::load_file(&file)
+        {
+            return s;
+        }
+    }
+    all_scenarios()
+}
+
+fn all_scenarios() -> Vec<Scenario> {
+    let dir = common::root().join("scenarios");
+    scenario::load_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}", e.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")))
+}
+
+fn server_for(backend: Backend) -> &'static Server {
+    match backend {
+        Backend::Container => common::container_server(),
+        _ => common::server(),
+    }
+}
+
+/// Whether this process runs a single trial (nextest's way: one process per
+/// trial, named exactly); set by `main`.
+static SINGLE_TRIAL: OnceLock<bool> = OnceLock::new();
+
+/// The committed baseline, read once per process.
+fn committed() -> &'static Baseline {
+    static B: OnceLock<Baseline> = OnceLock::new();
+    B.get_or_init(|| Baseline::load(&common::root().join(BASELINE)).unwrap_or_else(|e| panic!("{e:#}")))
+}
+
+/// The committed baseline for one cell: all of it under `cargo test` (read
+/// once, shared by every cell), but only the header and that cell in a
+/// process that runs one trial: a debug build takes about 0.4 s to
+/// deserialize all 795 cells, more than most cells take to run.
+fn committed_for(scenario: &str, driver: &str) -> std::borrow::Cow<'static, Baseline> {
+    if SINGLE_TRIAL.get() == Some(&true) {
+        let path = common::root().join(BASELINE);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        if let Some(b) = one_cell(&text, scenario, driver) {
+            return std::borrow::Cow::Owned(b);
+        }
+    }
+    std::borrow::Cow::Borrowed(committed())
+}
+
+/// A baseline text's header with only the cell of `scenario` × `driver` (no
+/// cell when it has none), without deserializing the other cells; `None`
+/// when the text is not laid out as expected (then the whole file is read).
+fn one_cell(text: &str, scenario: &str, driver: &str) -> Option<Baseline> {
+    let (cells, elements) = top_level_array(text, "cells")?;
+    let head = format!("{}[]{}", &text[..cells.start], &text[cells.end..]);
+    let mut b: Baseline = serde_json::from_str(&head).ok()?;
+    if b.baseline_version != baseline::BASELINE_VERSION {
+        return None;
+    }
+    let (s, d) = (
+        serde_json::to_string(scenario).ok()?,
+        serde_json::to_string(driver).ok()?,
+    );
+    for e in elements {
+        let slice = &text[e];
+        if slice.contains(&s) && slice.contains(&d) {
+            let c: baseline::BaselineCell = serde_json::from_str(slice).ok()?;
+            if c.scenario == scenario && c.driver == driver {
+                b.cells.push(c);
+                break;
+            }
+        }
+    }
+    Some(b)
+}
+
+/// In the text of a JSON object: the byte range of the array under `key` at
+/// its top level, and the ranges of that array's object elements. A scan
+/// that only tracks strings and nesting; `None` if there is no such array.
+fn top_level_array(text: &str, key: &str) -> Option<(std::ops::Range<usize>, Vec<std::ops::Range<usize>>)> {
+    let want = serde_json::to_string(key).ok()?;
+    let bytes = text.as_bytes();
+    let (mut depth, mut i) = (0usize, 0usize);
+    let mut last_string = 0..0;
+    let mut array: Option<usize> = None;
+    let mut element = None;
+    let mut elements = Vec::new();
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                let start = i;
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                if depth == 1 {
+                    last_string = start..i + 1;
+                }
+            }
+            open @ (b'{' | b'[') => {
+                if depth == 1 && open == b'[' && array.is_none() && text.get(last_string.clone()) == Some(want.as_str())
+                {
+                    array = Some(i);
+                }
+                depth += 1;
+                if array.is_some() && depth == 3 && open == b'{' {
+                    element = Some(i);
+                }
+            }
+            close @ (b'}' | b']') => {
+                depth = depth.checked_sub(1)?;
+                match (array, depth) {
+                    (Some(_), 2) if close == b'}' => elements.push(element.take()?..i + 1),
+                    (Some(start), 1) => return Some((start..i + 1, elements)),
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// One cell: run once on `backend`, passed, well-formed, equal to the baseline.
+fn cell(backend: Backend, s: &Scenario, id: &str) -> Result<(), Failed> {
+    let server = server_for(backend);
+    assert_eq!(server.backend(), backend, "{}", server.describe());
+    assert_eq!(server.major(), 17, "{}", server.version());
+    let driver = locklab_drivers::find(id).map_err(|e| e.to_string())?;
+    let r = common::block_on_multi(runner::run(server, s, driver.as_ref()));
+    if let Some(failure) = &r.failure {
+        return Err(failure.as_str().into());
+    }
+    assert_eq!(r.server, "pg17");
+    assert_observations_well_formed(s, &r, driver.info().kind == DriverKind::Pooled);
+    let drivers = vec![driver];
+    let report = Report::new(
+        std::slice::from_ref(server),
+        std::slice::from_ref(s),
+        &drivers,
+        vec![r],
+        0.0,
+    );
+    let fresh = Baseline::from_report(&report).map_err(|e| format!("{e:#}"))?;
+    let before = committed_for(&s.name, id);
+    let before = before.as_ref();
+    let comparison = baseline::compare(before, &fresh, Tolerance::default(), &|_| false);
+    if comparison.is_clean() {
+        return Ok(());
+    }
+    Err(format!(
+        "{}\n`just check` compares the whole matrix the same way (`just check -s '{}' -d {id}` this cell); \
+         if the change is intended, `just baseline` rewrites the baseline.",
+        comparison.render(
+            before,
+            Path::new(BASELINE),
+            &format!("this test ({} server)", backend.as_str()),
+            None
+        ),
+        s.name
+    )
+    .into())
+}
+
+/// The per-driver observations are present and well-formed (no answer is
+/// expected: the baseline comparison is what checks the values).
+fn assert_observations_well_formed(s: &Scenario, r: &RunResult, pooled: bool) {
+    if r.skipped.is_some() {
+        assert!(r.observations.iter().all(|o| o.display.starts_with("n/a")), "{r:?}");
+        return;
+    }
+    for step in s.steps.iter().filter(|st| st.record.is_some()) {
+        let name = step.record.as_deref().unwrap();
+        let Some(o) = r.observation(name) else {
+            // A deviation stops the run where the expectation failed.
+            assert!(r.deviation.is_some(), "observation {name} missing");
+            continue;
+        };
+        assert_eq!(o.step, step.index + 1);
+        assert!(!o.display.is_empty(), "{name}: empty display");
+        let applies = match step.when() {
+            Some(When::Pooled) => pooled,
+            Some(When::Direct) => !pooled,
+            None => true,
+        };
+        if !applies {
+            assert_eq!(
+                o.display, "n/a",
+                "{name}: a step that does not apply recorded {}",
+                o.display
+            );
+            continue;
+        }
+        match &step.kind {
+            StepKind::Observe(..) => {
+                let snapshot = o
+                    .value
+                    .locks()
+                    .unwrap_or_else(|| panic!("{name}: not a lock snapshot: {:?}", o.value));
+                assert_eq!(
+                    snapshot.held,
+                    !snapshot.holders.is_empty(),
+                    "{name}: held flag disagrees with holders"
+                );
+                for h in &snapshot.holders {
+                    assert!(h.pid > 0, "{name}: holder without pid: {h:?}");
+                    assert!(h.state.is_some(), "{name}: holder without state: {h:?}");
+                }
+            }
+            StepKind::Order { steps: ids } => {
+                let Value::Order(got) = &o.value else {
+                    panic!("{name}: not a list: {:?}", o.value)
+                };
+                assert_eq!(got.len(), ids.len(), "{name}: {got:?}");
+            }
+            _ if matches!(o.value, Value::NoConnection(_) | Value::Unsupported(_)) => {
+                assert!(o.elapsed_ms.is_none(), "{name}: {:?}", o.value);
+            }
+            _ => {
+                let ms = o.elapsed_ms.unwrap_or_else(|| panic!("{name}: no timing"));
+                assert!(
+                    ms >= 0.0 && ms < step.deadline_ms as f64 + 1000.0,
+                    "{name}: elapsed {ms} ms outside the step deadline"
+                );
+                if let Some(code) = &o.sqlstate {
+                    assert_eq!(code.len(), 5, "{name}: SQLSTATE {code}");
+                }
+            }
+        }
+    }
+}
+
+/// Parses `text` (reported as `inline.yaml`) and runs it through `driver` on
+/// the local cluster.
+fn run_inline(text: &str, driver: &str) -> RunResult {
+    let s = scenario::parse(Path::new("inline.yaml"), text)
+        .unwrap_or_else(|e| panic!("{e:?}"))
+        .remove(0);
+    let d = locklab_drivers::find(driver).unwrap();
+    common::block_on_multi(runner::run(common::server(), &s, d.as_ref()))
+}
+
+/// A step waiting on a lock nobody releases fails at its deadline, naming the
+/// scenario, the driver, the actor and the step; the run then ends the stuck
+/// backends and cleans up promptly, whatever the pool.
+fn deadline_fails_with_step_name(driver: &str) {
+    common::server();
+    let started = Instant::now();
+    let r = run_inline(
+        "name: hangs\ndescription: b waits forever\nactors: { a: { via: direct }, b: { via: pool } }\nsteps:\n  - { actor: a, sql: select pg_advisory_lock(99) }\n  - { actor: b, do: checkout }\n  - { actor: b, sql: select pg_advisory_lock(99), deadline_ms: 300 }\n",
+        driver,
+    );
+    let msg = r.failure.expect("the hanging step must fail");
+    for part in [
+        "scenario 'hangs'".to_owned(),
+        format!("driver '{driver}'"),
+        "step 3 (b: select pg_advisory_lock(99))".to_owned(),
+        "inline.yaml:7:".to_owned(),
+        "deadline of 300 ms exceeded".to_owned(),
+        // What was waiting, on what, and that the harness ended it.
+        "ended by the harness: backend ".to_owned(),
+        "(actor 'b') waiting on Lock/advisory, blocked by backend ".to_owned(),
+        "(actor 'a'): select pg_advisory_lock(99)".to_owned(),
+    ] {
+        assert!(msg.contains(&part), "{part:?} not in: {msg}");
+    }
+    // The stuck waiter is among the backends the harness reports it ended,
+    // and once the run is over nothing is left in its database.
+    assert!(!r.cleaned_backends.is_empty(), "{:?}", r.steps);
+    assert!(r.backends_left.is_empty(), "{:?}", r.backends_left);
+    // Bound, not a timing measurement: cleanup must not wait out pool timeouts (10 s).
+    let took = started.elapsed();
+    assert!(took.as_secs() < 8, "the failed run took {took:?} to clean up");
+}
+
+/// A holder is named after the actor that most recently checked its backend
+/// out, even when another actor used the same pooled connection before.
+fn holders_named_after_latest_actor(driver: &str) {
+    let r = run_inline(
+        "name: reuse\ndescription: two actors on one pooled connection\npool: { max_size: 1 }\nactors: { first: { via: pool }, second: { via: pool }, o: { via: direct } }\nsteps:\n  - { actor: first, do: checkout }\n  - { actor: first, sql: select pg_advisory_lock(1) }\n  - { actor: first, do: return }\n  - { actor: second, do: checkout }\n  - { actor: second, sql: select pg_advisory_lock(2) }\n  - { actor: o, observe: advisory_locks, key: 2, record: who_holds_2 }\n",
+        driver,
+    );
+    assert!(r.passed(), "{:?}", r.failure);
+    let o = r.observation("who_holds_2").unwrap();
+    // Behind transaction pooling a backend is nobody's: named as such.
+    let behind_transaction_pooling =
+        locklab_drivers::find(driver).unwrap().info().pooler == Some(PoolerMode::Transaction);
+    let want = if behind_transaction_pooling {
+        "held by server connection ("
+    } else {
+        "held by second ("
+    };
+    assert!(o.display.starts_with(want), "{}", o.display);
+}
+
+/// A checkout that hands out a connection in an aborted transaction does not
+/// fail the checkout step; the scenario's own recorded query sees what the
+/// pool handed out (what it sees differs by pool, so only presence is checked).
+fn aborted_transaction_is_recorded_not_fatal(driver: &str) {
+    let r = run_inline(
+        "name: aborted\ndescription: return in an aborted transaction\npool: { max_size: 1 }\nactors: { w: { via: pool } }\nsteps:\n  - { actor: w, do: checkout }\n  - { actor: w, do: begin }\n  - { actor: w, sql: select 1/0, expect: { error: \"22012\" } }\n  - { actor: w, do: return }\n  - { actor: w, do: checkout }\n  - { actor: w, sql: select 1, record: first_query_after_checkout }\n",
+        driver,
+    );
+    assert!(r.passed(), "{:?}", r.failure);
+    let o = r.observation("first_query_after_checkout").unwrap();
+    assert!(o.display == "1" || o.sqlstate.is_some(), "{o:?}");
+}
+
+/// The committed baseline has exactly one cell per shipped scenario ×
+/// registered driver: a new scenario or driver without its cells, or cells of
+/// one that is gone, is named. (Each cell's values are the matrix trials'.)
+fn baseline_has_a_cell_for_every_scenario_and_driver() {
+    let b = committed();
+    let want: BTreeSet<(String, String)> = all_scenarios()
+        .iter()
+        .flat_map(|s| {
+            locklab_drivers::ids()
+                .into_iter()
+                .map(|d| (s.name.clone(), d.to_owned()))
+        })
+        .collect();
+    let mut have = BTreeSet::new();
+    let mut twice = Vec::new();
+    for c in &b.cells {
+        if !have.insert((c.scenario.clone(), c.driver.clone())) {
+            twice.push(format!("{} × {}", c.scenario, c.driver));
+        }
+    }
+    let missing: Vec<String> = want.difference(&have).map(|(s, d)| format!("{s} × {d}")).collect();
+    let extra: Vec<String> = have.difference(&want).map(|(s, d)| format!("{s} × {d}")).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty() && twice.is_empty(),
+        "{BASELINE} does not have one cell per scenario × driver:\n  missing: {}\n  not a scenario × driver: {}\n  twice: {}\n\
+         `just baseline` rewrites it from a fresh run.",
+        if missing.is_empty() {
+            "none".into()
+        } else {
+            missing.join(", ")
+        },
+        if extra.is_empty() {
+            "none".into()
+        } else {
+            extra.join(", ")
+        },
+        if twice.is_empty() {
+            "none".into()
+        } else {
+            twice.join(", ")
+        },
+    );
+    let drivers: Vec<&str> = b.drivers.keys().map(String::as_str).collect();
+    assert_eq!(drivers, locklab_drivers::ids(), "the baseline's driver columns");
+}
