@@ -158,78 +158,35 @@ fn committed_for(scenario: &str, driver: &str) -> std::borrow::Cow<'static, Base
 }
 
 /// A baseline text's header with only the cell of `scenario` × `driver` (no
-/// cell when it has none), without deserializing the other cells; `None`
-/// when the text is not laid out as expected (then the whole file is read).
+/// cell when it has none), deserializing no other cell: the top-level values
+/// and the cells are read as raw JSON (`serde_json::value::RawValue`), and
+/// only the matching cell is parsed. `None` when the text is not a baseline of
+/// this version (then the whole file is read, with its errors).
 fn one_cell(text: &str, scenario: &str, driver: &str) -> Option<Baseline> {
-    let (cells, elements) = top_level_array(text, "cells")?;
-    let head = format!("{}[]{}", &text[..cells.start], &text[cells.end..]);
+    use serde_json::value::RawValue;
+    let fields: indexmap::IndexMap<String, &RawValue> = serde_json::from_str(text).ok()?;
+    let cells: Vec<&RawValue> = serde_json::from_str(fields.get("cells")?.get()).ok()?;
+    let (s, d) = (serde_json::to_string(scenario).ok()?, serde_json::to_string(driver).ok()?);
+    let cell = cells.into_iter().find(|c| {
+        c.get().contains(&s)
+            && c.get().contains(&d)
+            && serde_json::from_str::<baseline::BaselineCell>(c.get())
+                .is_ok_and(|c| c.scenario == scenario && c.driver == driver)
+    });
+    let mut head = String::from("{");
+    for (i, (key, value)) in fields.iter().enumerate() {
+        let value = if key == "cells" { "[]" } else { value.get() };
+        head.push_str(&format!("{}{}:{value}", if i > 0 { "," } else { "" }, serde_json::to_string(key).ok()?));
+    }
+    head.push('}');
     let mut b: Baseline = serde_json::from_str(&head).ok()?;
     if b.baseline_version != baseline::BASELINE_VERSION {
         return None;
     }
-    let (s, d) = (
-        serde_json::to_string(scenario).ok()?,
-        serde_json::to_string(driver).ok()?,
-    );
-    for e in elements {
-        let slice = &text[e];
-        if slice.contains(&s) && slice.contains(&d) {
-            let c: baseline::BaselineCell = serde_json::from_str(slice).ok()?;
-            if c.scenario == scenario && c.driver == driver {
-                b.cells.push(c);
-                break;
-            }
-        }
+    if let Some(c) = cell {
+        b.cells.push(serde_json::from_str(c.get()).ok()?);
     }
     Some(b)
-}
-
-/// In the text of a JSON object: the byte range of the array under `key` at
-/// its top level, and the ranges of that array's object elements. A scan
-/// that only tracks strings and nesting; `None` if there is no such array.
-fn top_level_array(text: &str, key: &str) -> Option<(std::ops::Range<usize>, Vec<std::ops::Range<usize>>)> {
-    let want = serde_json::to_string(key).ok()?;
-    let bytes = text.as_bytes();
-    let (mut depth, mut i) = (0usize, 0usize);
-    let mut last_string = 0..0;
-    let mut array: Option<usize> = None;
-    let mut element = None;
-    let mut elements = Vec::new();
-    while i < bytes.len() {
-        match bytes[i] {
-            b'"' => {
-                let start = i;
-                i += 1;
-                while i < bytes.len() && bytes[i] != b'"' {
-                    i += if bytes[i] == b'\\' { 2 } else { 1 };
-                }
-                if depth == 1 {
-                    last_string = start..i + 1;
-                }
-            }
-            open @ (b'{' | b'[') => {
-                if depth == 1 && open == b'[' && array.is_none() && text.get(last_string.clone()) == Some(want.as_str())
-                {
-                    array = Some(i);
-                }
-                depth += 1;
-                if array.is_some() && depth == 3 && open == b'{' {
-                    element = Some(i);
-                }
-            }
-            close @ (b'}' | b']') => {
-                depth = depth.checked_sub(1)?;
-                match (array, depth) {
-                    (Some(_), 2) if close == b'}' => elements.push(element.take()?..i + 1),
-                    (Some(start), 1) => return Some((start..i + 1, elements)),
-                    _ => {}
-                }
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    None
 }
 
 /// One cell: run once on `backend`, passed, well-formed, equal to the baseline.
