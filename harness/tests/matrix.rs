@@ -17,7 +17,10 @@
 //!   `aborted_transaction_is_recorded_not_fatal::DRIVER`: properties every
 //!   driver must have, on the local cluster.
 //! - `baseline_has_a_cell_for_every_scenario_and_driver`: without a server,
-//!   the baseline's cells are exactly scenarios × registered drivers.
+//!   the baseline's cells are exactly scenarios × registered drivers; and
+//!   `one_cell_of_the_baseline_reads_as_in_the_whole_file`: the shortcut a
+//!   one-trial process (nextest's) takes to read its cell gives what reading
+//!   the whole file gives.
 //!
 //! The servers are shared: one per backend per test process under `cargo
 //! test`, one per backend per run under `cargo nextest run`
@@ -87,6 +90,10 @@ fn main() {
     trials.push(common::trial(
         "baseline_has_a_cell_for_every_scenario_and_driver",
         baseline_has_a_cell_for_every_scenario_and_driver,
+    ));
+    trials.push(common::trial(
+        "one_cell_of_the_baseline_reads_as_in_the_whole_file",
+        one_cell_of_the_baseline_reads_as_in_the_whole_file,
     ));
     let in_container = |t: &Trial| t.name().ends_with("::container");
     // Asked only when a container trial is to run (or be listed).
@@ -418,4 +425,32 @@ fn baseline_has_a_cell_for_every_scenario_and_driver() {
     );
     let drivers: Vec<&str> = b.drivers.keys().map(String::as_str).collect();
     assert_eq!(drivers, locklab_drivers::ids(), "the baseline's driver columns");
+}
+
+/// A process that runs one trial reads only the baseline's header and its
+/// cell ([`one_cell`]): that is what the whole file says, for the first, a
+/// middle and the last cell, and no cell for a cell it does not have.
+fn one_cell_of_the_baseline_reads_as_in_the_whole_file() {
+    let whole = committed();
+    let text = std::fs::read_to_string(common::root().join(BASELINE)).unwrap();
+    let n = whole.cells.len();
+    assert!(n > 0);
+    for c in [&whole.cells[0], &whole.cells[n / 2], &whole.cells[n - 1]] {
+        let one = one_cell(&text, &c.scenario, &c.driver)
+            .unwrap_or_else(|| panic!("{BASELINE} not read as a header and cells"));
+        assert_eq!(one.cells, vec![c.clone()], "{} × {}", c.scenario, c.driver);
+        let header = Baseline {
+            cells: Vec::new(),
+            ..one
+        };
+        assert_eq!(
+            header,
+            Baseline {
+                cells: Vec::new(),
+                ..whole.clone()
+            }
+        );
+    }
+    let none = one_cell(&text, "no-such-scenario", &whole.cells[0].driver).unwrap();
+    assert!(none.cells.is_empty());
 }
