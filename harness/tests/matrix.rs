@@ -173,7 +173,10 @@ fn one_cell(text: &str, scenario: &str, driver: &str) -> Option<Baseline> {
     use serde_json::value::RawValue;
     let fields: indexmap::IndexMap<String, &RawValue> = serde_json::from_str(text).ok()?;
     let cells: Vec<&RawValue> = serde_json::from_str(fields.get("cells")?.get()).ok()?;
-    let (s, d) = (serde_json::to_string(scenario).ok()?, serde_json::to_string(driver).ok()?);
+    let (s, d) = (
+        serde_json::to_string(scenario).ok()?,
+        serde_json::to_string(driver).ok()?,
+    );
     let cell = cells.into_iter().find(|c| {
         c.get().contains(&s)
             && c.get().contains(&d)
@@ -183,7 +186,11 @@ fn one_cell(text: &str, scenario: &str, driver: &str) -> Option<Baseline> {
     let mut head = String::from("{");
     for (i, (key, value)) in fields.iter().enumerate() {
         let value = if key == "cells" { "[]" } else { value.get() };
-        head.push_str(&format!("{}{}:{value}", if i > 0 { "," } else { "" }, serde_json::to_string(key).ok()?));
+        head.push_str(&format!(
+            "{}{}:{value}",
+            if i > 0 { "," } else { "" },
+            serde_json::to_string(key).ok()?
+        ));
     }
     head.push('}');
     let mut b: Baseline = serde_json::from_str(&head).ok()?;
