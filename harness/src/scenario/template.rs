@@ -39,10 +39,10 @@ pub fn scan(text: &str) -> Vec<Piece<'_>> {
     let mut plain = 0; // bytes of `rest` that are plain text so far
     while plain < rest.len() {
         let here = &rest[plain..];
-        if here.starts_with("$${") {
+        if let Some(after) = here.strip_prefix("$${") {
             push_text(&mut out, &rest[..plain]);
             out.push(Piece::Escaped);
-            rest = &here[3..];
+            rest = after;
             plain = 0;
         } else if let Some(after) = here.strip_prefix("${")
             && let Some(j) = after.find('}')
@@ -81,7 +81,7 @@ pub fn names(text: &str) -> Vec<String> {
 ///
 /// # Errors
 /// The first placeholder whose name `value` does not know (`Err(name)`).
-pub fn render<'t>(text: &'t str, mut value: impl FnMut(&str) -> Option<String>) -> Result<String, &'t str> {
+pub fn render(text: &str, mut value: impl FnMut(&str) -> Option<String>) -> Result<String, &str> {
     let mut out = String::with_capacity(text.len());
     for piece in scan(text) {
         match piece {
