@@ -15,6 +15,7 @@ mod bb8_pg;
 mod deadpool_pg;
 mod diesel_async_pg;
 mod direct;
+pub mod external;
 mod mobc_pg;
 mod pgbouncer;
 mod r2d2_pg;
@@ -267,6 +268,28 @@ pub enum GuardEnd {
     Leak,
 }
 
+/// Transaction control, for [`Conn::transaction`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxControl {
+    /// `begin`.
+    Begin,
+    /// `commit`.
+    Commit,
+    /// `rollback`.
+    Rollback,
+}
+
+impl TxControl {
+    /// The statement: `begin`, `commit` or `rollback`.
+    pub fn sql(self) -> &'static str {
+        match self {
+            TxControl::Begin => "begin",
+            TxControl::Commit => "commit",
+            TxControl::Rollback => "rollback",
+        }
+    }
+}
+
 /// A checked-out connection.
 #[async_trait::async_trait]
 pub trait Conn: Send {
@@ -278,11 +301,45 @@ pub trait Conn: Send {
     /// [`DriverError::Client`] when the connection fails.
     async fn simple_query(&mut self, sql: &str) -> Result<Rows, DriverError>;
 
+    /// [`Conn::simple_query`] with a client-side bound, given up the way the
+    /// client's language gives up on a call: `None` once `bound` has
+    /// elapsed. For Rust: the call's future is dropped
+    /// (`tokio::time::timeout`); an out-of-process driver gives up inside
+    /// its adapter (asyncio: the task is cancelled, as `asyncio.wait_for` does).
+    async fn simple_query_within(&mut self, sql: &str, bound: Duration) -> Option<Result<Rows, DriverError>> {
+        tokio::time::timeout(bound, self.simple_query(sql)).await.ok()
+    }
+
+    /// `begin`, `commit` or `rollback`, through the library's transaction
+    /// API where it has one that fits (asyncpg's `Transaction`); as SQL
+    /// through [`Conn::simple_query`] otherwise (every Rust driver).
+    ///
+    /// # Errors
+    /// As [`Conn::simple_query`].
+    async fn transaction(&mut self, action: TxControl) -> Result<Rows, DriverError> {
+        self.simple_query(action.sql()).await
+    }
+
+    /// How long the last call on this connection took as the driver measured
+    /// it, where that is closer to the library call than the harness's own
+    /// clock (an out-of-process driver measures inside its adapter, so the
+    /// protocol's round trip does not count as lock wait). `None`: the
+    /// harness times the call itself.
+    fn last_elapsed(&self) -> Option<Duration> {
+        None
+    }
+
     /// Gives the connection back: to its pool for a pooled driver, closing it for
     /// the direct driver. No cleanup is done by the harness; what the pool does is
     /// what is measured. Returns once the pool has taken the connection back
     /// (some pools finish a return in a background task: this waits for it).
     async fn give_back(self: Box<Self>) -> Returned;
+
+    /// [`Conn::give_back`] bounded by `bound` on the client side (as
+    /// [`Conn::simple_query_within`]): `None` when it had not finished.
+    async fn give_back_within(self: Box<Self>, bound: Duration) -> Option<Returned> {
+        tokio::time::timeout(bound, self.give_back()).await.ok()
+    }
 
     /// A cancel request for whatever statement runs on this connection later,
     /// or `None` when the driver offers no cancel API (sqlx) or locklab does
@@ -321,6 +378,19 @@ pub trait Pool: Send + Sync {
     /// [`PoolOptions::checkout_timeout`] or connecting fails.
     async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError>;
 
+    /// [`Pool::checkout`] bounded by `bound` on the client side (as
+    /// [`Conn::simple_query_within`]): `None` when it gave up.
+    async fn checkout_within(&self, bound: Duration) -> Option<Result<Box<dyn Conn>, DriverError>> {
+        tokio::time::timeout(bound, self.checkout()).await.ok()
+    }
+
+    /// What the driver is still waiting for, for the message of a step that
+    /// missed its deadline (an out-of-process driver: the requests its
+    /// adapter has not answered and the end of its stderr). `None`: nothing to add.
+    fn stalled(&self) -> Option<String> {
+        None
+    }
+
     /// Closes the pool and every idle connection in it.
     async fn close(&self);
 }
@@ -338,9 +408,12 @@ pub trait Driver: Send + Sync {
     async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError>;
 }
 
-/// Every driver configuration, in report column order. Adding a driver is one line here.
+/// Every driver configuration, in report column order: the Rust ones, then
+/// the out-of-process ones declared in `drivers/adapters/adapters.yaml`
+/// ([`external::declared`]). Adding a Rust driver is one line here; adding an
+/// out-of-process one is an entry in that file.
 pub fn registry() -> Vec<Box<dyn Driver>> {
-    vec![
+    let mut all: Vec<Box<dyn Driver>> = vec![
         Box::new(direct::TokioPostgresDirect),
         Box::new(deadpool_pg::Deadpool::fast()),
         Box::new(deadpool_pg::Deadpool::verified()),
@@ -376,7 +449,9 @@ pub fn registry() -> Vec<Box<dyn Driver>> {
             PoolerMode::Transaction,
             deadpool_pg::Deadpool::fast(),
         )),
-    ]
+    ];
+    all.extend(external::declared().into_iter().map(|d| Box::new(d) as Box<dyn Driver>));
+    all
 }
 
 /// Looks a driver up by id.

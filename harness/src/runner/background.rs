@@ -24,7 +24,8 @@ impl Run<'_> {
             let t0 = Instant::now();
             let r = conn.simple_query(&sql).await;
             let done = Instant::now();
-            (conn, (r, done - t0), done)
+            let took = conn.last_elapsed().unwrap_or(done - t0);
+            (conn, (r, took), done)
         });
         self.slots[actor] = Slot::Busy { started, handle };
         Ok(())

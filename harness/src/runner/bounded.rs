@@ -34,37 +34,49 @@ impl Run<'_> {
         };
         let no_cancel = conn.no_cancel_reason();
         let t0 = Instant::now();
-        let outcome = {
-            let mut fut = conn.simple_query(sql);
-            match tokio::time::timeout(limit, &mut fut).await {
-                Ok(r) => Ok(r),
-                Err(_) => match (bound.on_timeout, canceller) {
-                    (OnTimeout::Cancel, Some(cancel)) => {
-                        let rest = deadline.saturating_sub(t0.elapsed());
-                        match tokio::time::timeout(rest, cancel()).await {
-                            Ok(Ok(())) => {}
-                            Ok(Err(e)) => return Err(StepError::Driver(format!("the cancel request failed: {e}"))),
-                            Err(_) => {
-                                return Err(StepError::Deadline(format!(
-                                    "the cancel request was not sent within the deadline of {} ms",
-                                    step.deadline_ms
-                                )));
+        let outcome = match (bound.on_timeout, canceller) {
+            // Given up the client's own way (Rust: the future dropped).
+            (OnTimeout::Drop, _) => match tokio::time::timeout(deadline, conn.simple_query_within(sql, limit)).await {
+                Ok(Some(r)) => Ok(r),
+                Ok(None) => Err(Cancel::None),
+                Err(_) => return Err(super::sql::late(step, "the bounded statement had not finished")),
+            },
+            (OnTimeout::Cancel, canceller) => {
+                let mut fut = conn.simple_query(sql);
+                match tokio::time::timeout(limit, &mut fut).await {
+                    Ok(r) => Ok(r),
+                    Err(_) => match canceller {
+                        Some(cancel) => {
+                            let rest = deadline.saturating_sub(t0.elapsed());
+                            match tokio::time::timeout(rest, cancel()).await {
+                                Ok(Ok(())) => {}
+                                Ok(Err(e)) => {
+                                    return Err(StepError::Driver(format!("the cancel request failed: {e}")));
+                                }
+                                Err(_) => {
+                                    return Err(StepError::Deadline(format!(
+                                        "the cancel request was not sent within the deadline of {} ms",
+                                        step.deadline_ms
+                                    )));
+                                }
+                            }
+                            // A cancel that lands ends the statement at once; one that
+                            // does not is recorded as such and the call dropped.
+                            let rest = deadline.saturating_sub(t0.elapsed()).min(CANCEL_GRACE);
+                            match tokio::time::timeout(rest, &mut fut).await {
+                                Ok(r) => Ok(r),
+                                Err(_) => Err(Cancel::NoEffect(rest.as_millis())),
                             }
                         }
-                        // A cancel that lands ends the statement at once; one that
-                        // does not is recorded as such and the call dropped.
-                        let rest = deadline.saturating_sub(t0.elapsed()).min(CANCEL_GRACE);
-                        match tokio::time::timeout(rest, &mut fut).await {
-                            Ok(r) => Ok(r),
-                            Err(_) => Err(Cancel::NoEffect(rest.as_millis())),
-                        }
-                    }
-                    (OnTimeout::Cancel, None) => Err(Cancel::NotSent(no_cancel.to_string())),
-                    (OnTimeout::Drop, _) => Err(Cancel::None),
-                },
+                        None => Err(Cancel::NotSent(no_cancel.to_string())),
+                    },
+                }
             }
         };
-        let took = t0.elapsed();
+        let took = match &outcome {
+            Ok(_) => conn.last_elapsed().unwrap_or_else(|| t0.elapsed()),
+            Err(_) => t0.elapsed(),
+        };
         match outcome {
             Ok(r) => self.finish_sql(step, actor, expect, None, (r, took), None),
             Err(cancel) => self.dropped(step, bound, expect.is_some(), cancel, took),
@@ -105,10 +117,10 @@ impl Run<'_> {
     ) -> StepResult {
         let bound = Duration::from_millis(ms);
         let t0 = Instant::now();
-        let checkout = match tokio::time::timeout(bound, pool.checkout()).await {
-            Err(_) => Checkout::Dropped(ms),
-            Ok(Err(e)) => Checkout::Failed(e.to_string()),
-            Ok(Ok(conn)) => {
+        let checkout = match pool.checkout_within(bound).await {
+            None => Checkout::Dropped(ms),
+            Some(Err(e)) => Checkout::Failed(e.to_string()),
+            Some(Ok(conn)) => {
                 self.slots[actor] = Slot::Ready(conn);
                 // The harness's one added statement, bounded by the same
                 // client timeout on its own (so how long the checkout took
@@ -141,11 +153,11 @@ impl Run<'_> {
         };
         self.pids.remove(&actor);
         let t0 = Instant::now();
-        let returned = match tokio::time::timeout(bound, conn.give_back()).await {
-            Ok(Returned::ToPool) => Return::ToPool,
-            Ok(Returned::Closed) => Return::Closed,
-            Ok(Returned::ToPooler) => Return::ToPooler,
-            Err(_) => Return::Unfinished(ms),
+        let returned = match conn.give_back_within(bound).await {
+            Some(Returned::ToPool) => Return::ToPool,
+            Some(Returned::Closed) => Return::Closed,
+            Some(Returned::ToPooler) => Return::ToPooler,
+            None => Return::Unfinished(ms),
         };
         self.record_note(step, Value::Return(returned), Some(t0.elapsed()));
         Ok(())

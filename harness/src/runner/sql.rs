@@ -33,8 +33,14 @@ impl Run<'_> {
                 .bounded_sql(step, t.actor, t.action.sql(), bound, t.expect.as_ref())
                 .await;
         }
-        let outcome = self.statement(step, t.actor, t.action.sql()).await?;
-        self.finish_sql(step, t.actor, t.expect.as_ref(), None, outcome, None)
+        let deadline = Duration::from_millis(step.deadline_ms);
+        let conn = self.conn(t.actor)?;
+        let t0 = Instant::now();
+        let r = tokio::time::timeout(deadline, conn.transaction(t.action.control()))
+            .await
+            .map_err(|_| late(step, "the statement had not finished"))?;
+        let took = conn.last_elapsed().unwrap_or_else(|| t0.elapsed());
+        self.finish_sql(step, t.actor, t.expect.as_ref(), None, (r, took), None)
     }
 
     /// Runs `sql` on the actor's connection within the step's deadline.
@@ -45,7 +51,7 @@ impl Run<'_> {
         let r = tokio::time::timeout(deadline, conn.simple_query(sql))
             .await
             .map_err(|_| late(step, "the statement had not finished"))?;
-        Ok((r, t0.elapsed()))
+        Ok((r, conn.last_elapsed().unwrap_or_else(|| t0.elapsed())))
     }
 
     /// Checks and records an SQL step's outcome, and saves its value.

@@ -189,6 +189,12 @@ impl<'a> Run<'a> {
                     ))),
                 }
             };
+            // A missed deadline says what the driver still waits for (an
+            // adapter's unanswered requests and the end of its stderr).
+            let r = match (r, pool.stalled()) {
+                (Err(StepError::Deadline(m)), Some(stalled)) => Err(StepError::Deadline(format!("{m}; {stalled}"))),
+                (r, _) => r,
+            };
             let label = step.label(&self.scenario.actors, &self.scenario.steps);
             let outcome = match (&r, skipped) {
                 (Ok(()), true) => format!(

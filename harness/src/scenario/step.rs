@@ -132,6 +132,15 @@ pub enum Transaction {
 }
 
 impl Transaction {
+    /// The driver's transaction control for it.
+    pub fn control(self) -> locklab_drivers::TxControl {
+        match self {
+            Transaction::Begin => locklab_drivers::TxControl::Begin,
+            Transaction::Commit => locklab_drivers::TxControl::Commit,
+            Transaction::Rollback => locklab_drivers::TxControl::Rollback,
+        }
+    }
+
     /// The SQL it sends.
     pub fn sql(self) -> &'static str {
         match self {

@@ -1,0 +1,455 @@
+//! Pools that live in another process (another language), behind the same
+//! [`Driver`] trait, through locklab's driver protocol (README, "Driver
+//! protocol"; messages in [`protocol`]).
+//!
+//! The columns are declared in `drivers/adapters/adapters.yaml` (an
+//! [`AdapterSpec`] each): adding one is an entry there and an adapter
+//! program, no Rust. An adapter is started on first use, once per column and
+//! server, installed first by its `install` command when its program is
+//! missing, and serves every pool of that column for the life of this
+//! process.
+
+mod adapter;
+pub mod protocol;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use self::adapter::Adapter;
+use self::protocol::QueryOk;
+use crate::{
+    Canceller, Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, GuardEnd, Pool, PoolOptions, Returned,
+    Rows, TxControl,
+};
+
+/// How long an adapter may take to answer `hello` (it imports its library), in s.
+const HELLO_TIMEOUT_S: u64 = 20;
+/// How long `open_pool` and `close_pool` may take (they connect and close
+/// up to `max_size` connections), in s; steps have their own deadlines.
+const POOL_TIMEOUT_S: u64 = 30;
+
+/// One declared out-of-process column (an entry of `drivers/adapters/adapters.yaml`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdapterSpec {
+    /// Column id, e.g. `asyncpg-0.31`.
+    pub id: String,
+    /// The package under test, e.g. `asyncpg`.
+    pub package: String,
+    /// The pinned version; the adapter's `hello` reports the installed one,
+    /// which the report shows once the adapter has run.
+    pub version: String,
+    /// The configuration, in the library's own terms.
+    pub configuration: String,
+    /// Program and arguments that install the adapter's program when it is
+    /// missing (run once per process, in the workspace root).
+    #[serde(default)]
+    pub install: Vec<String>,
+    /// Program and arguments of the adapter, relative to the workspace root.
+    pub command: Vec<String>,
+}
+
+/// The workspace root (paths in the declarations are relative to it).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+/// The declarations file.
+pub fn declarations_file() -> PathBuf {
+    root().join("drivers/adapters/adapters.yaml")
+}
+
+/// Reads `path` as a list of [`AdapterSpec`].
+///
+/// # Errors
+/// The file cannot be read, or is not such a list (with serde-saphyr's line
+/// and column), or repeats an id.
+pub fn read_declarations(path: &Path) -> Result<Vec<AdapterSpec>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let specs: Vec<AdapterSpec> = serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    for (i, s) in specs.iter().enumerate() {
+        if specs[..i].iter().any(|o| o.id == s.id) {
+            return Err(format!("{}: driver id '{}' is declared twice", path.display(), s.id));
+        }
+        if s.command.is_empty() {
+            return Err(format!("{}: driver '{}' has an empty command", path.display(), s.id));
+        }
+    }
+    Ok(specs)
+}
+
+/// The declared columns, read once; a broken file is reported once on
+/// stderr and gives no columns.
+pub fn declared() -> Vec<ExternalDriver> {
+    static SPECS: OnceLock<Vec<AdapterSpec>> = OnceLock::new();
+    SPECS
+        .get_or_init(|| {
+            read_declarations(&declarations_file()).unwrap_or_else(|e| {
+                eprintln!("locklab: no out-of-process drivers: {e}");
+                Vec::new()
+            })
+        })
+        .iter()
+        .cloned()
+        .map(ExternalDriver::new)
+        .collect()
+}
+
+fn leak(s: &str) -> &'static str {
+    static LEAKED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut all = LEAKED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = all.iter().find(|l| **l == s) {
+        return s;
+    }
+    let l: &'static str = Box::leak(s.to_owned().into_boxed_str());
+    all.push(l);
+    l
+}
+
+/// What an adapter said about itself in `hello`.
+#[derive(Clone, Debug, Default)]
+struct Described {
+    version: Option<String>,
+    cancel: bool,
+    no_cancel: &'static str,
+}
+
+fn described() -> &'static Mutex<HashMap<String, Described>> {
+    static D: OnceLock<Mutex<HashMap<String, Described>>> = OnceLock::new();
+    D.get_or_init(Default::default)
+}
+
+/// An out-of-process column: its adapter serves the pools.
+pub struct ExternalDriver {
+    spec: AdapterSpec,
+}
+
+impl ExternalDriver {
+    /// The column `spec` declares.
+    pub fn new(spec: AdapterSpec) -> ExternalDriver {
+        ExternalDriver { spec }
+    }
+
+    /// The running adapter for `server` (`host:port`), started (and
+    /// installed) if there is none or the last one died.
+    async fn adapter(&self, server: &str) -> Result<Arc<Adapter>, DriverError> {
+        static RUNNING: OnceLock<Mutex<HashMap<String, Arc<Adapter>>>> = OnceLock::new();
+        let running = RUNNING.get_or_init(Default::default);
+        let key = format!("{} {server}", self.spec.id);
+        if let Some(a) = running.lock().unwrap_or_else(|p| p.into_inner()).get(&key)
+            && !a.is_dead()
+        {
+            return Ok(a.clone());
+        }
+        let spec = self.spec.clone();
+        let command = tokio::task::spawn_blocking(move || install(&spec))
+            .await
+            .map_err(|e| DriverError::Client(e.to_string()))?
+            .map_err(DriverError::Client)?;
+        let a = Adapter::start(&self.spec.id, &command, &root()).map_err(DriverError::Client)?;
+        let hello = a.hello(Duration::from_secs(HELLO_TIMEOUT_S)).await?;
+        let text = |k: &str| hello.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let version = match (text("version"), text("details")) {
+            (v, _) if v.is_empty() => None,
+            (v, d) if d.is_empty() => Some(v),
+            (v, d) => Some(format!("{v} ({d})")),
+        };
+        described().lock().unwrap_or_else(|p| p.into_inner()).insert(
+            self.spec.id.clone(),
+            Described {
+                version,
+                cancel: hello.get("cancel").and_then(Value::as_bool).unwrap_or(false),
+                no_cancel: leak(&text("no_cancel_reason")),
+            },
+        );
+        let mut map = running.lock().unwrap_or_else(|p| p.into_inner());
+        // Two cells may have started one at once: keep the first, end ours.
+        if let Some(first) = map.get(&key)
+            && !first.is_dead()
+        {
+            a.kill("a second adapter for the same column and server".into());
+            return Ok(first.clone());
+        }
+        map.insert(key, a.clone());
+        Ok(a)
+    }
+}
+
+/// The adapter's command with its program made absolute, after running the
+/// `install` command if that program does not exist yet (once per process).
+fn install(spec: &AdapterSpec) -> Result<Vec<String>, String> {
+    static TRIED: OnceLock<Mutex<HashMap<String, Result<(), String>>>> = OnceLock::new();
+    let mut command = spec.command.clone();
+    if command[0].contains('/') {
+        command[0] = root().join(&command[0]).to_string_lossy().into_owned();
+    }
+    if Path::new(&command[0]).exists() || spec.install.is_empty() {
+        return Ok(command);
+    }
+    let tried = TRIED.get_or_init(Default::default);
+    let mut tried = tried.lock().unwrap_or_else(|p| p.into_inner());
+    let outcome = tried.entry(spec.id.clone()).or_insert_with(|| {
+        eprintln!(
+            "locklab: installing the adapter of driver '{}' (once): {}",
+            spec.id,
+            spec.install.join(" ")
+        );
+        let out = std::process::Command::new(&spec.install[0])
+            .args(&spec.install[1..])
+            .current_dir(root())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", spec.install[0]))?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            eprint!("{err}");
+            Ok(())
+        } else {
+            let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
+            let line = format!(
+                "driver '{}' is not available: its install ({}) failed: {last}",
+                spec.id,
+                spec.install.join(" ")
+            );
+            eprintln!("locklab: {line}");
+            Err(line)
+        }
+    });
+    outcome.clone().map(|()| command)
+}
+
+#[async_trait::async_trait]
+impl Driver for ExternalDriver {
+    fn info(&self) -> DriverInfo {
+        let seen = described()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&self.spec.id)
+            .and_then(|d| d.version.clone());
+        DriverInfo {
+            id: leak(&self.spec.id),
+            crate_name: leak(&self.spec.package),
+            crate_version: seen.unwrap_or_else(|| self.spec.version.clone()),
+            configuration: leak(&self.spec.configuration),
+            kind: DriverKind::Pooled,
+            pooler: None,
+        }
+    }
+
+    async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
+        static POOLS: AtomicU64 = AtomicU64::new(1);
+        let adapter = self.adapter(&format!("{}:{}", spec.host, spec.port)).await?;
+        let id = format!("p{}", POOLS.fetch_add(1, Ordering::Relaxed));
+        let within = Duration::from_secs(POOL_TIMEOUT_S);
+        let request = json!({
+            "pool": id,
+            "spec": {
+                "host": spec.host, "port": spec.port, "user": spec.user, "password": spec.password,
+                "dbname": spec.dbname, "application_name": spec.application_name, "options": spec.options,
+            },
+            "max_size": opts.max_size,
+            "checkout_timeout_ms": opts.checkout_timeout.as_millis() as u64,
+        });
+        tokio::time::timeout(within, adapter.call("open_pool", request))
+            .await
+            .map_err(|_| adapter.stalled_error("open_pool", within))??
+            .ok_value()?;
+        Ok(Box::new(ExternalPool {
+            adapter,
+            id,
+            checkout_timeout_ms: opts.checkout_timeout.as_millis() as u64,
+            driver: self.spec.id.clone(),
+        }))
+    }
+}
+
+/// A pool inside an adapter.
+struct ExternalPool {
+    adapter: Arc<Adapter>,
+    id: String,
+    checkout_timeout_ms: u64,
+    driver: String,
+}
+
+impl ExternalPool {
+    async fn checkout_bounded(&self, bound: Option<Duration>) -> Result<Option<Box<dyn Conn>>, DriverError> {
+        static CONNS: AtomicU64 = AtomicU64::new(1);
+        let conn = format!("c{}", CONNS.fetch_add(1, Ordering::Relaxed));
+        let mut request = json!({"pool": self.id, "conn": conn, "checkout_timeout_ms": self.checkout_timeout_ms});
+        if let Some(b) = bound {
+            request["timeout_ms"] = json!(b.as_millis() as u64);
+        }
+        let ok = self.adapter.call("checkout", request).await?.ok_value()?;
+        if ok.get("gave_up").and_then(Value::as_bool) == Some(true) {
+            return Ok(None);
+        }
+        let d = described()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&self.driver)
+            .cloned()
+            .unwrap_or_default();
+        Ok(Some(Box::new(ExternalConn {
+            adapter: self.adapter.clone(),
+            id: conn,
+            last_elapsed: None,
+            given_back: false,
+            cancel: d.cancel,
+            no_cancel: d.no_cancel,
+        })))
+    }
+}
+
+#[async_trait::async_trait]
+impl Pool for ExternalPool {
+    async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError> {
+        self.checkout_bounded(None)
+            .await?
+            .ok_or_else(|| DriverError::Client("the adapter gave up a checkout that had no bound".into()))
+    }
+
+    async fn checkout_within(&self, bound: Duration) -> Option<Result<Box<dyn Conn>, DriverError>> {
+        self.checkout_bounded(Some(bound)).await.transpose()
+    }
+
+    async fn close(&self) {
+        let within = Duration::from_secs(POOL_TIMEOUT_S);
+        let closed = tokio::time::timeout(within, self.adapter.call("close_pool", json!({"pool": self.id}))).await;
+        if !matches!(closed, Ok(Ok(_))) {
+            tracing::warn!(adapter = %self.adapter.name, "close_pool did not finish: {}", self.adapter.stderr_tail());
+        }
+    }
+
+    fn stalled(&self) -> Option<String> {
+        self.adapter.waiting()
+    }
+}
+
+/// A connection checked out of a pool inside an adapter. Dropped without
+/// [`Conn::give_back`] (its owner aborted mid-call), it is `abandon`ed.
+struct ExternalConn {
+    adapter: Arc<Adapter>,
+    id: String,
+    last_elapsed: Option<Duration>,
+    given_back: bool,
+    cancel: bool,
+    no_cancel: &'static str,
+}
+
+impl ExternalConn {
+    async fn run(&mut self, op: &str, mut request: Value) -> Result<Option<Rows>, DriverError> {
+        request["conn"] = json!(self.id);
+        self.last_elapsed = None;
+        let answer = self.adapter.call(op, request).await?;
+        self.last_elapsed = answer.elapsed_ms.map(ms);
+        let ok: QueryOk = serde_json::from_value(answer.ok_value()?).map_err(|e| {
+            DriverError::Client(format!("adapter '{}': a '{op}' answer of the wrong shape: {e}", self.adapter.name))
+        })?;
+        self.last_elapsed = ok.elapsed_ms.map(ms).or(self.last_elapsed);
+        Ok((!ok.gave_up).then(|| ok.rows()))
+    }
+}
+
+fn ms(v: f64) -> Duration {
+    Duration::from_secs_f64(v.max(0.0) / 1e3)
+}
+
+#[async_trait::async_trait]
+impl Conn for ExternalConn {
+    async fn simple_query(&mut self, sql: &str) -> Result<Rows, DriverError> {
+        self.run("query", json!({"sql": sql}))
+            .await?
+            .ok_or_else(|| DriverError::Client("the adapter gave up a call that had no bound".into()))
+    }
+
+    async fn simple_query_within(&mut self, sql: &str, bound: Duration) -> Option<Result<Rows, DriverError>> {
+        self.run("query", json!({"sql": sql, "timeout_ms": bound.as_millis() as u64}))
+            .await
+            .transpose()
+    }
+
+    async fn transaction(&mut self, action: TxControl) -> Result<Rows, DriverError> {
+        let op = action.sql();
+        self.run(op, json!({}))
+            .await?
+            .ok_or_else(|| DriverError::Client("the adapter gave up a call that had no bound".into()))
+    }
+
+    fn last_elapsed(&self) -> Option<Duration> {
+        self.last_elapsed
+    }
+
+    async fn give_back(mut self: Box<Self>) -> Returned {
+        self.given_back = true;
+        let answer = self.adapter.call("return", json!({"conn": self.id})).await;
+        returned(answer.and_then(protocol::Answer::ok_value))
+    }
+
+    async fn give_back_within(mut self: Box<Self>, bound: Duration) -> Option<Returned> {
+        self.given_back = true;
+        let request = json!({"conn": self.id, "timeout_ms": bound.as_millis() as u64});
+        let ok = self.adapter.call("return", request).await.and_then(protocol::Answer::ok_value);
+        if let Ok(v) = &ok
+            && v.get("gave_up").and_then(Value::as_bool) == Some(true)
+        {
+            return None;
+        }
+        Some(returned(ok))
+    }
+
+    fn canceller(&self) -> Option<Canceller> {
+        if !self.cancel {
+            return None;
+        }
+        let (adapter, id) = (self.adapter.clone(), self.id.clone());
+        Some(Box::new(move || {
+            Box::pin(async move { adapter.call("cancel", json!({"conn": id})).await?.ok_value().map(|_| ()) })
+        }))
+    }
+
+    fn no_cancel_reason(&self) -> &'static str {
+        if self.no_cancel.is_empty() {
+            "the adapter offers no cancel"
+        } else {
+            self.no_cancel
+        }
+    }
+
+    async fn advisory_lock_guard(&mut self, key: i64, end: GuardEnd) -> Result<(), DriverError> {
+        let end = match end {
+            GuardEnd::ReleaseNow => "release_now",
+            GuardEnd::Drop => "drop",
+            GuardEnd::Leak => "leak",
+        };
+        let request = json!({"conn": self.id, "key": key, "end": end});
+        self.adapter.call("guard", request).await?.ok_value().map(|_| ())
+    }
+}
+
+/// How a `return` answer says the connection went back; a failed return
+/// counts as closed (the adapter dropped it, or is gone with it).
+fn returned(ok: Result<Value, DriverError>) -> Returned {
+    match ok {
+        Ok(v) if v.get("returned").and_then(Value::as_str) == Some("to_pool") => Returned::ToPool,
+        Ok(_) => Returned::Closed,
+        Err(e) => {
+            tracing::warn!("return through the adapter failed: {e}");
+            Returned::Closed
+        }
+    }
+}
+
+impl Drop for ExternalConn {
+    fn drop(&mut self) {
+        if !self.given_back {
+            self.adapter.notify("abandon", json!({"conn": self.id}));
+        }
+    }
+}
