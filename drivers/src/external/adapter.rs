@@ -32,6 +32,9 @@ struct Waiting {
 
 struct State {
     waiting: HashMap<u64, Waiting>,
+    /// Requests given up on (`drop` sent) that have not been answered yet:
+    /// op, when sent, when given up on.
+    dropped: HashMap<u64, (String, Instant, Instant)>,
     /// Why the adapter cannot answer any more (exited, printed garbage), once it cannot.
     dead: Option<String>,
 }
@@ -46,6 +49,8 @@ pub(crate) struct Adapter {
     lines: mpsc::Sender<String>,
     state: Arc<Mutex<State>>,
     stderr: Arc<Mutex<VecDeque<String>>>,
+    /// Set by the stderr thread at end of file.
+    stderr_closed: Arc<std::sync::atomic::AtomicBool>,
     child: Mutex<Child>,
 }
 
@@ -72,9 +77,11 @@ impl Adapter {
         let (lines, to_write) = mpsc::channel::<String>();
         let state = Arc::new(Mutex::new(State {
             waiting: HashMap::new(),
+            dropped: HashMap::new(),
             dead: None,
         }));
         let tail = Arc::new(Mutex::new(VecDeque::new()));
+        let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let adapter = Arc::new(Adapter {
             name: name.to_owned(),
             pid: child.id(),
@@ -82,6 +89,7 @@ impl Adapter {
             lines,
             state: state.clone(),
             stderr: tail.clone(),
+            stderr_closed: closed.clone(),
             child: Mutex::new(child),
         });
         std::thread::Builder::new()
@@ -105,6 +113,7 @@ impl Adapter {
                     }
                     t.push_back(line);
                 }
+                closed.store(true, Ordering::Release);
             })
             .map_err(|e| e.to_string())?;
         let reader = Arc::downgrade(&adapter);
@@ -126,6 +135,13 @@ impl Adapter {
 
     /// The last lines the adapter wrote to stderr, for messages.
     pub fn stderr_tail(&self) -> String {
+        if self.is_dead() {
+            // What it wrote last may still be in the pipe: read to its end.
+            let until = Instant::now() + Duration::from_millis(500);
+            while !self.stderr_closed.load(Ordering::Acquire) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
         let t = self.stderr.lock().unwrap_or_else(|p| p.into_inner());
         if t.is_empty() {
             "its stderr is empty".to_owned()
@@ -149,10 +165,13 @@ impl Adapter {
         let (reply, answer) = oneshot::channel();
         {
             let mut st = self.lock();
-            if let Some(why) = &st.dead {
+            if let Some(why) = st.dead.clone() {
+                drop(st);
                 return Err(DriverError::Client(format!(
-                    "adapter '{}': request {id} ({op}) not sent: {why}",
-                    self.name
+                    "adapter '{}' (pid {}): request {id} ({op}) not sent: {why}; {}",
+                    self.name,
+                    self.pid,
+                    self.stderr_tail()
                 )));
             }
             st.waiting.insert(
@@ -232,15 +251,21 @@ impl Adapter {
     /// The requests still waiting for an answer, for a deadline message.
     pub fn waiting(&self) -> Option<String> {
         let st = self.lock();
-        let mut w: Vec<(&u64, &Waiting)> = st.waiting.iter().collect();
-        w.sort_by_key(|(id, _)| **id);
-        if w.is_empty() {
+        let mut list: Vec<(u64, String)> = st
+            .waiting
+            .iter()
+            .map(|(id, r)| (*id, format!("request {id} ({}) for {} ms", r.op, r.sent.elapsed().as_millis())))
+            .chain(st.dropped.iter().map(|(id, (op, sent, gave_up))| {
+                let after = gave_up.saturating_duration_since(*sent).as_millis();
+                (*id, format!("request {id} ({op}), given up on after {after} ms"))
+            }))
+            .collect();
+        drop(st);
+        if list.is_empty() {
             return None;
         }
-        let list: Vec<String> = w
-            .iter()
-            .map(|(id, r)| format!("request {id} ({}) for {} ms", r.op, r.sent.elapsed().as_millis()))
-            .collect();
+        list.sort();
+        let list: Vec<String> = list.into_iter().map(|(_, t)| t).collect();
         Some(format!(
             "adapter '{}' (pid {}) has not answered {}; {}",
             self.name,
@@ -277,7 +302,11 @@ struct DropGuard<'a> {
 impl Drop for DropGuard<'_> {
     fn drop(&mut self) {
         if self.armed {
-            self.adapter.lock().waiting.remove(&self.id);
+            let mut st = self.adapter.lock();
+            if let Some(w) = st.waiting.remove(&self.id) {
+                st.dropped.insert(self.id, (w.op, w.sent, Instant::now()));
+            }
+            drop(st);
             self.adapter.notify("drop", json!({"target": self.id}));
         }
     }
@@ -313,7 +342,19 @@ fn read_answers(stdout: std::process::ChildStdout, state: &Mutex<State>, adapter
                     fail_all(state, &why);
                     continue;
                 };
-                let w = state.lock().unwrap_or_else(|p| p.into_inner()).waiting.remove(&id);
+                let sent = adapter.upgrade().map_or(u64::MAX, |a| a.next_id.load(Ordering::Relaxed));
+                if id >= sent {
+                    let why = format!("it answered request {id}, which was never sent");
+                    if let Some(a) = adapter.upgrade() {
+                        a.kill(why);
+                    }
+                    return;
+                }
+                // No one waiting: a request given up on (`drop`) or already failed.
+                let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+                st.dropped.remove(&id);
+                let w = st.waiting.remove(&id);
+                drop(st);
                 if let Some(w) = w {
                     let _ = w.reply.send(Ok(answer));
                 }

@@ -34,6 +34,10 @@ const HELLO_TIMEOUT_S: u64 = 20;
 /// up to `max_size` connections), in s; steps have their own deadlines.
 const POOL_TIMEOUT_S: u64 = 30;
 
+/// How long an adapter may take to answer `ping` before it is taken for
+/// hung and ended, in s.
+const PING_TIMEOUT_S: u64 = 3;
+
 /// One declared out-of-process column (an entry of `drivers/adapters/adapters.yaml`).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -320,6 +324,13 @@ impl Pool for ExternalPool {
     }
 
     async fn close(&self) {
+        // An adapter whose event loop no longer answers is ended here, so that
+        // a hung one does not outlive the cell that found it.
+        let ping = Duration::from_secs(PING_TIMEOUT_S);
+        if !matches!(tokio::time::timeout(ping, self.adapter.call("ping", json!({}))).await, Ok(Ok(_))) {
+            self.adapter.kill(format!("it did not answer a ping within {} s", PING_TIMEOUT_S));
+            return;
+        }
         let within = Duration::from_secs(POOL_TIMEOUT_S);
         let closed = tokio::time::timeout(within, self.adapter.call("close_pool", json!({"pool": self.id}))).await;
         if !matches!(closed, Ok(Ok(_))) {

@@ -1,0 +1,105 @@
+//! The driver protocol's failure paths, with a deliberately broken adapter
+//! (`fixtures/adapters/broken.py`, run by the system's `python3`): one that
+//! crashes, prints garbage, hangs, answers a request that was never sent, or
+//! rejects a request. Each must give a cell failure that names the adapter,
+//! the request and the end of its stderr, within the step's deadline, and
+//! leave no adapter process running. Against the shared local cluster (the
+//! adapter never connects to it; the runner's own connections do).
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use locklab::runner;
+use locklab::scenario;
+use locklab_drivers::external::{AdapterSpec, ExternalDriver};
+
+/// The step deadline of the scenario below, in ms.
+const DEADLINE_MS: u64 = 2000;
+
+fn main() {
+    let args = common::init_binary();
+    let modes = ["crash", "garbage", "hang", "unknown", "reject"];
+    let mut trials = Vec::new();
+    for mode in modes {
+        trials.push(common::trial(format!("a_broken_adapter_fails_the_cell_clearly::{mode}"), move || {
+            a_broken_adapter_fails_the_cell_clearly(mode)
+        }));
+    }
+    let no_python = std::process::Command::new("python3").arg("--version").output().is_err();
+    let trials = common::ignore_when(
+        trials,
+        |_| true,
+        "needs python3",
+        no_python.then_some("no python3 on PATH"),
+        &args,
+    );
+    libtest_mimic::run(&args, trials).exit();
+}
+
+fn a_broken_adapter_fails_the_cell_clearly(mode: &str) {
+    let server = common::server();
+    let text = format!(
+        "name: broken-{mode}\ndescription: one checkout, one statement\nactors: {{ w: {{ via: pool }} }}\nsteps:\n  - {{ actor: w, do: checkout, deadline_ms: {DEADLINE_MS} }}\n  - {{ actor: w, sql: select 1, deadline_ms: {DEADLINE_MS} }}\n  - {{ actor: w, do: return }}\n"
+    );
+    let s = scenario::parse(Path::new("inline.yaml"), &text)
+        .unwrap_or_else(|e| panic!("{e:?}"))
+        .remove(0);
+    let script = common::root().join("harness/tests/fixtures/adapters/broken.py");
+    let id = format!("broken-{mode}");
+    let driver = ExternalDriver::new(AdapterSpec {
+        id: id.clone(),
+        package: "broken".into(),
+        version: "0".into(),
+        configuration: format!("misbehaves: {mode}"),
+        install: Vec::new(),
+        command: vec!["python3".into(), script.to_string_lossy().into_owned(), mode.into()],
+    });
+    let began = Instant::now();
+    let r = common::block_on_multi(runner::run(server, &s, &driver));
+    let took = began.elapsed();
+    let msg = r.failure.unwrap_or_else(|| panic!("a {mode} adapter must fail the cell; steps: {:?}", r.steps));
+    for part in [
+        format!("adapter '{id}'"),
+        "(query)".to_owned(),
+        format!("broken adapter: misbehaving ({mode})"),
+    ] {
+        assert!(msg.contains(&part), "the failure should name {part:?}:\n{msg}");
+    }
+    let why = match mode {
+        "crash" => "exited (exit status: 3)",
+        "garbage" => "not a protocol answer",
+        "hang" => "within the deadline of 2000 ms",
+        "unknown" => "which was never sent",
+        _ => "rejected request",
+    };
+    assert!(msg.contains(why), "the failure should say {why:?}:\n{msg}");
+    // Within the deadline of the step that met the fault, plus the clean-up
+    // (a hung adapter is pinged for 3 s before it is ended).
+    assert!(
+        took < Duration::from_millis(DEADLINE_MS) + Duration::from_secs(10),
+        "the cell took {took:?}"
+    );
+    // The adapter named in the message is gone (or, for the one that only
+    // rejected a request, still the one serving this column: ended at exit).
+    let pid: u32 = msg
+        .split(&format!("adapter '{id}' (pid "))
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no adapter pid in:\n{msg}"));
+    if mode != "reject" {
+        let gone_by = Instant::now() + Duration::from_secs(5);
+        while Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid) {
+            assert!(Instant::now() < gone_by, "adapter pid {pid} still runs after the cell");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')))
+        .unwrap_or(true)
+}
