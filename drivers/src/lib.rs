@@ -391,6 +391,15 @@ pub trait Pool: Send + Sync {
         None
     }
 
+    /// Waits, at most `within`, until what dropping a connection of this
+    /// pool mid-call set going inside the driver has finished: an adapter's
+    /// `abandon` (its language cancels the call and returns the connection,
+    /// as leaving an `async with` block on cancellation does). A Rust drop
+    /// finishes within the drop itself, so the default returns at once.
+    async fn settle(&self, within: Duration) {
+        let _ = within;
+    }
+
     /// Closes the pool and every idle connection in it.
     async fn close(&self);
 }

@@ -38,14 +38,15 @@ pub(crate) fn key_text<S: serde::Serializer>(k: &AdvisoryKey, s: S) -> Result<S:
 
 /// Advisory locks in the current database, pg_locks joined to pg_stat_activity.
 /// Reads `classid`, `objid`, `objsubid` and decodes the key as the PostgreSQL
-/// docs (System Views, pg_locks) describe, not just `objid`.
+/// docs (System Views, pg_locks) describe, not just `objid`. Holders first,
+/// then waiters in the order they started waiting (`waitstart`, PostgreSQL 14+).
 const ADVISORY_LOCKS_SQL: &str = "\
 select l.classid::oid::bigint, l.objid::oid::bigint, l.objsubid, l.mode, l.granted, l.pid, a.state, a.application_name
 from pg_locks l
 left join pg_stat_activity a on a.pid = l.pid
 where l.locktype = 'advisory'
   and l.database = (select oid from pg_database where datname = current_database())
-order by l.granted desc, l.pid, l.classid, l.objid";
+order by l.granted desc, l.waitstart, l.pid, l.classid, l.objid";
 
 /// Snapshots the advisory locks of the observer's database, optionally only `key`.
 ///

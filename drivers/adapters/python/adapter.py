@@ -181,6 +181,15 @@ class Asyncpg:
         await pool.release(conn)
         return "closed" if raw.is_closed() else "to_pool"
 
+    async def settle_cancel(self, conn):
+        """asyncpg sends the cancel request for a cancelled call from a task
+        of its own (Connection._cancel, tracked in _cancellations): wait for
+        it, so that an answer means asyncpg has finished giving up."""
+        raw = getattr(conn, "_con", None) or conn
+        pending = list(getattr(raw, "_cancellations", ()) or ())
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
     async def cancel(self, conn):
         raise Failure("asyncpg has no public cancel API (cancelling the task sends one)", kind="unsupported")
 
@@ -287,6 +296,10 @@ class Psycopg:
         await pool.putconn(conn)
         return "closed" if conn.closed else "to_pool"
 
+    async def settle_cancel(self, conn):
+        """psycopg sends its cancel and waits for the call to end inside the
+        cancelled call itself (AsyncConnection.wait): nothing is left to wait for."""
+
     async def cancel(self, conn):
         await conn.cancel_safe()
 
@@ -372,6 +385,7 @@ class Adapter:
             stop()
         elapsed_ms = (time.perf_counter() - t0) * 1e3
         if gave_up:
+            await self.lib.settle_cancel(conn)
             return {"gave_up": True, "elapsed_ms": elapsed_ms}
         columns, rows = result
         return {"columns": columns, "rows": rows, "notices": notices, "elapsed_ms": elapsed_ms}
@@ -424,7 +438,7 @@ class Adapter:
         """Gives up on request `target` the way asyncio gives up on a call:
         its task is cancelled (a dropped future's analogue)."""
         task = self.inflight.get(req["target"])
-        if task is not None:
+        if task is not None and not task.cancelling():
             task.cancel()
         return {}
 
@@ -438,7 +452,10 @@ class Adapter:
         CancelledError does."""
         task = self.conn_tasks.get(req["conn"])
         if task is not None and not task.done():
-            task.cancel()
+            # Once only: a second cancel would interrupt the library's own
+            # clean-up of the first (psycopg's cancel-and-wait).
+            if not task.cancelling():
+                task.cancel()
             try:
                 await task
             except BaseException:
@@ -447,6 +464,7 @@ class Adapter:
         self.tx.pop(req["conn"], None)
         if entry is not None:
             pool_id, conn = entry
+            await self.lib.settle_cancel(conn)
             try:
                 await self.lib.give_back(self.pools[pool_id], conn)
             except Exception as e:
@@ -463,6 +481,9 @@ class Adapter:
             answer = {"id": rid, "ok": await fn(req)}
         except asyncio.CancelledError:
             answer = {"id": rid, "dropped": True}
+            entry = self.conns.get(req.get("conn"))
+            if entry is not None:
+                await self.lib.settle_cancel(entry[1])
         except Failure as f:
             err = {"kind": f.kind, "message": str(f)}
             if f.sqlstate:

@@ -51,6 +51,8 @@ pub(crate) struct Adapter {
     stderr: Arc<Mutex<VecDeque<String>>>,
     /// Set by the stderr thread at end of file.
     stderr_closed: Arc<std::sync::atomic::AtomicBool>,
+    /// Answers to [`Adapter::start_tracked`] requests nobody has awaited yet.
+    unsettled: Mutex<Vec<oneshot::Receiver<Result<Answer, String>>>>,
     child: Mutex<Child>,
 }
 
@@ -90,12 +92,14 @@ impl Adapter {
             state: state.clone(),
             stderr: tail.clone(),
             stderr_closed: closed.clone(),
+            unsettled: Mutex::new(Vec::new()),
             child: Mutex::new(child),
         });
         std::thread::Builder::new()
             .name(format!("adapter-{name}-in"))
             .spawn(move || {
                 for line in to_write {
+                    tracing::trace!(target: "locklab_drivers::protocol", "→ {}", redacted(line.trim_end()));
                     if stdin.write_all(line.as_bytes()).and_then(|()| stdin.flush()).is_err() {
                         break;
                     }
@@ -283,7 +287,38 @@ impl Adapter {
         let _ = child.wait();
     }
 
-    /// Sends a request whose answer nobody waits for (`drop`, `abandon`).
+    /// Sends a request from a place that cannot wait (a `Drop`): its answer
+    /// is awaited by the next [`Adapter::settle`].
+    pub fn start_tracked(&self, op: &str, mut fields: Value) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        fields["id"] = json!(id);
+        fields["op"] = json!(op);
+        let (reply, answer) = oneshot::channel();
+        let mut st = self.lock();
+        if st.dead.is_some() {
+            return;
+        }
+        st.waiting.insert(
+            id,
+            Waiting {
+                op: op.to_owned(),
+                sent: Instant::now(),
+                reply,
+            },
+        );
+        drop(st);
+        self.unsettled.lock().unwrap_or_else(|p| p.into_inner()).push(answer);
+        let _ = self.lines.send(format!("{fields}\n"));
+    }
+
+    /// Waits, at most `within`, for the answers of every
+    /// [`Adapter::start_tracked`] request sent so far.
+    pub async fn settle(&self, within: Duration) {
+        let pending: Vec<_> = std::mem::take(&mut *self.unsettled.lock().unwrap_or_else(|p| p.into_inner()));
+        let _ = tokio::time::timeout(within, futures::future::join_all(pending)).await;
+    }
+
+    /// Sends a request whose answer nobody waits for (`drop`).
     pub fn notify(&self, op: &str, mut fields: Value) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         fields["id"] = json!(id);
@@ -331,6 +366,7 @@ fn read_answers(stdout: std::process::ChildStdout, state: &Mutex<State>, adapter
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
+        tracing::trace!(target: "locklab_drivers::protocol", "← {}", line.trim_end());
         let parsed: Result<Answer, _> = serde_json::from_str(line.trim_end());
         match parsed {
             Ok(answer) => {
@@ -388,4 +424,21 @@ fn read_answers(stdout: std::process::ChildStdout, state: &Mutex<State>, adapter
         state,
         &format!("it exited ({})", status.unwrap_or_else(|| "status unknown".into())),
     );
+}
+
+/// `line` with the value of a `"password"` field replaced by `***`, for the trace.
+fn redacted(line: &str) -> String {
+    const KEY: &str = "\"password\":\"";
+    match line.find(KEY) {
+        Some(at) => {
+            let start = at + KEY.len();
+            let mut end = start;
+            let bytes = line.as_bytes();
+            while end < bytes.len() && bytes[end] != b'"' {
+                end += if bytes[end] == b'\\' { 2 } else { 1 };
+            }
+            format!("{}***{}", &line[..start], &line[end.min(line.len())..])
+        }
+        None => line.to_owned(),
+    }
 }

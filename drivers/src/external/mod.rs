@@ -341,6 +341,10 @@ impl Pool for ExternalPool {
     fn stalled(&self) -> Option<String> {
         self.adapter.waiting()
     }
+
+    async fn settle(&self, within: Duration) {
+        self.adapter.settle(within).await;
+    }
 }
 
 /// A connection checked out of a pool inside an adapter. Dropped without
@@ -460,7 +464,7 @@ fn returned(ok: Result<Value, DriverError>) -> Returned {
 impl Drop for ExternalConn {
     fn drop(&mut self) {
         if !self.given_back {
-            self.adapter.notify("abandon", json!({"conn": self.id}));
+            self.adapter.start_tracked("abandon", json!({"conn": self.id}));
         }
     }
 }

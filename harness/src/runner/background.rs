@@ -70,7 +70,7 @@ impl Run<'_> {
 
     /// Drops the task, and with it the statement's future and the connection
     /// object, mid-call.
-    pub(super) async fn abandon(&mut self, actor: usize) -> StepResult {
+    pub(super) async fn abandon(&mut self, step: &Step, actor: usize, pool: &dyn locklab_drivers::Pool) -> StepResult {
         let Slot::Busy { handle, .. } = std::mem::replace(&mut self.slots[actor], Slot::Empty) else {
             return Err(StepError::Harness(format!(
                 "actor '{}' has no background step to abandon",
@@ -79,6 +79,7 @@ impl Run<'_> {
         };
         handle.abort();
         let _ = handle.await;
+        pool.settle(Duration::from_millis(step.deadline_ms)).await;
         self.pids.remove(&actor);
         Ok(())
     }

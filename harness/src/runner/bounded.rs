@@ -34,42 +34,39 @@ impl Run<'_> {
         };
         let no_cancel = conn.no_cancel_reason();
         let t0 = Instant::now();
-        let outcome = match (bound.on_timeout, canceller) {
-            // Given up the client's own way (Rust: the future dropped).
-            (OnTimeout::Drop, _) => match tokio::time::timeout(deadline, conn.simple_query_within(sql, limit)).await {
+        let outcome = match canceller {
+            // Given up the client's own way (Rust: the future dropped), also
+            // when a cancel was asked for but the driver has none to send.
+            None => match tokio::time::timeout(deadline, conn.simple_query_within(sql, limit)).await {
                 Ok(Some(r)) => Ok(r),
+                Ok(None) if bound.on_timeout == OnTimeout::Cancel => Err(Cancel::NotSent(no_cancel.to_string())),
                 Ok(None) => Err(Cancel::None),
                 Err(_) => return Err(super::sql::late(step, "the bounded statement had not finished")),
             },
-            (OnTimeout::Cancel, canceller) => {
+            Some(cancel) => {
                 let mut fut = conn.simple_query(sql);
                 match tokio::time::timeout(limit, &mut fut).await {
                     Ok(r) => Ok(r),
-                    Err(_) => match canceller {
-                        Some(cancel) => {
-                            let rest = deadline.saturating_sub(t0.elapsed());
-                            match tokio::time::timeout(rest, cancel()).await {
-                                Ok(Ok(())) => {}
-                                Ok(Err(e)) => {
-                                    return Err(StepError::Driver(format!("the cancel request failed: {e}")));
-                                }
-                                Err(_) => {
-                                    return Err(StepError::Deadline(format!(
-                                        "the cancel request was not sent within the deadline of {} ms",
-                                        step.deadline_ms
-                                    )));
-                                }
-                            }
-                            // A cancel that lands ends the statement at once; one that
-                            // does not is recorded as such and the call dropped.
-                            let rest = deadline.saturating_sub(t0.elapsed()).min(CANCEL_GRACE);
-                            match tokio::time::timeout(rest, &mut fut).await {
-                                Ok(r) => Ok(r),
-                                Err(_) => Err(Cancel::NoEffect(rest.as_millis())),
+                    Err(_) => {
+                        let rest = deadline.saturating_sub(t0.elapsed());
+                        match tokio::time::timeout(rest, cancel()).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => return Err(StepError::Driver(format!("the cancel request failed: {e}"))),
+                            Err(_) => {
+                                return Err(StepError::Deadline(format!(
+                                    "the cancel request was not sent within the deadline of {} ms",
+                                    step.deadline_ms
+                                )));
                             }
                         }
-                        None => Err(Cancel::NotSent(no_cancel.to_string())),
-                    },
+                        // A cancel that lands ends the statement at once; one that
+                        // does not is recorded as such and the call dropped.
+                        let rest = deadline.saturating_sub(t0.elapsed()).min(CANCEL_GRACE);
+                        match tokio::time::timeout(rest, &mut fut).await {
+                            Ok(r) => Ok(r),
+                            Err(_) => Err(Cancel::NoEffect(rest.as_millis())),
+                        }
+                    }
                 }
             }
         };

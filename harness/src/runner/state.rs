@@ -238,7 +238,7 @@ impl<'a> Run<'a> {
             StepKind::Transaction(t) => self.transaction(step, t).await,
             StepKind::Background { actor, sql } => self.start_background(*actor, sql),
             StepKind::Await(a) => self.await_background(step, a).await,
-            StepKind::Abandon { actor } => self.abandon(*actor).await,
+            StepKind::Abandon { actor } => self.abandon(step, *actor, pool).await,
             StepKind::Order { steps } => self.order(step, steps),
             StepKind::Checkout {
                 actor,
