@@ -5,10 +5,11 @@
 default:
     @just --list
 
-# Install the PostgreSQL binaries into .cache/postgres/MAJOR and PgBouncer into .cache/pgbouncer (the harness also does both on first use), and Chromium (Debian's package, as root) for the HTML report's check and screenshot.
+# Install the PostgreSQL binaries into .cache/postgres/MAJOR, PgBouncer into .cache/pgbouncer and the Python columns' packages into .cache/python (the harness also does these on first use), and Chromium (Debian's package, as root) for the HTML report's check and screenshot.
 setup major="17":
     bash harness/scripts/install-postgres.sh {{major}}
     bash harness/scripts/install-pgbouncer.sh
+    for set in asyncpg-0.31 asyncpg-0.32 psycopg-3.3; do bash drivers/adapters/python/install.sh $set; done
     bash harness/scripts/install-chromium.sh
 
 # Build the stand-in PostgreSQL image locklab/postgres:MAJOR for machines that cannot pull postgres:MAJOR (needs root and Docker; skipped when it exists).
