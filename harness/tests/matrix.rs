@@ -339,16 +339,29 @@ fn deadline_fails_with_step_name(driver: &str) {
         "step 3 (b: select pg_advisory_lock(99))".to_owned(),
         "inline.yaml:7:".to_owned(),
         "deadline of 300 ms exceeded".to_owned(),
-        // What was waiting, on what, and that the harness ended it.
-        "ended by the harness: backend ".to_owned(),
-        "(actor 'b') waiting on Lock/advisory, blocked by backend ".to_owned(),
-        "(actor 'a'): select pg_advisory_lock(99)".to_owned(),
     ] {
         assert!(msg.contains(&part), "{part:?} not in: {msg}");
     }
-    // The stuck waiter is among the backends the harness reports it ended,
-    // and once the run is over nothing is left in its database.
-    assert!(!r.cleaned_backends.is_empty(), "{:?}", r.steps);
+    // What was waiting, on what, and that the harness ended it; unless the
+    // driver's own giving up reached the server (asyncio's cancellation makes
+    // asyncpg and psycopg send a cancel request), so nothing was stuck.
+    if msg.contains("ended by the harness") {
+        for part in [
+            "ended by the harness: backend ",
+            "(actor 'b') waiting on Lock/advisory, blocked by backend ",
+            "(actor 'a'): select pg_advisory_lock(99)",
+        ] {
+            assert!(msg.contains(part), "{part:?} not in: {msg}");
+        }
+        // The stuck waiter is among the backends the harness reports it ended.
+        assert!(!r.cleaned_backends.is_empty(), "{:?}", r.steps);
+    } else {
+        assert!(
+            msg.contains("adapter '"),
+            "a Rust driver's dropped future never reaches the server: the harness must have ended b's backend: {msg}"
+        );
+    }
+    // Once the run is over nothing is left in its database.
     assert!(r.backends_left.is_empty(), "{:?}", r.backends_left);
     // Bound, not a timing measurement: cleanup must not wait out pool timeouts (10 s).
     let took = started.elapsed();

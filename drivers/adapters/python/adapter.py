@@ -436,10 +436,15 @@ class Adapter:
 
     async def op_drop(self, req):
         """Gives up on request `target` the way asyncio gives up on a call:
-        its task is cancelled (a dropped future's analogue)."""
+        its task is cancelled (a dropped future's analogue); answered once
+        that call has finished giving up."""
         task = self.inflight.get(req["target"])
-        if task is not None and not task.cancelling():
-            task.cancel()
+        if task is not None and not task.done():
+            if not task.cancelling():
+                task.cancel()
+            # Answered once the call has given up (and its library has told
+            # the server, where it does), so the harness can wait for that.
+            await asyncio.wait([task])
         return {}
 
     async def op_guard(self, req):

@@ -20,12 +20,12 @@ python="${LOCKLAB_PYTHON:-python3}"
 say() { echo "install-python-adapter: $*" >&2; }
 
 [ -f "$req" ] || { say "no requirements file $req"; exit 1; }
+if [ -x "$dest/bin/python" ] && [ -f "$dest/.installed" ] && cmp -s "$req" "$dest/.installed"; then
+  exit 0
+fi
 if ! command -v "$python" >/dev/null 2>&1; then
   say "no $python found: install Python 3 (3.9 or newer) with pip and venv (Debian: apt-get install python3 python3-venv) to run the Python columns"
   exit 1
-fi
-if [ -x "$dest/bin/python" ] && [ -f "$dest/.installed" ] && cmp -s "$req" "$dest/.installed"; then
-  exit 0
 fi
 mkdir -p "$(dirname "$dest")"
 exec 9>"$dest.lock"

@@ -307,7 +307,11 @@ impl Adapter {
             },
         );
         drop(st);
-        self.unsettled.lock().unwrap_or_else(|p| p.into_inner()).push(answer);
+        let mut unsettled = self.unsettled.lock().unwrap_or_else(|p| p.into_inner());
+        // Answers already in need no waiting for: keep the list short.
+        unsettled.retain_mut(|r| matches!(r.try_recv(), Err(oneshot::error::TryRecvError::Empty)));
+        unsettled.push(answer);
+        drop(unsettled);
         let _ = self.lines.send(format!("{fields}\n"));
     }
 
@@ -318,13 +322,6 @@ impl Adapter {
         let _ = tokio::time::timeout(within, futures::future::join_all(pending)).await;
     }
 
-    /// Sends a request whose answer nobody waits for (`drop`).
-    pub fn notify(&self, op: &str, mut fields: Value) {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        fields["id"] = json!(id);
-        fields["op"] = json!(op);
-        let _ = self.lines.send(format!("{fields}\n"));
-    }
 }
 
 /// Sends `drop` for a request whose future was dropped before its answer.
@@ -342,7 +339,8 @@ impl Drop for DropGuard<'_> {
                 st.dropped.insert(self.id, (w.op, w.sent, Instant::now()));
             }
             drop(st);
-            self.adapter.notify("drop", json!({"target": self.id}));
+            // Tracked: a later `settle` waits until the call has given up.
+            self.adapter.start_tracked("drop", json!({"target": self.id}));
         }
     }
 }

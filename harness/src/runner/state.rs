@@ -100,6 +100,9 @@ impl<'a> Run<'a> {
             outcome = self.run_steps(pool.as_ref(), &mut monitor).await;
         }
         let stuck = if outcome.is_err() {
+            // What the failed step's dropped calls set going in the driver
+            // (an adapter's library cancelling its statement) first.
+            pool.settle(Duration::from_secs(CHECKOUT_TIMEOUT_S)).await;
             self.stuck_backends(&mut monitor).await
         } else {
             Vec::new()
