@@ -249,7 +249,7 @@ class Psycopg:
             extra["reset"] = reset
         elif self.config == "check":
             extra["check"] = self.pool_mod.AsyncConnectionPool.check_connection
-        pool = self.pool_mod.AsyncConnectionPool(
+        pool = tracked_pool_class(self.pool_mod.AsyncConnectionPool)(
             kwargs=kwargs,
             min_size=min(4, max_size),
             max_size=max_size,
@@ -293,7 +293,14 @@ class Psycopg:
         return columns, rows
 
     async def give_back(self, pool, conn):
+        # With a `reset=` callback psycopg_pool finishes the return in a
+        # worker task (ReturnConnection): wait for that, as the protocol's
+        # `return` answers once the pool has taken the connection back.
+        done = pool.returned_event(conn)
         await pool.putconn(conn)
+        if not (conn.closed and not done.is_set()):
+            # (A closed pool closes the connection without returning it.)
+            await asyncio.wait_for(done.wait(), 30)
         return "closed" if conn.closed else "to_pool"
 
     async def settle_cancel(self, conn):
@@ -308,6 +315,28 @@ class Psycopg:
 
     def is_closed(self, conn):
         return conn.closed
+
+
+def tracked_pool_class(base):
+    """`base` (psycopg_pool.AsyncConnectionPool) with an event per returned
+    connection, set when the pool's own _return_connection has finished
+    (inline, or in its worker task); the pool's behaviour is unchanged."""
+
+    class TrackedPool(base):
+        def returned_event(self, conn):
+            events = self.__dict__.setdefault("_locklab_returned", {})
+            events[id(conn)] = ev = asyncio.Event()
+            return ev
+
+        async def _return_connection(self, conn, from_getconn):
+            try:
+                await super()._return_connection(conn, from_getconn)
+            finally:
+                ev = self.__dict__.get("_locklab_returned", {}).pop(id(conn), None)
+                if ev is not None:
+                    ev.set()
+
+    return TrackedPool
 
 
 class Adapter:

@@ -162,32 +162,15 @@ impl Adapter {
     /// [`DriverError::Client`] naming the adapter, the request and its stderr
     /// when the adapter is gone, printed something that is not an answer, or
     /// answered with a protocol error; the error the adapter reported otherwise.
-    pub async fn call(self: &Arc<Self>, op: &str, mut fields: Value) -> Result<Answer, DriverError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        fields["id"] = json!(id);
-        fields["op"] = json!(op);
-        let (reply, answer) = oneshot::channel();
-        {
-            let mut st = self.lock();
-            if let Some(why) = st.dead.clone() {
-                drop(st);
-                return Err(DriverError::Client(format!(
-                    "adapter '{}' (pid {}): request {id} ({op}) not sent: {why}; {}",
-                    self.name,
-                    self.pid,
-                    self.stderr_tail()
-                )));
-            }
-            st.waiting.insert(
-                id,
-                Waiting {
-                    op: op.to_owned(),
-                    sent: Instant::now(),
-                    reply,
-                },
-            );
-        }
-        let _ = self.lines.send(format!("{fields}\n"));
+    pub async fn call(self: &Arc<Self>, op: &str, fields: Value) -> Result<Answer, DriverError> {
+        let (id, answer) = self.send(op, fields).map_err(|why| {
+            DriverError::Client(format!(
+                "adapter '{}' (pid {}): request ({op}) not sent: {why}; {}",
+                self.name,
+                self.pid,
+                self.stderr_tail()
+            ))
+        })?;
         let mut guard = DropGuard {
             adapter: self,
             id,
@@ -289,14 +272,28 @@ impl Adapter {
 
     /// Sends a request from a place that cannot wait (a `Drop`): its answer
     /// is awaited by the next [`Adapter::settle`].
-    pub fn start_tracked(&self, op: &str, mut fields: Value) {
+    pub fn start_tracked(&self, op: &str, fields: Value) {
+        if let Ok((_, answer)) = self.send(op, fields) {
+            let mut unsettled = self.unsettled.lock().unwrap_or_else(|p| p.into_inner());
+            // Answers already in need no waiting for: keep the list short.
+            unsettled.retain_mut(|r| matches!(r.try_recv(), Err(oneshot::error::TryRecvError::Empty)));
+            unsettled.push(answer);
+        }
+    }
+
+    /// Registers request `op` with `fields` (an id added) as waiting and
+    /// writes it to the adapter: its id and where its answer arrives.
+    ///
+    /// # Errors
+    /// Why the adapter cannot answer any more.
+    fn send(&self, op: &str, mut fields: Value) -> Result<(u64, oneshot::Receiver<Result<Answer, String>>), String> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         fields["id"] = json!(id);
         fields["op"] = json!(op);
         let (reply, answer) = oneshot::channel();
         let mut st = self.lock();
-        if st.dead.is_some() {
-            return;
+        if let Some(why) = st.dead.clone() {
+            return Err(why);
         }
         st.waiting.insert(
             id,
@@ -307,12 +304,8 @@ impl Adapter {
             },
         );
         drop(st);
-        let mut unsettled = self.unsettled.lock().unwrap_or_else(|p| p.into_inner());
-        // Answers already in need no waiting for: keep the list short.
-        unsettled.retain_mut(|r| matches!(r.try_recv(), Err(oneshot::error::TryRecvError::Empty)));
-        unsettled.push(answer);
-        drop(unsettled);
         let _ = self.lines.send(format!("{fields}\n"));
+        Ok((id, answer))
     }
 
     /// Waits, at most `within`, for the answers of every
