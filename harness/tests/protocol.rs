@@ -23,9 +23,10 @@ fn main() {
     let modes = ["crash", "garbage", "hang", "unknown", "reject"];
     let mut trials = Vec::new();
     for mode in modes {
-        trials.push(common::trial(format!("a_broken_adapter_fails_the_cell_clearly::{mode}"), move || {
-            a_broken_adapter_fails_the_cell_clearly(mode)
-        }));
+        trials.push(common::trial(
+            format!("a_broken_adapter_fails_the_cell_clearly::{mode}"),
+            move || a_broken_adapter_fails_the_cell_clearly(mode),
+        ));
     }
     let no_python = std::process::Command::new("python3").arg("--version").output().is_err();
     let trials = common::ignore_when(
@@ -59,7 +60,9 @@ fn a_broken_adapter_fails_the_cell_clearly(mode: &str) {
     let began = Instant::now();
     let r = common::block_on_multi(runner::run(server, &s, &driver));
     let took = began.elapsed();
-    let msg = r.failure.unwrap_or_else(|| panic!("a {mode} adapter must fail the cell; steps: {:?}", r.steps));
+    let msg = r
+        .failure
+        .unwrap_or_else(|| panic!("a {mode} adapter must fail the cell; steps: {:?}", r.steps));
     for part in [
         format!("adapter '{id}'"),
         "(query)".to_owned(),

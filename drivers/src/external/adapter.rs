@@ -150,7 +150,10 @@ impl Adapter {
         if t.is_empty() {
             "its stderr is empty".to_owned()
         } else {
-            format!("its stderr ends with:\n    {}", t.iter().cloned().collect::<Vec<_>>().join("\n    "))
+            format!(
+                "its stderr ends with:\n    {}",
+                t.iter().cloned().collect::<Vec<_>>().join("\n    ")
+            )
         }
     }
 
@@ -241,7 +244,12 @@ impl Adapter {
         let mut list: Vec<(u64, String)> = st
             .waiting
             .iter()
-            .map(|(id, r)| (*id, format!("request {id} ({}) for {} ms", r.op, r.sent.elapsed().as_millis())))
+            .map(|(id, r)| {
+                (
+                    *id,
+                    format!("request {id} ({}) for {} ms", r.op, r.sent.elapsed().as_millis()),
+                )
+            })
             .chain(st.dropped.iter().map(|(id, (op, sent, gave_up))| {
                 let after = gave_up.saturating_duration_since(*sent).as_millis();
                 (*id, format!("request {id} ({op}), given up on after {after} ms"))
@@ -314,7 +322,6 @@ impl Adapter {
         let pending: Vec<_> = std::mem::take(&mut *self.unsettled.lock().unwrap_or_else(|p| p.into_inner()));
         let _ = tokio::time::timeout(within, futures::future::join_all(pending)).await;
     }
-
 }
 
 /// Sends `drop` for a request whose future was dropped before its answer.
@@ -369,7 +376,9 @@ fn read_answers(stdout: std::process::ChildStdout, state: &Mutex<State>, adapter
                     fail_all(state, &why);
                     continue;
                 };
-                let sent = adapter.upgrade().map_or(u64::MAX, |a| a.next_id.load(Ordering::Relaxed));
+                let sent = adapter
+                    .upgrade()
+                    .map_or(u64::MAX, |a| a.next_id.load(Ordering::Relaxed));
                 if id >= sent {
                     let why = format!("it answered request {id}, which was never sent");
                     if let Some(a) = adapter.upgrade() {

@@ -327,8 +327,12 @@ impl Pool for ExternalPool {
         // An adapter whose event loop no longer answers is ended here, so that
         // a hung one does not outlive the cell that found it.
         let ping = Duration::from_secs(PING_TIMEOUT_S);
-        if !matches!(tokio::time::timeout(ping, self.adapter.call("ping", json!({}))).await, Ok(Ok(_))) {
-            self.adapter.kill(format!("it did not answer a ping within {} s", PING_TIMEOUT_S));
+        if !matches!(
+            tokio::time::timeout(ping, self.adapter.call("ping", json!({}))).await,
+            Ok(Ok(_))
+        ) {
+            self.adapter
+                .kill(format!("it did not answer a ping within {} s", PING_TIMEOUT_S));
             return;
         }
         let within = Duration::from_secs(POOL_TIMEOUT_S);
@@ -365,7 +369,10 @@ impl ExternalConn {
         let answer = self.adapter.call(op, request).await?;
         self.last_elapsed = answer.elapsed_ms.map(ms);
         let ok: QueryOk = serde_json::from_value(answer.ok_value()?).map_err(|e| {
-            DriverError::Client(format!("adapter '{}': a '{op}' answer of the wrong shape: {e}", self.adapter.name))
+            DriverError::Client(format!(
+                "adapter '{}': a '{op}' answer of the wrong shape: {e}",
+                self.adapter.name
+            ))
         })?;
         self.last_elapsed = ok.elapsed_ms.map(ms).or(self.last_elapsed);
         Ok((!ok.gave_up).then(|| ok.rows()))
@@ -410,7 +417,11 @@ impl Conn for ExternalConn {
     async fn give_back_within(mut self: Box<Self>, bound: Duration) -> Option<Returned> {
         self.given_back = true;
         let request = json!({"conn": self.id, "timeout_ms": bound.as_millis() as u64});
-        let ok = self.adapter.call("return", request).await.and_then(protocol::Answer::ok_value);
+        let ok = self
+            .adapter
+            .call("return", request)
+            .await
+            .and_then(protocol::Answer::ok_value);
         if let Ok(v) = &ok
             && v.get("gave_up").and_then(Value::as_bool) == Some(true)
         {
@@ -425,7 +436,13 @@ impl Conn for ExternalConn {
         }
         let (adapter, id) = (self.adapter.clone(), self.id.clone());
         Some(Box::new(move || {
-            Box::pin(async move { adapter.call("cancel", json!({"conn": id})).await?.ok_value().map(|_| ()) })
+            Box::pin(async move {
+                adapter
+                    .call("cancel", json!({"conn": id}))
+                    .await?
+                    .ok_value()
+                    .map(|_| ())
+            })
         }))
     }
 
