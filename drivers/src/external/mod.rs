@@ -5,9 +5,8 @@
 //! The columns are declared in `drivers/adapters/adapters.yaml` (an
 //! [`AdapterSpec`] each): adding one is an entry there and an adapter
 //! program, no Rust. An adapter is started on first use, once per column and
-//! server, installed first by its `install` command when its program is
-//! missing, and serves every pool of that column for the life of this
-//! process.
+//! server, after its `install` command has run (once per process), and
+//! serves every pool of that column for the life of this process.
 
 mod adapter;
 pub mod protocol;
@@ -51,8 +50,10 @@ pub struct AdapterSpec {
     pub version: String,
     /// The configuration, in the library's own terms.
     pub configuration: String,
-    /// Program and arguments that install the adapter's program when it is
-    /// missing (run once per process, in the workspace root).
+    /// Program and arguments that install the adapter's program, run once per
+    /// process before the adapter first starts, in the workspace root: it
+    /// must be idempotent, quick when there is nothing to do, and safe to run
+    /// from several processes at once.
     #[serde(default)]
     pub install: Vec<String>,
     /// Program and arguments of the adapter, relative to the workspace root.
@@ -187,25 +188,31 @@ impl ExternalDriver {
     }
 }
 
-/// The adapter's command with its program made absolute, after running the
-/// `install` command if that program does not exist yet (once per process).
+/// The adapter's command with its program made absolute, after running its
+/// `install` command (once per process and column: an install command must
+/// return at once when it has nothing to do). It runs even when the program
+/// exists, since another process may be installing it right now (a virtual
+/// environment's `python` exists before its packages do); the install
+/// command's own lock makes this one wait.
 fn install(spec: &AdapterSpec) -> Result<Vec<String>, String> {
     static TRIED: OnceLock<Mutex<HashMap<String, Result<(), String>>>> = OnceLock::new();
     let mut command = spec.command.clone();
     if command[0].contains('/') {
         command[0] = root().join(&command[0]).to_string_lossy().into_owned();
     }
-    if Path::new(&command[0]).exists() || spec.install.is_empty() {
+    if spec.install.is_empty() {
         return Ok(command);
     }
     let tried = TRIED.get_or_init(Default::default);
     let mut tried = tried.lock().unwrap_or_else(|p| p.into_inner());
     let outcome = tried.entry(spec.id.clone()).or_insert_with(|| {
-        eprintln!(
-            "locklab: installing the adapter of driver '{}' (once): {}",
-            spec.id,
-            spec.install.join(" ")
-        );
+        if !Path::new(&command[0]).exists() {
+            eprintln!(
+                "locklab: installing the adapter of driver '{}' (once): {}",
+                spec.id,
+                spec.install.join(" ")
+            );
+        }
         let out = std::process::Command::new(&spec.install[0])
             .args(&spec.install[1..])
             .current_dir(root())
