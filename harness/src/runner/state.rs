@@ -59,6 +59,11 @@ pub(super) struct Run<'a> {
     pub(super) finished: HashMap<usize, Instant>,
 }
 
+/// How long a failed run waits for what its dropped calls set going in the
+/// driver (an adapter's library cancelling its statement: a few ms; a hung
+/// adapter never answers).
+const SETTLE_AFTER_FAILURE: Duration = Duration::from_secs(2);
+
 impl<'a> Run<'a> {
     /// A run with no connections yet.
     pub(super) fn new(
@@ -102,7 +107,7 @@ impl<'a> Run<'a> {
         let stuck = if outcome.is_err() {
             // What the failed step's dropped calls set going in the driver
             // (an adapter's library cancelling its statement) first.
-            pool.settle(Duration::from_secs(CHECKOUT_TIMEOUT_S)).await;
+            pool.settle(SETTLE_AFTER_FAILURE).await;
             self.stuck_backends(&mut monitor).await
         } else {
             Vec::new()
