@@ -139,12 +139,12 @@ impl Adapter {
 
     /// The last lines the adapter wrote to stderr, for messages.
     pub fn stderr_tail(&self) -> String {
-        if self.is_dead() {
-            // What it wrote last may still be in the pipe: read to its end.
-            let until = Instant::now() + Duration::from_millis(500);
-            while !self.stderr_closed.load(Ordering::Acquire) && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+        // What it wrote last may still be in the pipe: read to its end (a
+        // dead adapter), or give the stderr thread a moment (a live one,
+        // which may have logged just before answering). Error paths only.
+        let until = Instant::now() + Duration::from_millis(if self.is_dead() { 500 } else { 100 });
+        while !self.stderr_closed.load(Ordering::Acquire) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
         }
         let t = self.stderr.lock().unwrap_or_else(|p| p.into_inner());
         if t.is_empty() {

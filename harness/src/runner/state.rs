@@ -199,9 +199,12 @@ impl<'a> Run<'a> {
             };
             // A missed deadline says what the driver still waits for (an
             // adapter's unanswered requests and the end of its stderr).
-            let r = match (r, pool.stalled()) {
-                (Err(StepError::Deadline(m)), Some(stalled)) => Err(StepError::Deadline(format!("{m}; {stalled}"))),
-                (r, _) => r,
+            let r = match r {
+                Err(StepError::Deadline(m)) => Err(StepError::Deadline(match pool.stalled() {
+                    Some(stalled) => format!("{m}; {stalled}"),
+                    None => m,
+                })),
+                r => r,
             };
             let label = step.label(&self.scenario.actors, &self.scenario.steps);
             let outcome = match (&r, skipped) {
