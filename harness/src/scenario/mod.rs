@@ -14,7 +14,7 @@ pub mod raw;
 pub mod step;
 pub mod template;
 mod validate;
-mod yaml;
+pub(crate) mod yaml;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@ use super::{Pos, ScenarioError};
 
 /// A serde-saphyr error as a located [`ScenarioError`] in the file's terms:
 /// the parser's budget, untagged enums and number types said in words.
-pub(super) fn yaml_error(path: &Path, e: &serde_saphyr::Error) -> ScenarioError {
+pub(crate) fn yaml_error(path: &Path, e: &serde_saphyr::Error) -> ScenarioError {
     let pos = e
         .location()
         .map(|l| Pos::of(&l))

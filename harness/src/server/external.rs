@@ -4,6 +4,7 @@
 use std::str::FromStr;
 
 use anyhow::{Result, anyhow, bail};
+use locklab_drivers::ConnectSpec;
 
 use super::{Backend, Server};
 
@@ -13,6 +14,26 @@ use super::{Backend, Server};
 /// A DSN that does not parse (the message leaves out the DSN and any piece
 /// of it), or one naming a Unix socket rather than a TCP host.
 pub(super) fn external(dsn: &str) -> Result<Server> {
+    let spec = parse_dsn(dsn)?;
+    Ok(Server::at(
+        Backend::External,
+        &spec.host,
+        spec.port,
+        &spec.user,
+        spec.password,
+        &spec.dbname,
+    ))
+}
+
+/// The host, port, role, password and database a DSN (a libpq connection
+/// string or `postgresql://` URL, as tokio-postgres parses it) names; the
+/// defaults are `127.0.0.1`, 5432, `postgres` and `postgres`. Other libpq
+/// options are ignored (locklab connects without TLS).
+///
+/// # Errors
+/// A DSN that does not parse (the message leaves out the DSN and any piece
+/// of it), or one naming a Unix socket rather than a TCP host.
+pub fn parse_dsn(dsn: &str) -> Result<ConnectSpec> {
     let cfg = tokio_postgres::Config::from_str(dsn).map_err(|e| {
         // The parser's detail names an option, or a byte position and, after
         // "but got", one character of the string (maybe of the password): that
@@ -35,12 +56,13 @@ pub(super) fn external(dsn: &str) -> Result<Server> {
         Some(_) => bail!("--dsn/LOCKLAB_DSN: only TCP hosts are supported"),
         None => "127.0.0.1".into(),
     };
-    Ok(Server::at(
-        Backend::External,
-        &host,
-        cfg.get_ports().first().copied().unwrap_or(5432),
-        cfg.get_user().unwrap_or("postgres"),
-        cfg.get_password().map(|p| String::from_utf8_lossy(p).into_owned()),
-        cfg.get_dbname().unwrap_or("postgres"),
-    ))
+    Ok(ConnectSpec {
+        host,
+        port: cfg.get_ports().first().copied().unwrap_or(5432),
+        user: cfg.get_user().unwrap_or("postgres").to_owned(),
+        password: cfg.get_password().map(|p| String::from_utf8_lossy(p).into_owned()),
+        dbname: cfg.get_dbname().unwrap_or("postgres").to_owned(),
+        application_name: String::new(),
+        options: Vec::new(),
+    })
 }

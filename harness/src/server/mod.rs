@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use locklab_drivers::{ConnectSpec, DirectConn, PoolerMode};
 
+pub use external::parse_dsn;
 pub use local::{install_script, resolve_binaries};
 pub use options::{Backend, BackendChoice, ServerOptions};
 

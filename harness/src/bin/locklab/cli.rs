@@ -58,6 +58,10 @@ pub enum Command {
     /// Run scenarios × drivers and compare the outcomes with the committed
     /// baseline (reports/baseline.json); exit 1 with a per-cell diff on any change.
     Check(CheckArgs),
+    /// Show who holds and who awaits advisory locks on a running server, with a
+    /// verdict per lock (leaked, stuck, waiting, expected); or serve them as
+    /// Prometheus metrics (`holders serve`). Read-only; never ends a backend.
+    Holders(crate::holders::HoldersArgs),
 }
 
 /// `locklab report`'s arguments.

@@ -8,6 +8,7 @@
 mod check;
 mod cli;
 mod execute;
+mod holders;
 mod list;
 mod output;
 mod progress;
@@ -71,5 +72,6 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Report(args) => report::report(&dir, given.is_some(), args),
         Command::Soak(args) => soak::soak(&dir, args),
         Command::Check(args) => check::check(&dir, given, args),
+        Command::Holders(args) => holders::holders(args),
     }
 }

@@ -1,0 +1,349 @@
+//! `locklab holders`: a snapshot of who holds and who awaits advisory locks
+//! on a running server, with a verdict per lock (`locklab::holders`); once,
+//! every few seconds (`--watch`), into a node_exporter textfile, or served
+//! over HTTP (`holders serve`).
+//!
+//! Exit codes: 0 the snapshot was taken (and nothing `--fail-on` names was
+//! found); 1 `--fail-on` found something; 2 no snapshot (bad arguments, a
+//! broken `--keys` file, an unreachable server, a refused role).
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow};
+use clap::{Args, Subcommand, ValueEnum};
+use locklab::holders::names::KeyNames;
+use locklab::holders::snapshot::{self, Target};
+use locklab::holders::{Judged, Thresholds, Verdict, judge, metrics, render};
+
+use crate::output::emit;
+use crate::signals::{Interrupted, Interrupts};
+
+/// The default `holders serve --listen`: loopback only, and not
+/// postgres_exporter's 9187.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9544";
+
+/// `locklab holders`'s arguments.
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct HoldersArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Output: table, json or prometheus (the text format /metrics serves)
+    /// [default: table; with --textfile: none]
+    #[arg(long, value_enum)]
+    pub format: Option<HoldersFormat>,
+    /// Take a snapshot every SECONDS and redraw, like watch(1), until Ctrl-C.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_interval)]
+    pub watch: Option<f64>,
+    /// Exit 1 when a snapshot finds any of these verdicts (comma-separated:
+    /// leaked, stuck, waiting); with --watch, at the first such snapshot.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub fail_on: Vec<FailOn>,
+    /// Also write the metrics to this file for node_exporter's textfile
+    /// collector (written atomically; `locklab_up 0` when the server cannot be read).
+    #[arg(long, value_name = "PATH")]
+    pub textfile: Option<PathBuf>,
+    /// Serve the metrics over HTTP instead.
+    #[command(subcommand)]
+    pub command: Option<HoldersCommand>,
+}
+
+/// Options of every `holders` form.
+#[derive(Args, Clone)]
+pub struct Common {
+    /// The server to inspect (libpq connection string or URL); a superuser or
+    /// a role with pg_monitor sees every session. Never printed.
+    #[arg(long, env = "LOCKLAB_DSN", hide_env_values = true, global = true)]
+    pub dsn: Option<String>,
+    /// Only locks in this database [default: every database]
+    #[arg(long, global = true)]
+    pub database: Option<String>,
+    /// Key names and the allow-list of expected holders (YAML; see the README's "In production").
+    #[arg(long, value_name = "FILE", global = true)]
+    pub keys: Option<PathBuf>,
+    /// A holder idle (outside a transaction) this many seconds is leaked;
+    /// idle in transaction, stuck.
+    #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = parse_seconds, global = true)]
+    pub idle_after: f64,
+    /// A waiter waiting this many seconds is reported as waiting.
+    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_seconds, global = true)]
+    pub wait_after: f64,
+    /// Seconds allowed to connect, and to the snapshot's query (statement_timeout).
+    #[arg(long, value_name = "SECONDS", default_value = "3", value_parser = parse_interval, global = true)]
+    pub timeout: f64,
+}
+
+/// `holders`'s subcommands.
+#[derive(Subcommand)]
+pub enum HoldersCommand {
+    /// Serve /metrics (Prometheus text format, a fresh snapshot per scrape) and /healthz.
+    Serve {
+        /// Address to listen on.
+        #[arg(long, default_value = DEFAULT_LISTEN)]
+        listen: SocketAddr,
+    },
+}
+
+/// `--format`.
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum HoldersFormat {
+    /// One row per lock, a summary line per verdict, what an operator could do.
+    Table,
+    /// The snapshot, verdicts and summary as one JSON object.
+    Json,
+    /// The Prometheus text format (as /metrics serves it).
+    Prometheus,
+}
+
+/// `--fail-on` items.
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum FailOn {
+    /// Leaked session-level locks.
+    Leaked,
+    /// Locks of stuck (idle in transaction) sessions.
+    Stuck,
+    /// Waiters past --wait-after.
+    Waiting,
+}
+
+impl FailOn {
+    fn verdict(self) -> Verdict {
+        match self {
+            FailOn::Leaked => Verdict::Leaked,
+            FailOn::Stuck => Verdict::Stuck,
+            FailOn::Waiting => Verdict::Waiting,
+        }
+    }
+}
+
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f.is_finite() && (0.0..=31_536_000.0).contains(&f) => Ok(f),
+        _ => Err(format!("'{s}' is not a number of seconds (0 or more)")),
+    }
+}
+
+fn parse_interval(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f.is_finite() && (0.05..=86_400.0).contains(&f) => Ok(f),
+        _ => Err(format!("'{s}' is not a number of seconds from 0.05 to 86400")),
+    }
+}
+
+/// What every form needs: where, the thresholds and the names.
+struct Setup {
+    target: Target,
+    thresholds: Thresholds,
+    names: KeyNames,
+}
+
+impl Setup {
+    fn new(c: &Common) -> Result<Setup> {
+        let dsn = c
+            .dsn
+            .as_deref()
+            .filter(|d| !d.is_empty())
+            .ok_or_else(|| anyhow!("holders needs a server: give --dsn or set LOCKLAB_DSN"))?;
+        let spec = locklab::server::parse_dsn(dsn)?;
+        let names = match &c.keys {
+            Some(path) => KeyNames::load(path)?,
+            None => KeyNames::default(),
+        };
+        Ok(Setup {
+            target: Target {
+                spec,
+                database: c.database.clone(),
+                timeout: Duration::from_secs_f64(c.timeout),
+            },
+            thresholds: Thresholds {
+                idle_after: Duration::from_secs_f64(c.idle_after),
+                wait_after: Duration::from_secs_f64(c.wait_after),
+            },
+            names,
+        })
+    }
+
+    /// One judged snapshot, and the time it took (connecting included). The
+    /// keys file's server-side rules are computed on the first success.
+    async fn snapshot(&mut self) -> (Result<Judged>, Duration) {
+        let started = Instant::now();
+        let result = async {
+            if self.names.needs_server() {
+                let (client, task) = snapshot::connect(&self.target).await?;
+                let resolved = self.names.resolve(&client).await;
+                drop(client);
+                let _ = task.await;
+                resolved.context("computing the --keys file's hashtext keys on the server")?;
+            }
+            let s = snapshot::take(&self.target).await?;
+            Ok(judge(s, self.thresholds, &self.names))
+        }
+        .await;
+        (result, started.elapsed())
+    }
+}
+
+/// Runs `holders` (one snapshot, `--watch`, or `serve`).
+///
+/// # Errors
+/// No DSN, a DSN that does not parse, a broken keys file, and (for one
+/// snapshot) a server that cannot be read; [`Interrupted`] on Ctrl-C.
+pub fn holders(args: &HoldersArgs) -> Result<ExitCode> {
+    let mut setup = Setup::new(&args.common)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let mut interrupts = Interrupts::install();
+        match &args.command {
+            Some(HoldersCommand::Serve { listen }) => serve(setup, *listen, &mut interrupts).await,
+            None => match args.watch {
+                None => once(&mut setup, args).await,
+                Some(every) => watch(&mut setup, args, Duration::from_secs_f64(every), &mut interrupts).await,
+            },
+        }
+    })
+}
+
+async fn once(setup: &mut Setup, args: &HoldersArgs) -> Result<ExitCode> {
+    let (result, took) = setup.snapshot().await;
+    if let Some(path) = &args.textfile {
+        metrics::write_textfile(path, &metrics::encode(result.as_ref().map_err(|_| ()), took))?;
+    }
+    let judged = result?;
+    show(&judged, args, took)?;
+    Ok(verdict_exit(&judged, &args.fail_on))
+}
+
+fn show(judged: &Judged, args: &HoldersArgs, took: Duration) -> Result<()> {
+    let format = args.format.or(args.textfile.is_none().then_some(HoldersFormat::Table));
+    let text = match format {
+        None => {
+            if let Some(path) = &args.textfile {
+                eprintln!(
+                    "locklab holders: wrote {} ({} advisory locks, {} leaked, {} stuck, {} waiting)",
+                    path.display(),
+                    judged.judged.len(),
+                    judged.count(Verdict::Leaked),
+                    judged.count(Verdict::Stuck),
+                    judged.count(Verdict::Waiting)
+                );
+            }
+            return Ok(());
+        }
+        Some(HoldersFormat::Table) => {
+            let width = std::io::stdout().is_terminal().then(terminal_width).flatten();
+            render::table(judged, width)
+        }
+        Some(HoldersFormat::Json) => render::json(judged) + "\n",
+        Some(HoldersFormat::Prometheus) => metrics::encode(Ok(judged), took),
+    };
+    emit(&text)
+}
+
+/// `COLUMNS`, or 120 (comfy-table then wraps to it).
+fn terminal_width() -> Option<u16> {
+    std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()).or(Some(120))
+}
+
+fn verdict_exit(judged: &Judged, fail_on: &[FailOn]) -> ExitCode {
+    let found: Vec<&str> = fail_on
+        .iter()
+        .filter(|f| judged.count(f.verdict()) > 0)
+        .map(|f| f.verdict().as_str())
+        .collect();
+    if found.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("locklab holders: found {} (--fail-on)", found.join(", "));
+        ExitCode::from(1)
+    }
+}
+
+async fn watch(
+    setup: &mut Setup,
+    args: &HoldersArgs,
+    every: Duration,
+    interrupts: &mut Interrupts,
+) -> Result<ExitCode> {
+    let clear = std::io::stdout().is_terminal();
+    loop {
+        let (result, took) = setup.snapshot().await;
+        if let Some(path) = &args.textfile {
+            let text = metrics::encode(result.as_ref().map_err(|_| ()), took);
+            if let Err(e) = metrics::write_textfile(path, &text) {
+                eprintln!("locklab holders: {e:#}");
+            }
+        }
+        if clear {
+            emit("\x1b[H\x1b[2J")?;
+        }
+        emit(&format!(
+            "Every {:.1} s: locklab holders (Ctrl-C to stop)\n\n",
+            every.as_secs_f64()
+        ))?;
+        match &result {
+            Ok(judged) => {
+                show(judged, args, took)?;
+                if verdict_exit(judged, &args.fail_on) != ExitCode::SUCCESS {
+                    return Ok(ExitCode::from(1));
+                }
+            }
+            Err(e) => emit(&format!("locklab holders: error: {e:#}\n"))?,
+        }
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            signal = interrupts.next() => return Err(signal.into()),
+        }
+    }
+}
+
+/// The state every request of `serve` shares: the next snapshot is taken
+/// under the lock (scrapes of one server are serialised; each is bounded by
+/// the timeout).
+type Shared = Arc<tokio::sync::Mutex<Setup>>;
+
+async fn serve(setup: Setup, listen: SocketAddr, interrupts: &mut Interrupts) -> Result<ExitCode> {
+    use axum::routing::get;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| anyhow!("cannot listen on {listen}: {e}"))?;
+    let local = listener.local_addr()?;
+    let at = setup.target.spec.redacted();
+    let timeout = setup.target.timeout;
+    let shared: Shared = Arc::new(tokio::sync::Mutex::new(setup));
+    let app = axum::Router::new()
+        .route("/metrics", get(scrape))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/",
+            get(|| async { "locklab holders: advisory lock holders as Prometheus metrics at /metrics; /healthz\n" }),
+        )
+        .with_state(shared);
+    eprintln!(
+        "locklab holders: serving http://{local}/metrics for {at} (a snapshot per scrape, at most {} s each)",
+        timeout.as_secs_f64()
+    );
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, app).with_graceful_shutdown(async {
+        let _ = stop_rx.await;
+    });
+    let server = tokio::spawn(async move { server.await });
+    let signal: Interrupted = interrupts.next().await;
+    let _ = stop_tx.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    Err(signal.into())
+}
+
+async fn scrape(axum::extract::State(shared): axum::extract::State<Shared>) -> impl axum::response::IntoResponse {
+    let mut setup = shared.lock().await;
+    let (result, took) = setup.snapshot().await;
+    if let Err(e) = &result {
+        tracing::warn!("scrape: {e:#}");
+    }
+    let body = metrics::encode(result.as_ref().map_err(|_| ()), took);
+    ([(axum::http::header::CONTENT_TYPE, metrics::CONTENT_TYPE)], body)
+}

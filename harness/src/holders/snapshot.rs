@@ -1,0 +1,223 @@
+//! Taking a [`Snapshot`]: one query, inside a read-only transaction with a
+//! short `statement_timeout`, over `pg_locks`, `pg_stat_activity`,
+//! `pg_database` and, for waiters only, `pg_blocking_pids`.
+//!
+//! `pg_blocking_pids` takes every lock-manager partition lock for a moment
+//! (PostgreSQL docs, "System Information Functions": "frequent calls to this
+//! function could have some impact on database performance"), so it is called
+//! once per waiting backend, never per held lock; who a holder blocks is
+//! derived from the waiters' lists.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow};
+use locklab_drivers::ConnectSpec;
+use tokio_postgres::{Client, NoTls};
+
+use super::{Lock, Mode, Snapshot};
+use crate::keys::AdvisoryKey;
+
+/// At most this many characters of a session's last query are kept.
+pub const QUERY_CHARS: i32 = 120;
+
+/// `application_name` of the snapshot's own session.
+pub const APPLICATION_NAME: &str = "locklab holders";
+
+/// The snapshot query. One row per advisory lock, or a single row with the
+/// lock columns NULL when there is none (the `meta` columns are always there).
+/// `$1`: a database name to keep (NULL: all); `$2`: [`QUERY_CHARS`].
+/// `pg_locks.waitstart` exists since PostgreSQL 14.
+const SQL: &str = "\
+with now as materialized (select clock_timestamp() as t),
+l as materialized (
+  select database, classid, objid, objsubid, mode, granted, pid, waitstart
+  from pg_catalog.pg_locks where locktype = 'advisory'),
+w as materialized (
+  select pid, pg_catalog.pg_blocking_pids(pid) as blockers
+  from (select distinct pid from l where not granted and pid is not null) waiting),
+sel as (
+  select l.*, d.datname::text as datname, a.application_name, a.usename::text as usename,
+    host(a.client_addr) as client, a.state, a.state_change, a.xact_start, a.query, a.usesysid,
+    w.blockers
+  from l
+  left join pg_catalog.pg_database d on d.oid = l.database
+  left join pg_catalog.pg_stat_activity a on a.pid = l.pid
+  left join w on w.pid = l.pid
+  where $1::text is null or d.datname = $1::text)
+select (select t from now)::text, current_setting('server_version'), current_user::text,
+  pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE'),
+  s.classid, s.objid, s.objsubid, s.mode, s.granted, s.datname, s.pid,
+  s.application_name, s.usename, s.client, s.state,
+  extract(epoch from (n.t - s.state_change))::float8,
+  extract(epoch from (n.t - s.xact_start))::float8,
+  extract(epoch from (n.t - s.waitstart))::float8,
+  left(s.query, $2::int4),
+  coalesce(pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE')
+    or pg_catalog.pg_has_role(s.usesysid, 'USAGE'), false),
+  s.blockers
+from now n left join sel s on true";
+
+/// Where and how to take snapshots.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// The server (from a DSN: [`crate::server::parse_dsn`]).
+    pub spec: ConnectSpec,
+    /// Only locks in this database (default: every database).
+    pub database: Option<String>,
+    /// Bound on connecting and on the query (`statement_timeout`), each.
+    pub timeout: Duration,
+}
+
+/// A session with the server of `target`, as `application_name`
+/// [`APPLICATION_NAME`], and the task that drives it (it ends when the client is dropped).
+///
+/// # Errors
+/// One line without the password ([`ConnectSpec::redacted`]): the server
+/// cannot be reached, refuses the role or its password, the port does not
+/// speak PostgreSQL, or no answer within [`Target::timeout`].
+pub async fn connect(target: &Target) -> Result<(Client, tokio::task::JoinHandle<()>)> {
+    let at = target.spec.redacted();
+    let mut config = target.spec.tokio_postgres_config();
+    config
+        .application_name(APPLICATION_NAME)
+        .connect_timeout(target.timeout);
+    let connect = tokio::time::timeout(target.timeout, config.connect(NoTls));
+    let (client, connection) = connect
+        .await
+        .map_err(|_| anyhow!("no answer from {at} within {} s", target.timeout.as_secs_f64()))?
+        .map_err(|e| anyhow!("cannot connect to PostgreSQL at {at}: {}", one_line(&e)))?;
+    let task = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok((client, task))
+}
+
+/// Connects, takes one snapshot and disconnects.
+///
+/// # Errors
+/// As [`connect`]; or the query failed or took longer than [`Target::timeout`]
+/// (its SQLSTATE in the message, e.g. `57014` for the `statement_timeout`).
+pub async fn take(target: &Target) -> Result<Snapshot> {
+    let at = target.spec.redacted();
+    let (client, task) = connect(target).await?;
+    let result = tokio::time::timeout(target.timeout + Duration::from_secs(1), query(&client, target)).await;
+    drop(client);
+    let _ = task.await;
+    result
+        .map_err(|_| {
+            anyhow!(
+                "the snapshot on {at} took longer than {} s",
+                target.timeout.as_secs_f64()
+            )
+        })?
+        .with_context(|| format!("snapshot on {at}"))
+}
+
+/// A driver error in one line: the server's message with its SQLSTATE, or the client's.
+fn one_line(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => {
+            let mut text = e.to_string();
+            if let Some(src) = std::error::Error::source(e) {
+                text = format!("{text}: {src}");
+            }
+            text.replace('\n', " ")
+        }
+    }
+}
+
+async fn query(client: &Client, target: &Target) -> Result<Snapshot> {
+    let ms = target.timeout.as_millis().max(1);
+    client
+        .batch_execute(&format!(
+            "begin transaction read only; set local statement_timeout = {ms}"
+        ))
+        .await
+        .map_err(|e| anyhow!("{}", one_line(&e)))?;
+    let started = Instant::now();
+    let rows = client
+        .query(SQL, &[&target.database, &QUERY_CHARS])
+        .await
+        .map_err(|e| anyhow!("{}", one_line(&e)))?;
+    let query_ms = started.elapsed().as_secs_f64() * 1000.0;
+    client
+        .batch_execute("commit")
+        .await
+        .map_err(|e| anyhow!("{}", one_line(&e)))?;
+    let first = rows
+        .first()
+        .ok_or_else(|| anyhow!("the snapshot query returned no row"))?;
+    let mut snapshot = Snapshot {
+        taken_at: first.try_get(0)?,
+        server_version: first.try_get(1)?,
+        role: first.try_get(2)?,
+        sees_all_sessions: first.try_get(3)?,
+        query_ms,
+        locks: Vec::with_capacity(rows.len()),
+    };
+    for row in &rows {
+        let (Some(classid), Some(objid), Some(objsubid)) = (
+            row.try_get::<_, Option<u32>>(4)?,
+            row.try_get::<_, Option<u32>>(5)?,
+            row.try_get::<_, Option<i16>>(6)?,
+        ) else {
+            continue; // the row that says there is no lock
+        };
+        let Some(key) = AdvisoryKey::decode(classid, objid, objsubid) else {
+            continue;
+        };
+        let mode: String = row.try_get(7)?;
+        let visible: bool = row.try_get(19)?;
+        let hidden = |v: Option<String>| v.filter(|_| visible);
+        snapshot.locks.push(Lock {
+            key,
+            mode: if mode == "ShareLock" {
+                Mode::Shared
+            } else {
+                Mode::Exclusive
+            },
+            granted: row.try_get(8)?,
+            database: row.try_get(9)?,
+            pid: row.try_get(10)?,
+            application_name: row.try_get(11)?,
+            user: row.try_get(12)?,
+            client_addr: row.try_get(13)?,
+            state: hidden(row.try_get(14)?),
+            state_s: row.try_get::<_, Option<f64>>(15)?.map(|s| s.max(0.0)),
+            xact_s: row.try_get::<_, Option<f64>>(16)?.map(|s| s.max(0.0)),
+            wait_s: row.try_get::<_, Option<f64>>(17)?.map(|s| s.max(0.0)),
+            query: hidden(row.try_get(18)?),
+            visible,
+            blocked_by: row.try_get::<_, Option<Vec<i32>>>(20)?.unwrap_or_default(),
+            blocks: Vec::new(),
+        });
+    }
+    link_blockers(&mut snapshot.locks);
+    Ok(snapshot)
+}
+
+/// Fills [`Lock::blocks`]: a lock's session blocks each waiter on the same
+/// database and key whose `pg_blocking_pids` names it.
+pub fn link_blockers(locks: &mut [Lock]) {
+    let mut waiters: HashMap<(Option<String>, AdvisoryKey), Vec<(i32, Vec<i32>)>> = HashMap::new();
+    for l in locks.iter().filter(|l| !l.granted) {
+        if let Some(pid) = l.pid {
+            waiters
+                .entry((l.database.clone(), l.key))
+                .or_default()
+                .push((pid, l.blocked_by.clone()));
+        }
+    }
+    for l in locks.iter_mut() {
+        let (Some(pid), Some(ws)) = (l.pid, waiters.get(&(l.database.clone(), l.key))) else {
+            continue;
+        };
+        l.blocks = ws
+            .iter()
+            .filter(|(w, by)| *w != pid && by.contains(&pid))
+            .map(|(w, _)| *w)
+            .collect();
+    }
+}

@@ -1,0 +1,710 @@
+//! `locklab holders` against a real server with real leaks, made by the pools
+//! themselves: each test works in a database of its own (`--database`), so
+//! the locks other tests take on the shared server do not count; every
+//! verdict is checked against what `pg_locks` and `pg_stat_activity` show.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use locklab::keys::namespaced_key;
+use locklab::server::Server;
+use locklab_drivers::{ConnectSpec, DirectConn, PoolOptions};
+use serde_json::Value;
+use tokio::runtime::Runtime;
+
+fn runtime() -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A database of this test's own, dropped (its sessions ended) at the end.
+struct Db {
+    server: &'static Server,
+    name: String,
+}
+
+impl Db {
+    fn new(rt: &Runtime, test: &str) -> Db {
+        let server = common::server();
+        let name = format!("holders_{test}_{}", std::process::id());
+        rt.block_on(async {
+            let admin = server.admin().await.unwrap();
+            admin
+                .client()
+                .simple_query(&format!("drop database if exists {name} with (force)"))
+                .await
+                .unwrap();
+            admin
+                .client()
+                .simple_query(&format!("create database {name}"))
+                .await
+                .unwrap();
+            admin.close().await;
+        });
+        Db { server, name }
+    }
+
+    fn spec(&self, application_name: &str) -> ConnectSpec {
+        self.server.spec(&self.name, application_name)
+    }
+
+    async fn conn(&self, application_name: &str) -> DirectConn {
+        DirectConn::connect(&self.spec(application_name)).await.unwrap()
+    }
+
+    /// A libpq DSN for the server's administration role (its password quoted).
+    fn dsn(&self) -> String {
+        dsn_of(&self.server.spec("postgres", ""))
+    }
+
+    /// `(key text, granted, pid, state)` of every advisory lock in this
+    /// database, straight from `pg_locks` and `pg_stat_activity`.
+    async fn pg_locks(&self) -> Vec<(String, bool, i32, Option<String>)> {
+        let c = self.conn("observer").await;
+        let rows = c
+            .client()
+            .query(
+                "select case l.objsubid when 1 then ((l.classid::int8 << 32) | l.objid::int8)::text \
+                 else format('(%s, %s)', ((l.classid::int8 << 32) >> 32), ((l.objid::int8 << 32) >> 32)) end, \
+                 l.granted, l.pid, a.state from pg_locks l join pg_database d on d.oid = l.database \
+                 left join pg_stat_activity a on a.pid = l.pid \
+                 where l.locktype = 'advisory' and d.datname = current_database() order by 1, 3",
+                &[],
+            )
+            .await
+            .unwrap();
+        c.close().await;
+        rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect()
+    }
+
+    /// Waits (observing `pg_locks`, never sleeping as synchronisation) until
+    /// this database has `n` advisory waiters.
+    async fn await_waiters(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let waiting = self.pg_locks().await.iter().filter(|l| !l.1).count();
+            if waiting >= n {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{n} waiter(s) never showed in pg_locks");
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let server = self.server;
+        let _ = std::thread::spawn(move || {
+            common::block_on(async {
+                if let Ok(admin) = server.admin().await {
+                    let _ = admin
+                        .client()
+                        .simple_query(&format!("drop database if exists {name} with (force)"))
+                        .await;
+                    admin.close().await;
+                }
+            })
+        })
+        .join();
+    }
+}
+
+fn dsn_of(spec: &ConnectSpec) -> String {
+    let mut dsn = format!(
+        "host={} port={} user={} dbname={}",
+        spec.host, spec.port, spec.user, spec.dbname
+    );
+    if let Some(p) = &spec.password {
+        dsn.push_str(&format!(" password='{}'", p.replace('\\', "\\\\").replace('\'', "\\'")));
+    }
+    dsn
+}
+
+fn holders(dsn: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .arg("holders")
+        .args(args)
+        .env("LOCKLAB_DSN", dsn)
+        .env_remove("LOCKLAB_LOG")
+        .output()
+        .unwrap()
+}
+
+fn json_of(o: &Output) -> Value {
+    assert!(
+        o.status.success(),
+        "holders failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&o.stdout)))
+}
+
+fn key_text(v: &Value) -> String {
+    match v {
+        Value::Array(a) => format!("({}, {})", a[0], a[1]),
+        other => other.to_string(),
+    }
+}
+
+/// `(key, pid) → verdict` of a `--format json` snapshot.
+fn verdicts(j: &Value) -> BTreeMap<(String, i64), String> {
+    j["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                (key_text(&l["key"]), l["pid"].as_i64().unwrap()),
+                l["verdict"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn leaks_made_through_pools_get_their_verdicts() {
+    let rt = runtime();
+    let db = Db::new(&rt, "verdicts");
+    let big = (1i64 << 32) + 17; // a key whose high half is not zero
+    let held = rt.block_on(async {
+        // A session-level lock left on a connection deadpool keeps idle in the pool.
+        let driver = locklab_drivers::find("deadpool-fast").unwrap();
+        let pool = driver
+            .pool(
+                &db.spec("app-deadpool"),
+                PoolOptions {
+                    max_size: 1,
+                    checkout_timeout: Duration::from_secs(5),
+                },
+            )
+            .await
+            .unwrap();
+        let mut conn = pool.checkout().await.unwrap();
+        conn.simple_query(&format!("select pg_advisory_lock({big})"))
+            .await
+            .unwrap();
+        let _ = conn.give_back().await;
+        // An xact lock held by an idle-in-transaction session, and a waiter it blocks.
+        let stuck = db.conn("app-stuck").await;
+        stuck
+            .client()
+            .batch_execute("begin; select pg_advisory_xact_lock(42)")
+            .await
+            .unwrap();
+        let waiter = db.conn("app-waiter").await;
+        let waiting = tokio::spawn(async move {
+            let _ = waiter.client().simple_query("select pg_advisory_xact_lock(42)").await;
+            waiter
+        });
+        db.await_waiters(1).await;
+        // A two-integer key, held by an active-then-idle session (young: ok with the default threshold).
+        let pair = db.conn("app-pair").await;
+        pair.client()
+            .simple_query("select pg_advisory_lock(7, -3)")
+            .await
+            .unwrap();
+        // A shared lock with two holders.
+        let (s1, s2) = (db.conn("app-shared").await, db.conn("app-shared").await);
+        for s in [&s1, &s2] {
+            s.client()
+                .simple_query("select pg_advisory_lock_shared(99)")
+                .await
+                .unwrap();
+        }
+        (pool, stuck, waiting, pair, s1, s2)
+    });
+
+    let now = rt.block_on(db.pg_locks());
+    let j = json_of(&holders(
+        &db.dsn(),
+        &[
+            "--database",
+            &db.name,
+            "--format",
+            "json",
+            "--idle-after",
+            "0",
+            "--wait-after",
+            "0",
+        ],
+    ));
+    let got = verdicts(&j);
+    // The snapshot shows exactly the locks pg_locks shows, keys decoded the same way.
+    let expected_rows: Vec<(String, i64)> = now.iter().map(|l| (l.0.clone(), i64::from(l.2))).collect();
+    assert_eq!(got.keys().cloned().collect::<Vec<_>>(), {
+        let mut e = expected_rows.clone();
+        e.sort();
+        e
+    });
+    assert_eq!(now.len(), 6, "{now:?}");
+    for (key, granted, pid, state) in &now {
+        let verdict = &got[&(key.clone(), i64::from(*pid))];
+        let want = match (granted, state.as_deref()) {
+            (false, _) => "waiting",
+            (true, Some("idle")) => "leaked",
+            (true, Some(s)) if s.starts_with("idle in transaction") => "stuck",
+            _ => "ok",
+        };
+        assert_eq!(verdict, want, "key {key} pid {pid} ({state:?}, granted {granted})");
+    }
+    assert!(got.contains_key(&(
+        big.to_string(),
+        now.iter().find(|l| l.0 == big.to_string()).unwrap().2.into()
+    )));
+    assert!(got.keys().any(|(k, _)| k == "(7, -3)"));
+    assert_eq!(got.keys().filter(|(k, _)| k == "99").count(), 2, "two shared holders");
+    // Who blocks whom, as pg_blocking_pids says.
+    let locks = j["locks"].as_array().unwrap();
+    let stuck = locks.iter().find(|l| l["verdict"] == "stuck").unwrap();
+    let waiter = locks.iter().find(|l| l["verdict"] == "waiting").unwrap();
+    assert_eq!(waiter["blocked_by"], serde_json::json!([stuck["pid"]]));
+    assert_eq!(stuck["blocks"], serde_json::json!([waiter["pid"]]));
+    assert_eq!(
+        j["summary"]["leaked"].as_u64().unwrap() as usize,
+        now.iter().filter(|l| l.1 && l.3.as_deref() == Some("idle")).count()
+    );
+
+    // The table says what an operator could run, and --fail-on exits 1.
+    let t = holders(
+        &db.dsn(),
+        &["--database", &db.name, "--idle-after", "0", "--fail-on", "leaked"],
+    );
+    let text = String::from_utf8_lossy(&t.stdout);
+    assert_eq!(t.status.code(), Some(1), "{text}");
+    let leaked_pid = locks
+        .iter()
+        .find(|l| l["verdict"] == "leaked" && key_text(&l["key"]) == big.to_string())
+        .unwrap()["pid"]
+        .clone();
+    assert!(text.contains(&format!("pg_terminate_backend({leaked_pid})")), "{text}");
+    // With the default thresholds (60 s, 10 s) these young holders are not leaked.
+    let d = json_of(&holders(&db.dsn(), &["--database", &db.name, "--format", "json"]));
+    assert_eq!(d["summary"]["leaked"], 0);
+    assert_eq!(d["summary"]["stuck"], 0);
+    assert_eq!(d["summary"]["waiting"], 0);
+    // Nothing was ended: every lock is still there.
+    assert_eq!(rt.block_on(db.pg_locks()).len(), 6);
+
+    rt.block_on(async move {
+        let (pool, stuck, waiting, pair, s1, s2) = held;
+        stuck.client().batch_execute("rollback").await.unwrap();
+        let waiter = waiting.await.unwrap();
+        for c in [stuck, waiter, pair, s1, s2] {
+            c.close().await;
+        }
+        pool.close().await;
+    });
+}
+
+#[test]
+fn names_and_the_allow_list() {
+    let rt = runtime();
+    let db = Db::new(&rt, "names");
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.yaml");
+    std::fs::write(
+        &keys,
+        "keys:\n  - { key: 5, name: nightly }\n\
+         rules:\n  - { namespace: rollup, hash: sha256, ids: { from: 1, to: 1000 } }\n  \
+         - { namespace: tenant, hash: hashtext, ids: [acme, globex] }\n  \
+         - { namespace: job, hash: hashtextextended, seed: 3, ids: { from: 1, to: 50 } }\n\
+         expected:\n  - { rule: rollup, application_name: 'leader*', reason: leader election }\n",
+    )
+    .unwrap();
+    let conns = rt.block_on(async {
+        let leader = db.conn("leader-1").await;
+        let rollup = namespaced_key("rollup", "42");
+        leader.client().simple_query(&format!("select pg_advisory_lock({rollup})")).await.unwrap();
+        let other = db.conn("worker").await;
+        other
+            .client()
+            .simple_query("select pg_advisory_lock(hashtext('tenant:globex')), pg_advisory_lock(hashtextextended('job:7', 3)), pg_advisory_lock(5)")
+            .await
+            .unwrap();
+        (leader, other)
+    });
+    let j = json_of(&holders(
+        &db.dsn(),
+        &[
+            "--database",
+            &db.name,
+            "--format",
+            "json",
+            "--idle-after",
+            "0",
+            "--keys",
+            keys.to_str().unwrap(),
+        ],
+    ));
+    let by_name: BTreeMap<String, String> = j["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["name"].as_str().unwrap_or("-").to_owned(),
+                l["verdict"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        by_name.get("rollup:42").map(String::as_str),
+        Some("expected"),
+        "{by_name:?}"
+    );
+    assert_eq!(
+        by_name.get("tenant:globex").map(String::as_str),
+        Some("leaked"),
+        "{by_name:?}"
+    );
+    assert_eq!(by_name.get("job:7").map(String::as_str), Some("leaked"), "{by_name:?}");
+    assert_eq!(
+        by_name.get("nightly").map(String::as_str),
+        Some("leaked"),
+        "{by_name:?}"
+    );
+    rt.block_on(async move {
+        conns.0.close().await;
+        conns.1.close().await;
+    });
+}
+
+#[test]
+fn a_clean_database_passes_fail_on() {
+    let rt = runtime();
+    let db = Db::new(&rt, "clean");
+    let o = holders(
+        &db.dsn(),
+        &[
+            "--database",
+            &db.name,
+            "--idle-after",
+            "0",
+            "--fail-on",
+            "leaked,stuck,waiting",
+            "--format",
+            "prometheus",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("locklab_up 1") && text.contains("locklab_advisory_leaked_locks 0"),
+        "{text}"
+    );
+    let j = json_of(&holders(&db.dsn(), &["--database", &db.name, "--format", "json"]));
+    assert_eq!(j["locks"], serde_json::json!([]));
+    // The textfile form, written atomically where node_exporter would read it.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("locklab.prom");
+    let o = holders(
+        &db.dsn(),
+        &["--database", &db.name, "--textfile", file.to_str().unwrap()],
+    );
+    assert!(
+        o.status.success() && o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let scraped = prometheus_parse::Scrape::parse(
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .lines()
+            .map(|l| Ok(l.to_owned())),
+    )
+    .unwrap();
+    assert_eq!(value(&scraped, "locklab_up", &[]), Some(1.0));
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no temporary file is left"
+    );
+}
+
+fn value(s: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    s.samples
+        .iter()
+        .filter(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
+        .map(|x| match x.value {
+            prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            _ => f64::NAN,
+        })
+        .reduce(|a, b| a + b)
+}
+
+/// `holders serve`, stopped with SIGTERM when dropped.
+struct Served {
+    child: std::process::Child,
+    url: String,
+    /// Its stderr lines after the first (log lines of failed scrapes).
+    log: std::sync::mpsc::Receiver<String>,
+}
+
+impl Served {
+    fn start(dsn: &str, args: &[&str]) -> Served {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_locklab"))
+            .args(["holders", "serve", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("LOCKLAB_DSN", dsn)
+            .env_remove("LOCKLAB_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        stderr.read_line(&mut line).unwrap();
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .trim_end_matches("/metrics")
+            .to_owned();
+        // Keep reading stderr (log lines of failed scrapes) so the child never blocks on it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in stderr.lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        Served { child, url, log: rx }
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        let mut r = ureq::get(&format!("{}{path}", self.url)).call().unwrap();
+        (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_endpoint_serves_what_the_snapshot_shows() {
+    let rt = runtime();
+    let db = Db::new(&rt, "endpoint");
+    let conns = rt.block_on(async {
+        let a = db.conn("app-a").await;
+        a.client()
+            .simple_query("select pg_advisory_lock(1), pg_advisory_lock(2)")
+            .await
+            .unwrap();
+        let b = db.conn("app-b").await;
+        b.client()
+            .batch_execute("begin; select pg_advisory_xact_lock(3)")
+            .await
+            .unwrap();
+        let c = db.conn("app-c").await;
+        let waiting = tokio::spawn(async move {
+            let _ = c.client().simple_query("select pg_advisory_lock(1)").await;
+            c
+        });
+        db.await_waiters(1).await;
+        (a, b, waiting)
+    });
+    let served = Served::start(
+        &db.dsn(),
+        &["--database", &db.name, "--idle-after", "0", "--wait-after", "0"],
+    );
+    assert_eq!(served.get("/healthz"), (200, "ok\n".to_owned()));
+    let (status, body) = served.get("/metrics");
+    assert_eq!(status, 200);
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_owned()))).unwrap();
+    let j = json_of(&holders(
+        &db.dsn(),
+        &[
+            "--database",
+            &db.name,
+            "--format",
+            "json",
+            "--idle-after",
+            "0",
+            "--wait-after",
+            "0",
+        ],
+    ));
+    let count = |v: &str| j["summary"][v].as_f64().unwrap();
+    assert_eq!(value(&scrape, "locklab_up", &[]), Some(1.0));
+    assert_eq!(
+        value(&scrape, "locklab_advisory_leaked_locks", &[]),
+        Some(count("leaked"))
+    );
+    assert_eq!(
+        value(&scrape, "locklab_advisory_stuck_locks", &[]),
+        Some(count("stuck"))
+    );
+    assert_eq!(
+        value(&scrape, "locklab_advisory_verdict_locks", &[("verdict", "waiting")]),
+        Some(count("waiting"))
+    );
+    let locks = j["locks"].as_array().unwrap();
+    assert_eq!(value(&scrape, "locklab_advisory_locks", &[]), Some(locks.len() as f64));
+    assert_eq!(
+        value(&scrape, "locklab_advisory_waiters", &[]),
+        Some(locks.iter().filter(|l| l["granted"] == false).count() as f64)
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "locklab_advisory_locks",
+            &[("application_name", "app-a"), ("state", "idle"), ("granted", "true")]
+        ),
+        Some(2.0)
+    );
+    assert!(value(&scrape, "locklab_advisory_oldest_idle_holder_seconds", &[]).unwrap() >= 0.0);
+    assert_eq!(
+        (count("leaked"), count("stuck"), count("waiting")),
+        (2.0, 1.0, 1.0),
+        "{j}"
+    );
+    drop(served);
+
+    // A server that cannot be read is a metric and a log line, not a crash.
+    let free = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let down = Served::start(&format!("host=127.0.0.1 port={free} user=nobody"), &["--timeout", "2"]);
+    let (status, body) = down.get("/metrics");
+    assert_eq!(status, 200);
+    assert!(body.contains("locklab_up 0"), "{body}");
+    assert_eq!(down.get("/healthz").0, 200, "still serving after a failed scrape");
+    let line = down.log.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(line.contains("cannot connect to PostgreSQL"), "{line}");
+    drop(down);
+
+    rt.block_on(async move {
+        let (a, b, waiting) = conns;
+        a.close().await;
+        b.close().await;
+        waiting.await.unwrap().close().await;
+    });
+}
+
+#[test]
+fn a_role_without_pg_monitor_sees_a_partial_snapshot() {
+    let rt = runtime();
+    let db = Db::new(&rt, "partial");
+    let role = format!("holders_nomon_{}", std::process::id());
+    let conns = rt.block_on(async {
+        let admin = db.conn("admin").await;
+        admin
+            .client()
+            .batch_execute(&format!("drop role if exists {role}; create role {role} login"))
+            .await
+            .unwrap();
+        admin
+            .client()
+            .simple_query("select pg_advisory_lock(11)")
+            .await
+            .unwrap();
+        let mut own = db.spec("mine");
+        own.user = role.clone();
+        own.password = None;
+        let mine = DirectConn::connect(&own).await.unwrap();
+        mine.client().simple_query("select pg_advisory_lock(12)").await.unwrap();
+        (admin, mine)
+    });
+    let mut spec = db.server.spec("postgres", "");
+    spec.user = role.clone();
+    spec.password = None;
+    let o = holders(
+        &dsn_of(&spec),
+        &["--database", &db.name, "--format", "json", "--idle-after", "0"],
+    );
+    let j = json_of(&o);
+    assert_eq!(j["sees_all_sessions"], false);
+    let locks = j["locks"].as_array().unwrap();
+    let other = locks.iter().find(|l| l["key"] == 11).unwrap();
+    let own = locks.iter().find(|l| l["key"] == 12).unwrap();
+    assert_eq!(
+        (
+            other["verdict"].as_str(),
+            other["query"].is_null(),
+            other["state"].is_null()
+        ),
+        (Some("unknown"), true, true)
+    );
+    assert_eq!(own["verdict"], "leaked", "its own session is visible");
+    assert!(j["not_visible"].as_str().unwrap().contains("grant pg_monitor"), "{j}");
+    let t = holders(&dsn_of(&spec), &["--database", &db.name]);
+    assert!(t.status.success());
+    assert!(String::from_utf8_lossy(&t.stdout).contains("Not visible: 1 lock(s)"));
+    rt.block_on(async move {
+        let (admin, mine) = conns;
+        mine.close().await;
+        admin
+            .client()
+            .simple_query("select pg_advisory_unlock_all()")
+            .await
+            .unwrap();
+        let _ = admin
+            .client()
+            .simple_query(&format!("drop role if exists {role}"))
+            .await;
+        admin.close().await;
+    });
+}
+
+fn one_line_exit_2(o: &Output, says: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.contains(says), "{err}");
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn bad_input_gets_one_line_and_exit_2() {
+    let free = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    one_line_exit_2(
+        &holders(&format!("host=127.0.0.1 port={free}"), &[]),
+        "cannot connect to PostgreSQL at postgres@127.0.0.1",
+    );
+    // A port that answers, but not as PostgreSQL.
+    let http = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = http.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in http.incoming().flatten() {
+            let mut s = s;
+            let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+        }
+    });
+    one_line_exit_2(
+        &holders(
+            &format!("host=127.0.0.1 port={port} connect_timeout=2"),
+            &["--timeout", "2"],
+        ),
+        "127.0.0.1",
+    );
+    // A broken keys file: its place.
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.yaml");
+    std::fs::write(&keys, "rules:\n  - { namespace: a, hash: md5, ids: [1] }\n").unwrap();
+    let o = holders("host=127.0.0.1", &["--keys", keys.to_str().unwrap()]);
+    one_line_exit_2(&o, &format!("{}:2:", keys.display()));
+    // No server at all.
+    let o = Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .arg("holders")
+        .env_remove("LOCKLAB_DSN")
+        .output()
+        .unwrap();
+    one_line_exit_2(&o, "give --dsn or set LOCKLAB_DSN");
+}
