@@ -40,6 +40,14 @@ baseline *args:
 report-versions:
     cargo run --release --quiet -p locklab -- report --pg 14,15,16,17,18 --out reports/versions
 
+# Who holds and who awaits advisory locks on a running server, with a verdict per lock (LOCKLAB_DSN or --dsn; e.g. just holders --fail-on leaked, just holders serve). See the README's "In production".
+holders *args:
+    cargo run --release --quiet -p locklab -- holders {{args}}
+
+# How the holders snapshot grows from 100 to 10,000 advisory locks over 200 connections, against a plain pg_locks join in the same run (a local cluster of its own; a Markdown table).
+bench-holders:
+    cargo bench -p locklab --bench holders
+
 # Run scenarios × drivers and print the results (e.g. just run -s lock-timeout-200ms -d sqlx).
 run *args:
     cargo run --release --quiet -p locklab -- run {{args}}

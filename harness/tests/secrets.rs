@@ -165,7 +165,20 @@ fn a_dsn_password_never_appears_in_output_reports_or_errors() {
         assert_eq!(o.status.code(), Some(2), "{dsn}: {text}");
         assert!(text.contains(says), "{dsn}: {says:?} not in {text}");
         assert_secret_free(&format!("the error for {dsn}"), &text);
+        // `holders` takes the same DSN the same way: one line, exit 2.
+        let o = locklab(dsn, &["holders"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "holders {dsn}: {err}");
+        assert!(
+            err.contains(says) && err.trim_end().lines().count() == 1,
+            "holders {dsn}: {says:?} not in one line: {err}"
+        );
+        assert_secret_free(&format!("holders' error for {dsn}"), &output_text(&o));
     }
+    // With the right password, holders and its /metrics work and say nothing of it.
+    let o = locklab(&dsn, &["holders", "--format", "json"]);
+    assert!(o.status.success(), "{}", output_text(&o));
+    assert_secret_free("holders' snapshot", &output_text(&o));
     let o = Command::new(env!("CARGO_BIN_EXE_locklab"))
         .args(["run", "--backend", "local", "--dsn", &dsn])
         .output()

@@ -138,6 +138,7 @@ impl ContainerServer {
                 token: token.clone(),
                 password: password.clone(),
                 timeout: opts.start_timeout,
+                settings: opts.settings.clone(),
             };
             let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
             let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
@@ -193,6 +194,7 @@ struct Request {
     token: String,
     password: String,
     timeout: Duration,
+    settings: Vec<String>,
 }
 
 /// Owns the container for its whole life (a task on [`docker_runtime`]):
@@ -232,7 +234,7 @@ async fn keeper(
 /// it exits or does not accept connections in time (with its last log lines).
 async fn launch(req: &Request) -> Result<(ContainerAsync<PostgresImage>, Started)> {
     let began = Instant::now();
-    let container = PostgresImage::new(&req.image, &req.password)
+    let container = PostgresImage::new(&req.image, &req.password, &req.settings)
         .with_label(OWNER_LABEL, &req.token)
         .with_label(PID_LABEL, std::process::id().to_string())
         .with_container_name(format!("locklab-pg{}-{}", req.major, req.token))

@@ -255,17 +255,18 @@ struct PortClash(u16);
 
 impl LocalCluster {
     /// Starts a cluster from the binaries in `bin`; ready within `timeout`.
-    pub(super) async fn start(bin: &Path, timeout: Duration) -> Result<LocalCluster> {
+    /// `settings`: more `name=value` server settings (after the harness's own).
+    pub(super) async fn start(bin: &Path, timeout: Duration, settings: &[String]) -> Result<LocalCluster> {
         let mut attempt = 0;
         loop {
-            match LocalCluster::start_once(bin, timeout).await {
+            match LocalCluster::start_once(bin, timeout, settings).await {
                 Err(e) if e.is::<PortClash>() && attempt < 3 => attempt += 1,
                 other => return other,
             }
         }
     }
 
-    async fn start_once(bin: &Path, timeout: Duration) -> Result<LocalCluster> {
+    async fn start_once(bin: &Path, timeout: Duration, settings: &[String]) -> Result<LocalCluster> {
         let who = run_as()?;
         // The watchdog starts before the directory exists, so that there is no
         // moment in which the directory exists and nothing would remove it.
@@ -329,6 +330,7 @@ impl LocalCluster {
             .arg(port.to_string())
             .args(["-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="])
             .args(super::server_setting_args())
+            .args(settings.iter().flat_map(|s| ["-c", s.as_str()]))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

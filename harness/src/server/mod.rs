@@ -149,7 +149,7 @@ impl Server {
             Backend::External => external::external(&opts.external_dsn().unwrap_or_default())?,
             Backend::Local => {
                 let bin = resolve_binaries(&opts)?;
-                let cluster = local::LocalCluster::start(&bin, opts.start_timeout).await?;
+                let cluster = local::LocalCluster::start(&bin, opts.start_timeout, &opts.settings).await?;
                 let mut s = Server::at(
                     backend,
                     "127.0.0.1",

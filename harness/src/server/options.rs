@@ -59,6 +59,11 @@ pub struct ServerOptions {
     pub image: Option<String>,
     /// Limit for the server to start and accept connections.
     pub start_timeout: Duration,
+    /// More server settings for the local and container backends, as
+    /// `name=value` (passed as `postgres -c name=value` after the harness's own
+    /// [`crate::server::SERVER_SETTINGS`], so they win), e.g.
+    /// `max_locks_per_transaction=256` for a server that must hold many locks.
+    pub settings: Vec<String>,
 }
 
 impl Default for ServerOptions {
@@ -70,6 +75,7 @@ impl Default for ServerOptions {
             pg_major: None,
             image: None,
             start_timeout: DEFAULT_START_TIMEOUT,
+            settings: Vec::new(),
         }
     }
 }

@@ -69,6 +69,7 @@ fn options(args: &RunArgs, choice: BackendChoice) -> ServerOptions {
         pg_major: None,
         image: args.image.clone(),
         start_timeout: std::time::Duration::from_secs(args.start_timeout),
+        settings: Vec::new(),
     }
 }
 

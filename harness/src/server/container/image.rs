@@ -44,17 +44,21 @@ pub(super) struct PostgresImage {
     name: String,
     tag: String,
     password: String,
+    /// More `name=value` settings, after the harness's own.
+    settings: Vec<String>,
 }
 
 impl PostgresImage {
     /// The image `reference` (as given to Docker, e.g. `postgres:17`; no tag
-    /// means `latest`), its superuser's password `password`.
-    pub(super) fn new(reference: &str, password: &str) -> PostgresImage {
+    /// means `latest`), its superuser's password `password`, more server
+    /// `settings` (`name=value`).
+    pub(super) fn new(reference: &str, password: &str, settings: &[String]) -> PostgresImage {
         let (name, tag) = split_image(reference);
         PostgresImage {
             name: name.to_owned(),
             tag: tag.to_owned(),
             password: password.to_owned(),
+            settings: settings.to_vec(),
         }
     }
 }
@@ -87,7 +91,10 @@ impl Image for PostgresImage {
     }
 
     fn cmd(&self) -> impl IntoIterator<Item = impl Into<Cow<'_, str>>> {
-        std::iter::once("postgres").chain(crate::server::server_setting_args())
+        let extra = self.settings.iter().flat_map(|s| ["-c", s.as_str()]);
+        std::iter::once("postgres")
+            .chain(crate::server::server_setting_args())
+            .chain(extra)
     }
 
     fn expose_ports(&self) -> &[ContainerPort] {
@@ -112,10 +119,12 @@ mod tests {
 
     #[test]
     fn the_image_runs_postgres_with_the_server_settings() {
-        let image = PostgresImage::new("postgres:17", "pw");
+        let image = PostgresImage::new("postgres:17", "pw", &["max_locks_per_transaction=256".to_owned()]);
         assert_eq!((image.name(), image.tag()), ("postgres", "17"));
         let cmd: Vec<String> = image.cmd().into_iter().map(|c| c.into().into_owned()).collect();
         assert_eq!(cmd[..3], ["postgres", "-c", "max_connections=300"]);
+        // A scenario's own settings come last, so they win.
+        assert_eq!(cmd[cmd.len() - 2..], ["-c", "max_locks_per_transaction=256"]);
         let env: Vec<(String, String)> = image
             .env_vars()
             .into_iter()
