@@ -571,7 +571,17 @@ fn the_endpoint_serves_what_the_snapshot_shows() {
         ),
         Some(2.0)
     );
-    assert!(value(&scrape, "locklab_advisory_oldest_idle_holder_seconds", &[]).unwrap() >= 0.0);
+    // The oldest idle holder, as old in the scrape as in the (later) JSON snapshot, give or take the time between.
+    let oldest = value(&scrape, "locklab_advisory_oldest_idle_holder_seconds", &[]).unwrap();
+    let idle_max = locks
+        .iter()
+        .filter(|l| l["granted"] == true && l["state"] == "idle")
+        .filter_map(|l| l["state_s"].as_f64())
+        .fold(0.0, f64::max);
+    assert!(
+        oldest <= idle_max && oldest >= idle_max - 10.0,
+        "scrape {oldest} s, snapshot {idle_max} s"
+    );
     assert_eq!(
         (count("leaked"), count("stuck"), count("waiting")),
         (2.0, 1.0, 1.0),
@@ -607,7 +617,9 @@ fn a_role_without_pg_monitor_sees_a_partial_snapshot() {
         let admin = db.conn("admin").await;
         admin
             .client()
-            .batch_execute(&format!("drop role if exists {role}; create role {role} login"))
+            .batch_execute(&format!(
+                "drop role if exists {role}; create role {role} login password 'nomon-pw'"
+            ))
             .await
             .unwrap();
         admin
@@ -617,14 +629,18 @@ fn a_role_without_pg_monitor_sees_a_partial_snapshot() {
             .unwrap();
         let mut own = db.spec("mine");
         own.user = role.clone();
-        own.password = None;
+        own.password = Some("nomon-pw".into());
         let mine = DirectConn::connect(&own).await.unwrap();
         mine.client().simple_query("select pg_advisory_lock(12)").await.unwrap();
         (admin, mine)
     });
+    let _drop_role = DropRole {
+        server: db.server,
+        role: role.clone(),
+    };
     let mut spec = db.server.spec("postgres", "");
     spec.user = role.clone();
-    spec.password = None;
+    spec.password = Some("nomon-pw".into());
     let o = holders(
         &dsn_of(&spec),
         &["--database", &db.name, "--format", "json", "--idle-after", "0"],
@@ -700,6 +716,14 @@ fn bad_input_gets_one_line_and_exit_2() {
     std::fs::write(&keys, "rules:\n  - { namespace: a, hash: md5, ids: [1] }\n").unwrap();
     let o = holders("host=127.0.0.1", &["--keys", keys.to_str().unwrap()]);
     one_line_exit_2(&o, &format!("{}:2:", keys.display()));
+    // A database that does not exist (a typo in a cron line must not pass --fail-on).
+    let db_dsn = dsn_of(&common::server().spec("postgres", ""));
+    one_line_exit_2(
+        &holders(&db_dsn, &["--database", "no_such_db_here", "--fail-on", "leaked"]),
+        "no database named 'no_such_db_here'",
+    );
+    // A DSN that asks for TLS, which locklab does not do: refused, not downgraded.
+    one_line_exit_2(&holders(&format!("{db_dsn} sslmode=require"), &[]), "sslmode=require");
     // No server at all.
     let o = Command::new(env!("CARGO_BIN_EXE_locklab"))
         .arg("holders")
@@ -707,4 +731,243 @@ fn bad_input_gets_one_line_and_exit_2() {
         .output()
         .unwrap();
     one_line_exit_2(&o, "give --dsn or set LOCKLAB_DSN");
+}
+
+/// Drops a role at the end of a test, however it ends.
+struct DropRole {
+    server: &'static Server,
+    role: String,
+}
+
+impl Drop for DropRole {
+    fn drop(&mut self) {
+        let (server, role) = (self.server, self.role.clone());
+        let _ = std::thread::spawn(move || {
+            common::block_on(async {
+                if let Ok(admin) = server.admin().await {
+                    let _ = admin
+                        .client()
+                        .simple_query(&format!("drop role if exists {role}"))
+                        .await;
+                    admin.close().await;
+                }
+            })
+        })
+        .join();
+    }
+}
+
+/// A TCP proxy to the test server that forwards until the client sends the
+/// snapshot query, then stops forwarding in both directions and keeps the
+/// sockets open: a server that stops answering mid-query (no FIN, no RST).
+fn black_hole_after_query(to: (String, u16)) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let server = std::net::TcpStream::connect((to.0.as_str(), to.1)).unwrap();
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let pipe = |mut from: std::net::TcpStream,
+                        mut to: std::net::TcpStream,
+                        watch: bool,
+                        stop: std::sync::Arc<std::sync::atomic::AtomicBool>| {
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 65536];
+                    let mut kept = Vec::new();
+                    loop {
+                        let n = match std::io::Read::read(&mut from, &mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        if watch && String::from_utf8_lossy(&buf[..n]).contains("pg_locks") {
+                            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                            kept.extend_from_slice(&buf[..n]); // swallowed, socket kept open
+                            continue;
+                        }
+                        if to.write_all(&buf[..n]).is_err() {
+                            return;
+                        }
+                    }
+                });
+            };
+            pipe(
+                client.try_clone().unwrap(),
+                server.try_clone().unwrap(),
+                true,
+                stop.clone(),
+            );
+            pipe(server, client, false, stop);
+        }
+    });
+    port
+}
+
+#[test]
+fn a_server_that_stops_answering_is_bounded_by_the_timeout() {
+    let spec = common::server().spec("postgres", "");
+    let port = black_hole_after_query((spec.host.clone(), spec.port));
+    let mut through = spec.clone();
+    through.host = "127.0.0.1".into();
+    through.port = port;
+    let started = Instant::now();
+    let o = holders(&dsn_of(&through), &["--timeout", "1"]);
+    let took = started.elapsed();
+    one_line_exit_2(&o, "took longer than 1 s");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    // Served: the scrape answers, with locklab_up 0, and the next one too.
+    let served = Served::start(&dsn_of(&through), &["--timeout", "1"]);
+    for _ in 0..2 {
+        let started = Instant::now();
+        let (status, body) = served.get("/metrics");
+        assert_eq!(status, 200);
+        assert!(body.contains("locklab_up 0"), "{body}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "scrape took {:?}",
+            started.elapsed()
+        );
+    }
+    let line = served.log.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(line.contains("took longer than 1 s"), "{line}");
+}
+
+#[test]
+fn ctrl_c_stops_a_snapshot_in_progress() {
+    // A port that accepts and never answers: the snapshot waits (up to --timeout 60).
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (accepted_tx, accepted) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut keep = Vec::new();
+        for s in listener.incoming().flatten() {
+            keep.push(s);
+            let _ = accepted_tx.send(());
+        }
+    });
+    for args in [&["--timeout", "60"][..], &["--timeout", "60", "--watch", "1"][..]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_locklab"))
+            .arg("holders")
+            .args(args)
+            .env("LOCKLAB_DSN", format!("host=127.0.0.1 port={port} user=nobody"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        accepted
+            .recv_timeout(Duration::from_secs(10))
+            .expect("holders connected");
+        let started = Instant::now();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGINT,
+        )
+        .unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(130), "{args:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{args:?}: {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+/// The two ends of the supported versions, each a local cluster of its own
+/// with room for prepared transactions: a prepared transaction holding a
+/// transaction-level lock, and a waiter it blocks (`pg_blocking_pids` names
+/// it 0), as well as the usual leak, on PostgreSQL 14 and 18.
+#[test]
+fn postgresql_14_and_18_and_prepared_transactions() {
+    for major in [14, 18] {
+        let mut opts = locklab::server::ServerOptions::new(locklab::server::BackendChoice::Local, major);
+        opts.settings = vec!["max_prepared_transactions=4".into()];
+        let server = Server::start(&opts).unwrap_or_else(|e| panic!("PostgreSQL {major}: {e:#}"));
+        let rt = runtime();
+        let spec = server.spec("postgres", "pg-ends");
+        let (leaker, waiting) = rt.block_on(async {
+            let p = DirectConn::connect(&spec).await.unwrap();
+            p.client()
+                .batch_execute("begin; select pg_advisory_xact_lock(31); prepare transaction 'holders-31'")
+                .await
+                .unwrap();
+            p.close().await;
+            let leaker = DirectConn::connect(&spec).await.unwrap();
+            leaker
+                .client()
+                .simple_query("select pg_advisory_lock(32)")
+                .await
+                .unwrap();
+            let waiter = DirectConn::connect(&spec).await.unwrap();
+            let waiting = tokio::spawn(async move {
+                let _ = waiter.client().simple_query("select pg_advisory_xact_lock(31)").await;
+                waiter
+            });
+            let observer = DirectConn::connect(&spec).await.unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while observer
+                .client()
+                .query_one(
+                    "select count(*) from pg_locks where locktype = 'advisory' and not granted",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+                == 0
+            {
+                assert!(Instant::now() < deadline, "the waiter never waited");
+                tokio::task::yield_now().await;
+            }
+            observer.close().await;
+            (leaker, waiting)
+        });
+        let j = json_of(&holders(
+            &dsn_of(&server.spec("postgres", "")),
+            &["--format", "json", "--idle-after", "0", "--wait-after", "0"],
+        ));
+        assert!(
+            j["server_version"].as_str().unwrap().starts_with(&format!("{major}.")),
+            "{}",
+            j["server_version"]
+        );
+        let locks = j["locks"].as_array().unwrap();
+        let find = |key: i64, granted: bool| {
+            locks
+                .iter()
+                .find(|l| l["key"] == key && l["granted"] == granted)
+                .unwrap_or_else(|| panic!("PG {major}: no lock {key} (granted {granted}) in {j}"))
+        };
+        let prepared = find(31, true);
+        let waiter = find(31, false);
+        assert_eq!(
+            (prepared["pid"].clone(), prepared["prepared"].as_str()),
+            (Value::Null, Some("holders-31")),
+            "PG {major}"
+        );
+        assert_eq!(prepared["verdict"], "stuck", "PG {major}");
+        assert!(
+            prepared["terminate"]
+                .as_str()
+                .unwrap()
+                .contains("commit prepared 'holders-31'"),
+            "PG {major}"
+        );
+        assert_eq!(prepared["blocks"], serde_json::json!([waiter["pid"]]), "PG {major}");
+        assert_eq!(waiter["blocked_by"], serde_json::json!([0]), "PG {major}");
+        assert_eq!(waiter["verdict"], "waiting", "PG {major}");
+        assert_eq!(find(32, true)["verdict"], "leaked", "PG {major}");
+        rt.block_on(async move {
+            let admin = server.admin().await.unwrap();
+            admin
+                .client()
+                .simple_query("rollback prepared 'holders-31'")
+                .await
+                .unwrap();
+            waiting.await.unwrap().close().await;
+            leaker.close().await;
+            admin.close().await;
+        });
+    }
 }

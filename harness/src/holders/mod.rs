@@ -27,7 +27,8 @@ pub use verdict::{Judged, Thresholds, Verdict, judge};
 /// What the server showed at one moment: every advisory lock, held or awaited.
 #[derive(Clone, Debug, Serialize)]
 pub struct Snapshot {
-    /// The server's clock when the query ran (`clock_timestamp()`, ISO 8601).
+    /// The server's clock when the query ran (`clock_timestamp()`), ISO 8601 in
+    /// UTC, e.g. `2026-12-01T12:54:54.421151Z`.
     pub taken_at: String,
     /// `server_version` (e.g. `17.11`).
     pub server_version: String,
@@ -72,8 +73,11 @@ impl Mode {
 /// (`pg_stat_activity`) that holds or awaits it.
 #[derive(Clone, Debug, Serialize)]
 pub struct Lock {
-    /// The key, decoded from `classid`, `objid` and `objsubid` (see [`AdvisoryKey::decode`]).
-    #[serde(serialize_with = "key_text")]
+    /// The key, decoded from `classid`, `objid` and `objsubid` (see
+    /// [`AdvisoryKey::decode`]). In JSON: a number (bigint) or `[a, b]` (two
+    /// integers), and `key_text` as text (`"5000000001"`, `"(7, -3)"`), exact
+    /// for readers whose numbers are doubles.
+    #[serde(flatten, serialize_with = "key_json")]
     pub key: AdvisoryKey,
     /// Shared or exclusive.
     pub mode: Mode,
@@ -101,17 +105,26 @@ pub struct Lock {
     pub query: Option<String>,
     /// Whether this role may see the session's state and query (see [`Snapshot::sees_all_sessions`]).
     pub visible: bool,
-    /// For a waiter: the pids that block it (`pg_blocking_pids`).
+    /// For a waiter: the pids that block it (`pg_blocking_pids`; 0 stands for
+    /// a prepared transaction).
     pub blocked_by: Vec<i32>,
     /// The waiters on this key that this lock's session blocks.
     pub blocks: Vec<i32>,
+    /// For a lock held by a prepared transaction: its `gid` (`pg_prepared_xacts`);
+    /// its owner is [`Lock::user`], its age [`Lock::state_s`].
+    pub prepared: Option<String>,
 }
 
-fn key_text<S: serde::Serializer>(key: &AdvisoryKey, s: S) -> Result<S::Ok, S::Error> {
+fn key_json<S: serde::Serializer>(key: &AdvisoryKey, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    // Flattened into the lock's object: `key` and `key_text`.
+    let mut m = s.serialize_map(Some(2))?;
     match key {
-        AdvisoryKey::Big(k) => s.serialize_i64(*k),
-        AdvisoryKey::Pair(a, b) => (a, b).serialize(s),
+        AdvisoryKey::Big(k) => m.serialize_entry("key", k)?,
+        AdvisoryKey::Pair(a, b) => m.serialize_entry("key", &(a, b))?,
     }
+    m.serialize_entry("key_text", &key.to_string())?;
+    m.end()
 }
 
 /// Seconds as `73 s`, `4 min 2 s`, `3 h 05 min`, for tables and messages.

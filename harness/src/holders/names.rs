@@ -176,8 +176,10 @@ impl KeyNames {
             names.insert(lit.value.key, lit.value.name, None);
         }
         let mut total = 0u64;
+        let mut namespaces: Vec<String> = Vec::new();
         for rule in raw.rules {
             let r = rule.value;
+            namespaces.push(r.namespace.clone());
             if r.namespace.is_empty() {
                 return Err(at(&rule.referenced, "a rule's namespace must not be empty".into()));
             }
@@ -201,8 +203,8 @@ impl KeyNames {
                             format!("the range's from ({from}) is above its to ({to})"),
                         ));
                     }
-                    let n = to.abs_diff(from) + 1;
-                    if total + n > MAX_IDS {
+                    let n = to.abs_diff(from).saturating_add(1);
+                    if n > MAX_IDS - total {
                         return Err(at(
                             &r.ids.referenced,
                             format!("more than {MAX_IDS} ids in the file's rules"),
@@ -256,6 +258,14 @@ impl KeyNames {
         }
         for e in raw.expected {
             let v = e.value;
+            if let Some(rule) = &v.rule
+                && !namespaces.contains(rule)
+            {
+                return Err(at(
+                    &e.referenced,
+                    format!("no rule has namespace '{rule}' (the rules: {})", namespaces.join(", ")),
+                ));
+            }
             if v.key.is_none() && v.rule.is_none() && v.application_name.is_none() {
                 return Err(at(
                     &e.referenced,
@@ -298,7 +308,10 @@ impl KeyNames {
     /// # Errors
     /// The query's error (e.g. `hashtextextended` on a server without it).
     pub async fn resolve(&mut self, client: &Client) -> Result<()> {
-        for rule in std::mem::take(&mut self.server_rules) {
+        // Names are added only once every rule is computed: a failure leaves
+        // the rules to compute on the next call, and no half of them.
+        let mut computed = Vec::new();
+        for rule in &self.server_rules {
             let texts: Vec<&str> = rule.texts.iter().map(|(_, t)| t.as_str()).collect();
             let keys: Vec<i64> = if rule.function == Hash::Hashtext {
                 let row = client
@@ -319,9 +332,13 @@ impl KeyNames {
                     Some(class) => AdvisoryKey::Pair(class, h as i32),
                     None => AdvisoryKey::Big(h),
                 };
-                self.insert(key, format!("{}:{id}", rule.namespace), Some(rule.namespace.clone()));
+                computed.push((key, format!("{}:{id}", rule.namespace), rule.namespace.clone()));
             }
         }
+        for (key, name, namespace) in computed {
+            self.insert(key, name, Some(namespace));
+        }
+        self.server_rules.clear();
         Ok(())
     }
 
@@ -405,6 +422,21 @@ mod tests {
         assert!(e.to_string().starts_with("keys.yaml:2:"), "{e}");
         let e = parse("rules:\n  - { namespace: a, hash: sha256, ids: { from: 5, to: 1 } }\n").unwrap_err();
         assert!(e.to_string().contains("above its to"), "{e}");
+        // A range of every i64: too many ids, not an overflow.
+        let e = parse(&format!(
+            "rules:\n  - {{ namespace: a, hash: sha256, ids: {{ from: {}, to: {} }} }}\n",
+            i64::MIN,
+            i64::MAX
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("more than 1000000 ids"), "{e}");
+        // The allow-list names a rule that does not exist.
+        let e =
+            parse("rules:\n  - { namespace: a, hash: sha256, ids: [1] }\nexpected:\n  - { rule: b }\n").unwrap_err();
+        assert!(
+            e.to_string().starts_with("keys.yaml:4:") && e.to_string().contains("no rule has namespace 'b'"),
+            "{e}"
+        );
         let e = parse("expected:\n  - { reason: nothing }\n").unwrap_err();
         assert!(e.to_string().starts_with("keys.yaml:2:"), "{e}");
     }

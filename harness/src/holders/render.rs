@@ -63,9 +63,8 @@ pub fn table(j: &Judged, width: Option<u16>) -> String {
     }
     for v in Verdict::ALL {
         let of: Vec<&JudgedLock> = j.judged.iter().filter(|l| l.verdict == v).collect();
-        let pids: Vec<String> = of.iter().filter_map(|l| l.lock.pid).map(|p| p.to_string()).collect();
-        let mut pids = pids;
-        pids.dedup();
+        let pids: std::collections::BTreeSet<i32> = of.iter().filter_map(|l| l.lock.pid).collect();
+        let pids: Vec<String> = pids.iter().map(i32::to_string).collect();
         let detail = if pids.is_empty() {
             String::new()
         } else {
@@ -85,6 +84,11 @@ pub fn table(j: &Judged, width: Option<u16>) -> String {
     if !actions.is_empty() {
         let _ = writeln!(out, "\nWhat an operator could do (locklab never ends a backend):");
         for (pid, ls) in actions {
+            let who = if pid == 0 {
+                "a prepared transaction".to_owned()
+            } else {
+                format!("pid {pid}")
+            };
             let first = ls[0];
             let keys: Vec<String> = ls
                 .iter()
@@ -101,7 +105,7 @@ pub fn table(j: &Judged, width: Option<u16>) -> String {
                 .map_or("no application_name".into(), |a| format!("application_name '{a}'"));
             let _ = writeln!(
                 out,
-                "- pid {pid} ({app}, user {}) holds advisory lock(s) {}: {}, {}.\n  {}",
+                "- {who} ({app}, user {}) holds advisory lock(s) {}: {}, {}.\n  {}",
                 first.lock.user.as_deref().unwrap_or("?"),
                 keys.join(", "),
                 first.verdict.as_str(),
@@ -124,7 +128,11 @@ fn row(l: &JudgedLock, names: bool) -> Vec<String> {
         r.push(l.name.clone().unwrap_or_default());
     }
     let state = match (&k.state, k.pid) {
-        (_, None) => "prepared transaction".to_owned(),
+        (_, None) => format!(
+            "prepared '{}' ({})",
+            k.prepared.as_deref().unwrap_or("?"),
+            k.state_s.map(age_text).unwrap_or_default()
+        ),
         (Some(s), _) => format!("{s} ({})", k.state_s.map(age_text).unwrap_or_default()),
         (None, _) if !k.visible => hidden(),
         (None, _) => String::new(),
@@ -134,7 +142,12 @@ fn row(l: &JudgedLock, names: bool) -> Vec<String> {
     } else {
         hidden()
     };
-    let list = |p: &[i32]| p.iter().map(i32::to_string).collect::<Vec<_>>().join(", ");
+    let list = |p: &[i32]| {
+        p.iter()
+            .map(|p| if *p == 0 { "prepared".to_owned() } else { p.to_string() })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     r.extend([
         k.mode.as_str().to_owned(),
         if k.granted {

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use locklab_drivers::ConnectSpec;
 use tokio_postgres::{Client, NoTls};
 
@@ -28,38 +28,60 @@ pub const APPLICATION_NAME: &str = "locklab holders";
 /// holds or awaits advisory locks, its locks as arrays (a session's details
 /// are read, joined and sent once, not once per lock: at 10,000 locks on 200
 /// sessions, 200 rows), or a single row with those columns NULL when there is
-/// none (the first four columns are always there). A backend awaits at most
-/// one lock at a time, so `waitstart` is that lock's. `$1`: a database name
+/// none (the first four columns are always there). The five `array_agg`s of
+/// a group are advanced together, row by row (none has an `order by` of its
+/// own), so their elements line up. A backend awaits at most one lock at a
+/// time, so `waitstart` is that lock's. `$1`: a database name
 /// to keep (NULL: all); `$2`: [`QUERY_CHARS`]. `pg_locks.waitstart` exists
 /// since PostgreSQL 14.
 const SQL: &str = "\
 with now as materialized (select clock_timestamp() as t),
+stats_role as materialized (
+  -- PostgreSQL 14 shows other sessions to members of pg_read_all_stats,
+  -- 15+ to roles with its privileges (pgstatfuncs.c, HAS_PGSTAT_PERMISSIONS).
+  select pg_catalog.pg_has_role('pg_read_all_stats',
+    case when current_setting('server_version_num')::int < 150000 then 'MEMBER' else 'USAGE' end) as sees_all),
 l as (
-  select pid, database, array_agg(classid) as classids, array_agg(objid) as objids,
-    array_agg(objsubid) as objsubids, array_agg(mode = 'ShareLock') as shared,
-    array_agg(granted) as granted, min(waitstart) as waitstart, bool_and(granted) as all_granted
+  select pid, database, case when pid is null then virtualtransaction end as vxid,
+    array_agg(classid order by classid, objid, objsubid, mode) as classids,
+    array_agg(objid order by classid, objid, objsubid, mode) as objids,
+    array_agg(objsubid order by classid, objid, objsubid, mode) as objsubids,
+    array_agg(mode = 'ShareLock' order by classid, objid, objsubid, mode) as shared,
+    array_agg(granted order by classid, objid, objsubid, mode) as granted,
+    min(waitstart) as waitstart, bool_and(granted) as all_granted
   from pg_catalog.pg_locks where locktype = 'advisory'
-  group by pid, database),
+  group by pid, database, case when pid is null then virtualtransaction end),
+lp as (
+  -- A prepared transaction's locks have no pid; its virtualtransaction also
+  -- holds its own transactionid, which names it in pg_prepared_xacts. Looked
+  -- up only for such groups (usually none).
+  select l.*, case when l.pid is null then (
+    select x.transactionid from pg_catalog.pg_locks x
+    where x.locktype = 'transactionid' and x.pid is null and x.virtualtransaction = l.vxid limit 1) end as xid
+  from l),
 sel as (
-  select l.*, d.datname::text as datname, a.application_name, a.usename::text as usename,
-    host(a.client_addr) as client, a.state, a.state_change, a.xact_start, a.query, a.usesysid,
+  select l.*, d.datname::text as datname, a.application_name,
+    coalesce(a.usename::text, px.owner::text) as usename,
+    host(a.client_addr) as client, a.state, coalesce(a.state_change, px.prepared) as state_change,
+    coalesce(a.xact_start, px.prepared) as xact_start, a.query, a.usesysid, px.gid,
     case when not l.all_granted and l.pid is not null then pg_catalog.pg_blocking_pids(l.pid) end as blockers
-  from l
+  from lp l
   left join pg_catalog.pg_database d on d.oid = l.database
   left join pg_catalog.pg_stat_activity a on a.pid = l.pid
+  left join pg_catalog.pg_prepared_xacts px on px.transaction = l.xid
   where $1::text is null or d.datname = $1::text)
-select (select t from now)::text, current_setting('server_version'), current_user::text,
-  pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE'),
+select to_char((select t from now) at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),
+  current_setting('server_version'), current_user::text, r.sees_all,
   s.classids, s.objids, s.objsubids, s.shared, s.granted, s.datname, s.pid,
   s.application_name, s.usename, s.client, s.state,
   extract(epoch from (n.t - s.state_change))::float8,
   extract(epoch from (n.t - s.xact_start))::float8,
   extract(epoch from (n.t - s.waitstart))::float8,
   left(s.query, $2::int4),
-  coalesce(pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE')
-    or pg_catalog.pg_has_role(s.usesysid, 'USAGE'), false),
-  s.blockers
-from now n left join sel s on true";
+  coalesce(r.sees_all or s.pid is null or pg_catalog.pg_has_role(s.usesysid, 'USAGE'), false),
+  s.blockers, s.gid,
+  $1::text is null or exists (select from pg_catalog.pg_database where datname = $1::text)
+from now n cross join stats_role r left join sel s on true";
 
 /// Where and how to take snapshots.
 #[derive(Clone, Debug)]
@@ -68,7 +90,8 @@ pub struct Target {
     pub spec: ConnectSpec,
     /// Only locks in this database (default: every database).
     pub database: Option<String>,
-    /// Bound on connecting and on the query (`statement_timeout`), each.
+    /// Bound on the whole snapshot: connecting and the query together; the
+    /// query's `statement_timeout` too.
     pub timeout: Duration,
 }
 
@@ -96,24 +119,35 @@ pub async fn connect(target: &Target) -> Result<(Client, tokio::task::JoinHandle
     Ok((client, task))
 }
 
-/// Connects, takes one snapshot and disconnects.
+/// Connects, runs `f` on the session and disconnects, all within
+/// [`Target::timeout`]: however the server behaves (a server that stops
+/// answering mid-query included), this returns by then. `what` names the
+/// work in the timeout's message.
 ///
 /// # Errors
-/// As [`connect`]; or the query failed or took longer than [`Target::timeout`]
-/// (its SQLSTATE in the message, e.g. `57014` for the `statement_timeout`).
+/// As [`connect`]; `f`'s error; or "`what` on `user@host:port/db` took longer than N s".
+pub async fn within<T>(target: &Target, what: &str, f: impl AsyncFnOnce(&Client) -> Result<T>) -> Result<T> {
+    let at = target.spec.redacted();
+    let started = Instant::now();
+    let (client, task) = connect(target).await?;
+    let left = target.timeout.saturating_sub(started.elapsed());
+    let result = tokio::time::timeout(left, f(&client)).await;
+    drop(client);
+    // The connection task waits for a reply that may never come: end it.
+    task.abort();
+    let _ = task.await;
+    result.map_err(|_| anyhow!("{what} on {at} took longer than {} s", target.timeout.as_secs_f64()))?
+}
+
+/// Connects, takes one snapshot and disconnects, within [`Target::timeout`].
+///
+/// # Errors
+/// As [`within`]; or the query failed (its SQLSTATE in the message, e.g.
+/// `57014` for the `statement_timeout`); or `--database` names no database.
 pub async fn take(target: &Target) -> Result<Snapshot> {
     let at = target.spec.redacted();
-    let (client, task) = connect(target).await?;
-    let result = tokio::time::timeout(target.timeout + Duration::from_secs(1), query(&client, target)).await;
-    drop(client);
-    let _ = task.await;
-    result
-        .map_err(|_| {
-            anyhow!(
-                "the snapshot on {at} took longer than {} s",
-                target.timeout.as_secs_f64()
-            )
-        })?
+    within(target, "the snapshot", async |client| query(client, target).await)
+        .await
         .with_context(|| format!("snapshot on {at}"))
 }
 
@@ -152,6 +186,12 @@ async fn query(client: &Client, target: &Target) -> Result<Snapshot> {
     let first = rows
         .first()
         .ok_or_else(|| anyhow!("the snapshot query returned no row"))?;
+    if !first.try_get::<_, bool>(22)? {
+        bail!(
+            "there is no database named '{}' on this server (--database)",
+            target.database.as_deref().unwrap_or_default()
+        );
+    }
     let mut snapshot = Snapshot {
         taken_at: first.try_get(0)?,
         server_version: first.try_get(1)?,
@@ -189,6 +229,7 @@ async fn query(client: &Client, target: &Target) -> Result<Snapshot> {
             visible,
             blocked_by: Vec::new(),
             blocks: Vec::new(),
+            prepared: row.try_get(21)?,
         };
         let wait_s = row.try_get::<_, Option<f64>>(17)?.map(|s| s.max(0.0));
         let blockers = row.try_get::<_, Option<Vec<i32>>>(20)?.unwrap_or_default();
@@ -213,7 +254,8 @@ async fn query(client: &Client, target: &Target) -> Result<Snapshot> {
 }
 
 /// Fills [`Lock::blocks`]: a lock's session blocks each waiter on the same
-/// database and key whose `pg_blocking_pids` names it.
+/// database and key whose `pg_blocking_pids` names it (a prepared
+/// transaction, which has no pid, is named 0 there).
 pub fn link_blockers(locks: &mut [Lock]) {
     let mut waiters: HashMap<(Option<String>, AdvisoryKey), Vec<(i32, Vec<i32>)>> = HashMap::new();
     for l in locks.iter().filter(|l| !l.granted) {
@@ -225,7 +267,8 @@ pub fn link_blockers(locks: &mut [Lock]) {
         }
     }
     for l in locks.iter_mut() {
-        let (Some(pid), Some(ws)) = (l.pid, waiters.get(&(l.database.clone(), l.key))) else {
+        let pid = l.pid.unwrap_or(0);
+        let Some(ws) = waiters.get(&(l.database.clone(), l.key)) else {
             continue;
         };
         l.blocks = ws

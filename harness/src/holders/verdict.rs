@@ -37,7 +37,8 @@ pub enum Verdict {
     Leaked,
     /// Held by a session `idle in transaction` (or aborted) for at least
     /// `idle_after`: the transaction, and every lock in it, waits for a client
-    /// that has stopped talking.
+    /// that has stopped talking. Also a prepared transaction that old: it
+    /// waits for a `COMMIT PREPARED` or `ROLLBACK PREPARED`.
     Stuck,
     /// A waiter that has waited at least `wait_after`.
     Waiting,
@@ -176,40 +177,57 @@ pub fn judge(mut snapshot: Snapshot, thresholds: Thresholds, names: &KeyNames) -
 }
 
 fn verdict_of(lock: &Lock, idle_after: f64, wait_after: f64, names: &KeyNames) -> (Verdict, String, Option<String>) {
+    let blocking = if lock.blocks.is_empty() {
+        String::new()
+    } else {
+        format!("; it blocks {}", join(&lock.blocks))
+    };
     let Some(pid) = lock.pid else {
-        return (
-            Verdict::Ok,
-            "held by a prepared transaction (see pg_prepared_xacts)".into(),
-            None,
+        // A prepared transaction outlives every session, and a restart too.
+        let gid = lock.prepared.as_deref().unwrap_or("?");
+        let age = lock.state_s.unwrap_or(0.0);
+        let why = format!(
+            "held by prepared transaction '{gid}', prepared {} ago{blocking}",
+            age_text(age)
         );
+        if age < idle_after {
+            return (Verdict::Ok, why, None);
+        }
+        let gid = gid.replace('\'', "''");
+        let terminate = format!(
+            "commit prepared '{gid}'; -- or: rollback prepared '{gid}'; only one of these releases its locks \
+             (there is no session to end: it outlives connections and restarts); as its owner or a superuser"
+        );
+        return (Verdict::Stuck, why, Some(terminate));
     };
     if !lock.granted {
         let waited = lock.wait_s.or(lock.state_s).unwrap_or(0.0);
         let by = if lock.blocked_by.is_empty() {
             String::new()
         } else {
-            format!(", blocked by pid {}", join(&lock.blocked_by))
+            format!(", blocked by {}", join(&lock.blocked_by))
         };
-        return if waited >= wait_after {
-            (Verdict::Waiting, format!("waiting for {}{by}", age_text(waited)), None)
+        let why = format!("waiting for {}{by}", age_text(waited));
+        let verdict = if waited >= wait_after {
+            Verdict::Waiting
         } else {
-            (Verdict::Ok, format!("waiting for {}{by}", age_text(waited)), None)
+            Verdict::Ok
         };
+        return (verdict, why, None);
     }
     if !lock.visible {
+        let why = "held by a session of another role this role may not see".into();
+        return (Verdict::Unknown, why, None);
+    }
+    let Some(state) = lock.state.as_deref() else {
+        // The session ended between reading pg_locks and pg_stat_activity.
         return (
-            Verdict::Unknown,
-            "held by a session of another role this role may not see".into(),
+            Verdict::Ok,
+            format!("its session (pid {pid}) had ended when pg_stat_activity was read"),
             None,
         );
-    }
-    let state = lock.state.as_deref().unwrap_or("");
-    let age = lock.state_s.unwrap_or(0.0);
-    let blocking = if lock.blocks.is_empty() {
-        String::new()
-    } else {
-        format!("; it blocks pid {}", join(&lock.blocks))
     };
+    let age = lock.state_s.unwrap_or(0.0);
     match state {
         "idle" if age >= idle_after => {
             if let Some(e) = names.expected(&lock.key, lock.application_name.as_deref()) {
@@ -225,9 +243,9 @@ fn verdict_of(lock: &Lock, idle_after: f64, wait_after: f64, names: &KeyNames) -
                 age_text(age)
             );
             let terminate = format!(
-                "select pg_terminate_backend({pid}); -- ends the session and with it every lock it holds; \
-                 a pool replaces the connection. Fix the code path that locked without unlocking \
-                 (its last query is shown)."
+                "select pg_terminate_backend({pid}); -- ends the session and with it every lock it holds \
+                 (any it holds on purpose too); a pool replaces the connection. Fix the code path that locked \
+                 without unlocking (its last query is shown)."
             );
             (Verdict::Leaked, why, Some(terminate))
         }
@@ -237,14 +255,28 @@ fn verdict_of(lock: &Lock, idle_after: f64, wait_after: f64, names: &KeyNames) -
                  idle_in_transaction_session_timeout would end such sessions",
                 age_text(age)
             );
-            let terminate =
-                format!("select pg_terminate_backend({pid}); -- rolls back its transaction, releasing its locks");
+            let terminate = format!(
+                "select pg_terminate_backend({pid}); -- rolls back its transaction and ends the session, \
+                 releasing every lock it holds"
+            );
             (Verdict::Stuck, why, Some(terminate))
         }
         _ => (Verdict::Ok, format!("{state} for {}{blocking}", age_text(age)), None),
     }
 }
 
-fn join(pids: &[i32]) -> String {
-    pids.iter().map(i32::to_string).collect::<Vec<_>>().join(", ")
+/// `pid 12, 13`; a 0 (a prepared transaction, in `pg_blocking_pids`) as `a prepared transaction`.
+pub fn join(pids: &[i32]) -> String {
+    let (prepared, pids): (Vec<i32>, Vec<i32>) = pids.iter().partition(|p| **p == 0);
+    let mut parts = Vec::new();
+    if !pids.is_empty() {
+        parts.push(format!(
+            "pid {}",
+            pids.iter().map(i32::to_string).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if !prepared.is_empty() {
+        parts.push("a prepared transaction".to_owned());
+    }
+    parts.join(" and ")
 }

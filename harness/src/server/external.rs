@@ -5,6 +5,7 @@ use std::str::FromStr;
 
 use anyhow::{Result, anyhow, bail};
 use locklab_drivers::ConnectSpec;
+use tokio_postgres::config::SslMode;
 
 use super::{Backend, Server};
 
@@ -32,7 +33,8 @@ pub(super) fn external(dsn: &str) -> Result<Server> {
 ///
 /// # Errors
 /// A DSN that does not parse (the message leaves out the DSN and any piece
-/// of it), or one naming a Unix socket rather than a TCP host.
+/// of it), one naming a Unix socket rather than a TCP host, or one with
+/// `sslmode=require` (locklab connects without TLS).
 pub fn parse_dsn(dsn: &str) -> Result<ConnectSpec> {
     let cfg = tokio_postgres::Config::from_str(dsn).map_err(|e| {
         // The parser's detail names an option, or a byte position and, after
@@ -51,6 +53,14 @@ pub fn parse_dsn(dsn: &str) -> Result<ConnectSpec> {
             "--dsn/LOCKLAB_DSN is not a valid connection string ({detail}); it is not shown, as it may hold a password"
         )
     })?;
+    // The harness connects without TLS: a DSN that asks for it must not
+    // silently get a plain-text connection.
+    if !matches!(cfg.get_ssl_mode(), SslMode::Disable | SslMode::Prefer) {
+        bail!(
+            "--dsn/LOCKLAB_DSN asks for TLS (sslmode=require), which locklab does not support: \
+             it connects without TLS; use a server or a local tunnel that accepts plain connections"
+        );
+    }
     let host = match cfg.get_hosts().first() {
         Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
         Some(_) => bail!("--dsn/LOCKLAB_DSN: only TCP hosts are supported"),

@@ -73,7 +73,9 @@ pub struct Common {
     /// A waiter waiting this many seconds is reported as waiting.
     #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_seconds, global = true)]
     pub wait_after: f64,
-    /// Seconds allowed to connect, and to the snapshot's query (statement_timeout).
+    /// Seconds a snapshot may take, connecting and the query together (also its
+    /// statement_timeout). Computing a --keys file's hashtext keys, until it
+    /// succeeds once, gets as long again.
     #[arg(long, value_name = "SECONDS", default_value = "3", value_parser = parse_interval, global = true)]
     pub timeout: f64,
 }
@@ -168,17 +170,18 @@ impl Setup {
         })
     }
 
-    /// One judged snapshot, and the time it took (connecting included). The
-    /// keys file's server-side rules are computed on the first success.
+    /// One judged snapshot, and the time it took (connecting included), within
+    /// `--timeout`. The keys file's server-side rules are computed first, until
+    /// that succeeds once (also within `--timeout`).
     async fn snapshot(&mut self) -> (Result<Judged>, Duration) {
         let started = Instant::now();
         let result = async {
             if self.names.needs_server() {
-                let (client, task) = snapshot::connect(&self.target).await?;
-                let resolved = self.names.resolve(&client).await;
-                drop(client);
-                let _ = task.await;
-                resolved.context("computing the --keys file's hashtext keys on the server")?;
+                let names = &mut self.names;
+                let what = "computing the --keys file's hashtext keys";
+                snapshot::within(&self.target, what, async |client| names.resolve(client).await)
+                    .await
+                    .context("computing the --keys file's hashtext keys on the server")?;
             }
             let s = snapshot::take(&self.target).await?;
             Ok(judge(s, self.thresholds, &self.names))
@@ -201,15 +204,18 @@ pub fn holders(args: &HoldersArgs) -> Result<ExitCode> {
         match &args.command {
             Some(HoldersCommand::Serve { listen }) => serve(setup, *listen, &mut interrupts).await,
             None => match args.watch {
-                None => once(&mut setup, args).await,
+                None => once(&mut setup, args, &mut interrupts).await,
                 Some(every) => watch(&mut setup, args, Duration::from_secs_f64(every), &mut interrupts).await,
             },
         }
     })
 }
 
-async fn once(setup: &mut Setup, args: &HoldersArgs) -> Result<ExitCode> {
-    let (result, took) = setup.snapshot().await;
+async fn once(setup: &mut Setup, args: &HoldersArgs, interrupts: &mut Interrupts) -> Result<ExitCode> {
+    let (result, took) = tokio::select! {
+        r = setup.snapshot() => r,
+        signal = interrupts.next() => return Err(signal.into()),
+    };
     if let Some(path) = &args.textfile {
         metrics::write_textfile(path, &metrics::encode(result.as_ref().map_err(|_| ()), took))?;
     }
@@ -271,7 +277,10 @@ async fn watch(
 ) -> Result<ExitCode> {
     let clear = std::io::stdout().is_terminal();
     loop {
-        let (result, took) = setup.snapshot().await;
+        let (result, took) = tokio::select! {
+            r = setup.snapshot() => r,
+            signal = interrupts.next() => return Err(signal.into()),
+        };
         if let Some(path) = &args.textfile {
             let text = metrics::encode(result.as_ref().map_err(|_| ()), took);
             if let Err(e) = metrics::write_textfile(path, &text) {
@@ -324,7 +333,7 @@ async fn serve(setup: Setup, listen: SocketAddr, interrupts: &mut Interrupts) ->
         )
         .with_state(shared);
     eprintln!(
-        "locklab holders: serving http://{local}/metrics for {at} (a snapshot per scrape, at most {} s each)",
+        "locklab holders: serving http://{local}/metrics for {at} (a snapshot per scrape, within {} s)",
         timeout.as_secs_f64()
     );
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
