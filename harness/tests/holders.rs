@@ -60,6 +60,13 @@ impl Db {
         DirectConn::connect(&self.spec(application_name)).await.unwrap()
     }
 
+    /// `holders --database THIS --format json ARGS`, parsed.
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["--database", self.name.as_str(), "--format", "json"];
+        all.extend_from_slice(args);
+        json_of(&holders(&self.dsn(), &all))
+    }
+
     /// A libpq DSN for the server's administration role (its password quoted).
     fn dsn(&self) -> String {
         dsn_of(&self.server.spec("postgres", ""))
@@ -102,21 +109,25 @@ impl Db {
 
 impl Drop for Db {
     fn drop(&mut self) {
-        let name = self.name.clone();
-        let server = self.server;
-        let _ = std::thread::spawn(move || {
-            common::block_on(async {
-                if let Ok(admin) = server.admin().await {
-                    let _ = admin
-                        .client()
-                        .simple_query(&format!("drop database if exists {name} with (force)"))
-                        .await;
-                    admin.close().await;
-                }
-            })
-        })
-        .join();
+        clean_up(
+            self.server,
+            format!("drop database if exists {} with (force)", self.name),
+        );
     }
+}
+
+/// Runs `sql` as the administrator, on a thread of its own (a drop may run
+/// inside a runtime, or while a test panics), ignoring errors.
+fn clean_up(server: &'static Server, sql: String) {
+    let _ = std::thread::spawn(move || {
+        common::block_on(async {
+            if let Ok(admin) = server.admin().await {
+                let _ = admin.client().simple_query(&sql).await;
+                admin.close().await;
+            }
+        })
+    })
+    .join();
 }
 
 fn dsn_of(spec: &ConnectSpec) -> String {
@@ -226,19 +237,7 @@ fn leaks_made_through_pools_get_their_verdicts() {
     });
 
     let now = rt.block_on(db.pg_locks());
-    let j = json_of(&holders(
-        &db.dsn(),
-        &[
-            "--database",
-            &db.name,
-            "--format",
-            "json",
-            "--idle-after",
-            "0",
-            "--wait-after",
-            "0",
-        ],
-    ));
+    let j = db.json(&["--idle-after", "0", "--wait-after", "0"]);
     let got = verdicts(&j);
     // The snapshot shows exactly the locks pg_locks shows, keys decoded the same way.
     let expected_rows: Vec<(String, i64)> = now.iter().map(|l| (l.0.clone(), i64::from(l.2))).collect();
@@ -289,7 +288,7 @@ fn leaks_made_through_pools_get_their_verdicts() {
         .clone();
     assert!(text.contains(&format!("pg_terminate_backend({leaked_pid})")), "{text}");
     // With the default thresholds (60 s, 10 s) these young holders are not leaked.
-    let d = json_of(&holders(&db.dsn(), &["--database", &db.name, "--format", "json"]));
+    let d = db.json(&[]);
     assert_eq!(d["summary"]["leaked"], 0);
     assert_eq!(d["summary"]["stuck"], 0);
     assert_eq!(d["summary"]["waiting"], 0);
@@ -334,19 +333,7 @@ fn names_and_the_allow_list() {
             .unwrap();
         (leader, other)
     });
-    let j = json_of(&holders(
-        &db.dsn(),
-        &[
-            "--database",
-            &db.name,
-            "--format",
-            "json",
-            "--idle-after",
-            "0",
-            "--keys",
-            keys.to_str().unwrap(),
-        ],
-    ));
+    let j = db.json(&["--idle-after", "0", "--keys", keys.to_str().unwrap()]);
     let by_name: BTreeMap<String, String> = j["locks"]
         .as_array()
         .unwrap()
@@ -403,7 +390,7 @@ fn a_clean_database_passes_fail_on() {
         text.contains("locklab_up 1") && text.contains("locklab_advisory_leaked_locks 0"),
         "{text}"
     );
-    let j = json_of(&holders(&db.dsn(), &["--database", &db.name, "--format", "json"]));
+    let j = db.json(&[]);
     assert_eq!(j["locks"], serde_json::json!([]));
     // The textfile form, written atomically where node_exporter would read it.
     let dir = tempfile::tempdir().unwrap();
@@ -530,19 +517,7 @@ fn the_endpoint_serves_what_the_snapshot_shows() {
     let (status, body) = served.get("/metrics");
     assert_eq!(status, 200);
     let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_owned()))).unwrap();
-    let j = json_of(&holders(
-        &db.dsn(),
-        &[
-            "--database",
-            &db.name,
-            "--format",
-            "json",
-            "--idle-after",
-            "0",
-            "--wait-after",
-            "0",
-        ],
-    ));
+    let j = db.json(&["--idle-after", "0", "--wait-after", "0"]);
     let count = |v: &str| j["summary"][v].as_f64().unwrap();
     assert_eq!(value(&scrape, "locklab_up", &[]), Some(1.0));
     assert_eq!(
@@ -741,19 +716,7 @@ struct DropRole {
 
 impl Drop for DropRole {
     fn drop(&mut self) {
-        let (server, role) = (self.server, self.role.clone());
-        let _ = std::thread::spawn(move || {
-            common::block_on(async {
-                if let Ok(admin) = server.admin().await {
-                    let _ = admin
-                        .client()
-                        .simple_query(&format!("drop role if exists {role}"))
-                        .await;
-                    admin.close().await;
-                }
-            })
-        })
-        .join();
+        clean_up(self.server, format!("drop role if exists {}", self.role));
     }
 }
 
