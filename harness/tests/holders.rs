@@ -683,8 +683,12 @@ fn bad_input_gets_one_line_and_exit_2() {
             &format!("host=127.0.0.1 port={port} connect_timeout=2"),
             &["--timeout", "2"],
         ),
-        "127.0.0.1",
+        "does a PostgreSQL server listen there?",
     );
+    // With --format prometheus, the failure is also a metric on stdout (as in --textfile).
+    let o = holders(&format!("host=127.0.0.1 port={free}"), &["--format", "prometheus"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("locklab_up 0"));
     // A broken keys file: its place.
     let dir = tempfile::tempdir().unwrap();
     let keys = dir.path().join("keys.yaml");

@@ -72,6 +72,17 @@ pub fn table(j: &Judged, width: Option<u16>) -> String {
         };
         let _ = writeln!(out, "{:<10}{}{detail}", format!("{}:", v.as_str()), of.len());
     }
+    let expected: Vec<&JudgedLock> = j.judged.iter().filter(|l| l.verdict == Verdict::Expected).collect();
+    if !expected.is_empty() {
+        let _ = writeln!(out, "\nExpected (the --keys allow-list):");
+        for l in expected {
+            let key = l
+                .name
+                .as_ref()
+                .map_or_else(|| l.lock.key.to_string(), |n| format!("{} [{n}]", l.lock.key));
+            let _ = writeln!(out, "- pid {}: {key}, {}", l.lock.pid.unwrap_or_default(), l.why);
+        }
+    }
     // One action per session: ending it releases every lock it holds.
     let mut actions: Vec<(i32, Vec<&JudgedLock>)> = Vec::new();
     for l in j.judged.iter().filter(|l| l.terminate.is_some()) {

@@ -112,7 +112,19 @@ pub async fn connect(target: &Target) -> Result<(Client, tokio::task::JoinHandle
     let (client, connection) = connect
         .await
         .map_err(|_| anyhow!("no answer from {at} within {} s", target.timeout.as_secs_f64()))?
-        .map_err(|e| anyhow!("cannot connect to PostgreSQL at {at}: {}", one_line(&e)))?;
+        .map_err(|e| {
+            // Not the server's words and not a refused connection: something
+            // answered that does not speak PostgreSQL's protocol.
+            let refused = std::error::Error::source(&e)
+                .and_then(|s| s.downcast_ref::<std::io::Error>())
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused);
+            let hint = if e.as_db_error().is_none() && !refused && !e.to_string().starts_with("error connecting") {
+                " (does a PostgreSQL server listen there?)"
+            } else {
+                ""
+            };
+            anyhow!("cannot connect to PostgreSQL at {at}: {}{hint}", one_line(&e))
+        })?;
     let task = tokio::spawn(async move {
         let _ = connection.await;
     });
@@ -146,9 +158,11 @@ pub async fn within<T>(target: &Target, what: &str, f: impl AsyncFnOnce(&Client)
 /// `57014` for the `statement_timeout`); or `--database` names no database.
 pub async fn take(target: &Target) -> Result<Snapshot> {
     let at = target.spec.redacted();
-    within(target, "the snapshot", async |client| query(client, target).await)
-        .await
-        .with_context(|| format!("snapshot on {at}"))
+    // Connecting errors name the server already; the query's get its name.
+    within(target, "the snapshot", async |client| {
+        query(client, target).await.with_context(|| format!("snapshot on {at}"))
+    })
+    .await
 }
 
 /// A driver error in one line: the server's message with its SQLSTATE, or the client's.
@@ -178,7 +192,8 @@ async fn query(client: &Client, target: &Target) -> Result<Snapshot> {
         .query(SQL, &[&target.database, &QUERY_CHARS])
         .await
         .map_err(|e| anyhow!("{}", one_line(&e)))?;
-    let query_ms = started.elapsed().as_secs_f64() * 1000.0;
+    // To the µs: a figure for people, not float noise.
+    let query_ms = (started.elapsed().as_secs_f64() * 1e6).round() / 1000.0;
     client
         .batch_execute("commit")
         .await

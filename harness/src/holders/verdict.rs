@@ -160,8 +160,8 @@ pub fn judge(mut snapshot: Snapshot, thresholds: Thresholds, names: &KeyNames) -
         .count();
     let not_visible = (hidden > 0).then(|| {
         format!(
-            "{hidden} lock(s) belong to sessions of other roles, whose state, state and transaction ages, \
-             client address and query text role '{}' may not see (PostgreSQL shows them only to superusers, \
+            "{hidden} lock(s) belong to sessions of other roles; role '{}' may not see those sessions' \
+             state, how long they have been in it, their transaction's age, client address and query text (PostgreSQL shows them only to superusers, \
              the session's own role and members of pg_read_all_stats): their verdict is 'unknown'. \
              To see them: grant pg_monitor to \"{}\";",
             snapshot.role, snapshot.role

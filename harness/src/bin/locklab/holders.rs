@@ -38,7 +38,7 @@ pub struct HoldersArgs {
     #[arg(long, value_enum)]
     pub format: Option<HoldersFormat>,
     /// Take a snapshot every SECONDS and redraw, like watch(1), until Ctrl-C.
-    #[arg(long, value_name = "SECONDS", value_parser = parse_interval)]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_interval, allow_hyphen_values = true)]
     pub watch: Option<f64>,
     /// Exit 1 when a snapshot finds any of these verdicts (comma-separated:
     /// leaked, stuck, waiting); with --watch, at the first such snapshot.
@@ -68,15 +68,15 @@ pub struct Common {
     pub keys: Option<PathBuf>,
     /// A holder idle (outside a transaction) this many seconds is leaked;
     /// idle in transaction, stuck.
-    #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = parse_seconds, global = true)]
+    #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = parse_seconds, allow_hyphen_values = true, global = true)]
     pub idle_after: f64,
     /// A waiter waiting this many seconds is reported as waiting.
-    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_seconds, global = true)]
+    #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_seconds, allow_hyphen_values = true, global = true)]
     pub wait_after: f64,
     /// Seconds a snapshot may take, connecting and the query together (also its
     /// statement_timeout). Computing a --keys file's hashtext keys, until it
     /// succeeds once, gets as long again.
-    #[arg(long, value_name = "SECONDS", default_value = "3", value_parser = parse_interval, global = true)]
+    #[arg(long, value_name = "SECONDS", default_value = "3", value_parser = parse_interval, allow_hyphen_values = true, global = true)]
     pub timeout: f64,
 }
 
@@ -218,6 +218,10 @@ async fn once(setup: &mut Setup, args: &HoldersArgs, interrupts: &mut Interrupts
     };
     if let Some(path) = &args.textfile {
         metrics::write_textfile(path, &metrics::encode(result.as_ref().map_err(|_| ()), took))?;
+    }
+    // The metrics of a failed snapshot say so (`locklab_up 0`), as --textfile's do.
+    if result.is_err() && args.format == Some(HoldersFormat::Prometheus) {
+        emit(&metrics::encode(Err(()), took))?;
     }
     let judged = result?;
     show(&judged, args, took)?;
