@@ -169,13 +169,7 @@ pub async fn take(target: &Target) -> Result<Snapshot> {
 fn one_line(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-        None => {
-            let mut text = e.to_string();
-            if let Some(src) = std::error::Error::source(e) {
-                text = format!("{text}: {src}");
-            }
-            text.replace('\n', " ")
-        }
+        None => locklab_drivers::with_sources(e).replace('\n', " "),
     }
 }
 
