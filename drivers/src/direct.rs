@@ -52,6 +52,15 @@ pub struct DirectConn {
     ended_by: Arc<Mutex<Option<DriverError>>>,
 }
 
+/// The error for a session not made within [`CONNECT_TIMEOUT`].
+fn no_session(spec: &ConnectSpec) -> DriverError {
+    DriverError::Client(format!(
+        "no session with {} within {} s (connect and start-up)",
+        spec.redacted(),
+        CONNECT_TIMEOUT.as_secs()
+    ))
+}
+
 /// How long [`DirectConn::connect`] waits for a session, TCP connect and
 /// start-up (authentication) together.
 pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -65,16 +74,33 @@ impl DirectConn {
     /// no session within [`CONNECT_TIMEOUT`] (10 s; tokio-postgres's own
     /// `connect_timeout` bounds only the TCP connect, not the start-up exchange).
     pub async fn connect(spec: &ConnectSpec) -> Result<Self, DriverError> {
-        let (client, mut connection) =
+        let (client, connection) =
             tokio::time::timeout(CONNECT_TIMEOUT, spec.tokio_postgres_config().connect(NoTls))
                 .await
-                .map_err(|_| {
-                    DriverError::Client(format!(
-                        "no session with {} within {} s (connect and start-up)",
-                        spec.redacted(),
-                        CONNECT_TIMEOUT.as_secs()
-                    ))
-                })??;
+                .map_err(|_| no_session(spec))??;
+        Ok(DirectConn::drive(client, connection))
+    }
+
+    /// Like [`DirectConn::connect`], over a TCP stream the caller opened (for
+    /// a socket made in another network namespace). Its
+    /// [`Conn::canceller`] cannot reach the server: tokio-postgres has no
+    /// address for a cancel request on such a connection.
+    ///
+    /// # Errors
+    /// As [`DirectConn::connect`], without the TCP connect.
+    pub async fn connect_stream(spec: &ConnectSpec, stream: tokio::net::TcpStream) -> Result<Self, DriverError> {
+        let (client, connection) =
+            tokio::time::timeout(CONNECT_TIMEOUT, spec.tokio_postgres_config().connect_raw(stream, NoTls))
+                .await
+                .map_err(|_| no_session(spec))??;
+        Ok(DirectConn::drive(client, connection))
+    }
+
+    /// Drives `connection` on a task that keeps its notices and its end.
+    fn drive<S>(client: Client, mut connection: tokio_postgres::Connection<S, tokio_postgres::tls::NoTlsStream>) -> Self
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
         let notices = Arc::new(Mutex::new(Vec::new()));
         let sink = notices.clone();
         let ended_by = Arc::new(Mutex::new(None));
@@ -101,12 +127,12 @@ impl DirectConn {
                 }
             }
         });
-        Ok(DirectConn {
+        DirectConn {
             client,
             task,
             notices,
             ended_by,
-        })
+        }
     }
 
     /// The underlying client.

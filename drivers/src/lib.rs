@@ -25,7 +25,7 @@ mod versions;
 use std::fmt;
 use std::time::Duration;
 
-pub use direct::{DirectConn, simple_query_rows};
+pub use direct::{CONNECT_TIMEOUT, DirectConn, simple_query_rows};
 pub use pgbouncer::PoolerMode;
 pub use versions::{crate_version, crate_version_matching};
 

@@ -13,6 +13,7 @@
 pub mod baseline;
 pub mod browser;
 pub mod compare;
+pub mod faults;
 pub mod holders;
 pub mod keys;
 pub mod matrix;

@@ -63,6 +63,9 @@ fn main() {
     // tolerance. Every scenario × driver × backend once.
     for offset in 0..ids.len() {
         for (i, s) in scenarios.iter().enumerate() {
+            if waits_for_faults(s) {
+                continue;
+            }
             let id = ids[(i + offset) % ids.len()];
             for (backend, label) in BACKENDS {
                 let s = Arc::clone(s);
@@ -70,6 +73,20 @@ fn main() {
                     cell(backend, &s, id)
                 }));
             }
+        }
+    }
+    // Fault scenarios mostly wait (for keepalives, a check interval, a
+    // bound of seconds): all drivers of one at once, in one trial; those on
+    // the fault server (the same for both backends) once.
+    for s in scenarios.iter().filter(|s| waits_for_faults(s)) {
+        for (backend, label) in BACKENDS {
+            if s.needs_fault_server() && backend == Backend::Container {
+                continue;
+            }
+            let s = Arc::clone(s);
+            trials.push(Trial::test(format!("{}::all-drivers::{label}", s.name), move || {
+                all_drivers(backend, &s)
+            }));
         }
     }
     for id in &ids {
@@ -203,19 +220,64 @@ fn one_cell(text: &str, scenario: &str, driver: &str) -> Option<Baseline> {
     Some(b)
 }
 
+/// Whether the scenario has a `granted` step: it injects a fault and waits
+/// for its effect (seconds, mostly idle).
+fn waits_for_faults(s: &Scenario) -> bool {
+    s.steps.iter().any(|st| matches!(st.kind, StepKind::Granted { .. }))
+}
+
+/// Every driver's cell of `s` at once on `backend` (the fault server for a
+/// scenario that needs it), each checked as [`cell`] checks one.
+fn all_drivers(backend: Backend, s: &Scenario) -> Result<(), Failed> {
+    let server = server_for(backend);
+    let drivers = locklab_drivers::registry();
+    let results = common::block_on_multi(locklab::matrix::run_all(
+        std::slice::from_ref(server),
+        std::slice::from_ref(s),
+        &drivers,
+        drivers.len(),
+        1,
+        |_, _| {},
+    ));
+    let mut failures = Vec::new();
+    for (driver, r) in drivers.iter().zip(results) {
+        let id = driver.info().id;
+        if let Err(e) = check_cell(backend, server, s, driver.as_ref(), r) {
+            failures.push(format!("{} × {id}: {}", s.name, e.message().unwrap_or("failed")));
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("\n\n").into())
+    }
+}
+
 /// One cell: run once on `backend`, passed, well-formed, equal to the baseline.
 fn cell(backend: Backend, s: &Scenario, id: &str) -> Result<(), Failed> {
     let server = server_for(backend);
-    assert_eq!(server.backend(), backend, "{}", server.describe());
-    assert_eq!(server.major(), 17, "{}", server.version());
     let driver = locklab_drivers::find(id).map_err(|e| e.to_string())?;
     let r = common::block_on_multi(runner::run(server, s, driver.as_ref()));
+    check_cell(backend, server, s, driver.as_ref(), r)
+}
+
+/// A cell's result: passed, well-formed, equal to the baseline.
+fn check_cell(
+    backend: Backend,
+    server: &Server,
+    s: &Scenario,
+    driver: &dyn locklab_drivers::Driver,
+    r: RunResult,
+) -> Result<(), Failed> {
+    assert_eq!(server.backend(), backend, "{}", server.describe());
+    assert_eq!(server.major(), 17, "{}", server.version());
+    let id = driver.info().id;
     if let Some(failure) = &r.failure {
         return Err(failure.as_str().into());
     }
     assert_eq!(r.server, "pg17");
     assert_observations_well_formed(s, &r, driver.info().kind == DriverKind::Pooled);
-    let drivers = vec![driver];
+    let drivers = vec![locklab_drivers::find(id).map_err(|e| e.to_string())?];
     let report = Report::new(
         std::slice::from_ref(server),
         std::slice::from_ref(s),

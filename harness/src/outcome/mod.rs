@@ -182,6 +182,10 @@ pub struct RunResult {
     /// the measured behaviour rather than a failure.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deviation: Option<String>,
+    /// Where the cell ran when not on the column's server: fault cells with a
+    /// `network: namespace` actor run on a local cluster of their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ran_on: Option<String>,
     /// Why the run was not made (e.g. a configuration that cannot carry the
     /// scenario's connection settings); its observations are `n/a`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -287,6 +291,7 @@ impl RunResult {
             backends_left: Vec::new(),
             deviation: None,
             skipped: None,
+            ran_on: None,
             elapsed_ms: 0.0,
             repeats: 1,
             elapsed_stats: None,

@@ -55,6 +55,14 @@ pub enum Value {
     Unsupported(String),
     /// A step of an actor whose bounded checkout gave up (why): `{no_connection}`.
     NoConnection(String),
+    /// A `granted` step: the waiter stopped waiting (the lock was released to
+    /// it, or its own bound ended the wait) within the bound; the time since
+    /// the fault is the observation's `elapsed_ms`: `{released: true}`,
+    /// shown `released`.
+    Released,
+    /// A `granted` step whose waiter still waited at the bound, ms after the
+    /// fault: `{still_held_at_ms}`, shown `still held at N s`.
+    StillHeld(u64),
 }
 
 /// A statement's error as the driver reported it.
@@ -226,6 +234,9 @@ impl fmt::Display for Value {
             Value::Guard(g) => f.write_str(g.text()),
             Value::Unsupported(_) => f.write_str("n/a (no guard API)"),
             Value::NoConnection(why) => write!(f, "no connection ({why})"),
+            Value::Released => f.write_str("released"),
+            Value::StillHeld(ms) if ms % 1000 == 0 => write!(f, "still held at {} s", ms / 1000),
+            Value::StillHeld(ms) => write!(f, "still held at {ms} ms"),
         }
     }
 }
@@ -314,6 +325,16 @@ impl Serialize for Value {
             Value::Guard(g) => one(s, "guard", g.text()),
             Value::Unsupported(why) => one(s, "unsupported", why),
             Value::NoConnection(why) => one(s, "no_connection", why),
+            Value::Released => {
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry("released", &true)?;
+                m.end()
+            }
+            Value::StillHeld(ms) => {
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry("still_held_at_ms", ms)?;
+                m.end()
+            }
         }
     }
 }

@@ -64,6 +64,10 @@ impl Run<'_> {
             ))
         })?;
         match returned {
+            // A closed connection whose pid could not be read (its first
+            // statement failed: a dead connection handed out) has no backend
+            // to wait for.
+            Returned::Closed if pid.is_err() => {}
             Returned::Closed => self.wait_gone(monitor, pid?, Instant::now() + deadline).await?,
             Returned::ToPooler if self.info.pooler == Some(PoolerMode::Session) => {
                 self.wait_reset(monitor, pid?, Instant::now() + deadline).await?;

@@ -17,6 +17,7 @@ mod bounded;
 mod connection;
 mod error;
 mod expect;
+mod fault;
 mod guard;
 mod observe;
 mod phases;
@@ -63,6 +64,30 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
         phases::not_applicable_behind_pgbouncer(scenario, &mut result);
         return result;
     }
+    // A cell with a `network: namespace` actor runs on a server of its own
+    // (faults::server): the shared one cannot be reached from the namespace.
+    let server = if scenario.needs_fault_server() {
+        match crate::faults::server::for_major(server.major()).await {
+            Ok(own) => {
+                result.ran_on = Some(format!(
+                    "a local cluster of its own (PostgreSQL {}), reached from the run's network namespace",
+                    own.version().split_whitespace().nth(1).unwrap_or("?")
+                ));
+                own
+            }
+            Err(e) => {
+                result.failure = Some(format!(
+                    "{}: scenario '{}', driver '{}': {e}",
+                    server.id(),
+                    scenario.name,
+                    info.id
+                ));
+                return result;
+            }
+        }
+    } else {
+        server
+    };
     let db = database_name(&scenario.name, info.id);
     let server_id = server.id();
     let fail = |what: String| {

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use super::{CHECKOUT_TIMEOUT_S, StepError, StepResult, injected_panic_step, ms, panic_text};
 use crate::outcome::{Observation, RunResult, StepReport, Value};
-use crate::scenario::{Pos, Scenario, Settings, Step, StepKind, Via, When, template};
+use crate::scenario::{Network, Pos, Process, Scenario, Settings, Step, StepKind, Via, When, template};
 use crate::server::Server;
 
 /// What a statement (or background task) produced, and how long it took.
@@ -57,6 +57,15 @@ pub(super) struct Run<'a> {
     pub(super) vars: HashMap<String, Option<String>>,
     /// When each awaited background step (index) completed, client side.
     pub(super) finished: HashMap<usize, Instant>,
+    /// Every backend pid each actor has had, the latest last (a pool actor's
+    /// after its return: the backend a `terminate` ends).
+    pub(super) had_pid: HashMap<usize, i32>,
+    /// The child process of each `process: child` actor.
+    pub(super) children: HashMap<usize, crate::faults::child::ChildProcess>,
+    /// The local port of each `network: namespace` actor's connection.
+    pub(super) ns_ports: HashMap<usize, u16>,
+    /// When the last fault step (crash, terminate, partition) struck.
+    pub(super) fault_at: Option<Instant>,
 }
 
 /// How long a failed run waits for what its dropped calls set going in the
@@ -84,6 +93,10 @@ impl<'a> Run<'a> {
             last_user: HashMap::new(),
             vars: HashMap::new(),
             finished: HashMap::new(),
+            had_pid: HashMap::new(),
+            children: HashMap::new(),
+            ns_ports: HashMap::new(),
+            fault_at: None,
         }
     }
 
@@ -151,8 +164,8 @@ impl<'a> Run<'a> {
         for (i, actor) in self.scenario.actors.iter().enumerate() {
             self.slots.push(Slot::Empty);
             if actor.via == Via::Direct {
-                match DirectConn::connect(&self.spec(&format!("locklab-{}", actor.name), &actor.settings)).await {
-                    Ok(c) => self.slots[i] = Slot::Ready(Box::new(c)),
+                match self.connect_direct(i).await {
+                    Ok(c) => self.slots[i] = Slot::Ready(c),
                     Err(e) => {
                         outcome = Err(StepError::Driver(format!(
                             "cannot connect direct actor '{}': {e}{}",
@@ -167,6 +180,35 @@ impl<'a> Run<'a> {
             }
         }
         outcome
+    }
+
+    /// A direct actor's connection: in the harness, in a child process
+    /// (`process: child`), or from the run's network namespace (`network:
+    /// namespace`).
+    async fn connect_direct(&mut self, i: usize) -> Result<Box<dyn Conn>, locklab_drivers::DriverError> {
+        let actor = &self.scenario.actors[i];
+        let spec = self.spec(&format!("locklab-{}", actor.name), &actor.settings);
+        match (actor.process, actor.network) {
+            (Process::Child, _) => {
+                let (conn, process) = crate::faults::child::ChildConn::connect(&spec).await?;
+                self.children.insert(i, process);
+                Ok(Box::new(conn))
+            }
+            (_, Network::Namespace) => {
+                let client_err = locklab_drivers::DriverError::Client;
+                let ns = crate::faults::netns::Namespace::get().map_err(client_err)?;
+                let stream = ns
+                    .connect(spec.port, locklab_drivers::CONNECT_TIMEOUT)
+                    .await
+                    .map_err(client_err)?;
+                let port = stream.local_addr().map(|a| a.port()).map_err(|e| client_err(e.to_string()))?;
+                self.ns_ports.insert(i, port);
+                let mut spec = spec;
+                spec.host = ns.host_addr().to_string();
+                Ok(Box::new(DirectConn::connect_stream(&spec, stream).await?))
+            }
+            _ => Ok(Box::new(DirectConn::connect(&spec).await?)),
+        }
     }
 
     /// Phase 4: the steps in order, each reported; stops at the first failure,
@@ -267,6 +309,8 @@ impl<'a> Run<'a> {
             StepKind::Observe(o) => self.observe(step, o).await,
             StepKind::Blocked { observer, targets } => self.blocked(step, *observer, targets).await,
             StepKind::Guard { actor, key, end } => self.guard(step, *actor, *key, *end).await,
+            StepKind::Fault { actor, fault } => self.fault(step, *actor, *fault, monitor).await,
+            StepKind::Granted { observer, target } => self.granted(step, *observer, *target).await,
         }
     }
 
@@ -310,6 +354,15 @@ impl<'a> Run<'a> {
     /// closed (within 10 s), the monitor closed.
     async fn close(&mut self, pool: Box<dyn locklab_drivers::Pool>, monitor: DirectConn) {
         self.abort_background();
+        // A partition left in place would cut a later connection that gets
+        // the same local port in the namespace.
+        if !self.ns_ports.is_empty()
+            && let Ok(ns) = crate::faults::netns::Namespace::get()
+        {
+            for port in self.ns_ports.values() {
+                let _ = ns.heal(*port);
+            }
+        }
         let _ = tokio::time::timeout(Duration::from_secs(10), pool.close()).await;
         monitor.close().await;
     }
@@ -427,6 +480,7 @@ impl<'a> Run<'a> {
         let Ok(rows) = answer else { return true };
         if let Some(pid) = rows.first_value().flatten().and_then(|v| v.parse().ok()) {
             self.pids.insert(actor, pid);
+            self.had_pid.insert(actor, pid);
             self.last_user.insert(pid, actor);
         }
         true

@@ -19,7 +19,9 @@ pub(crate) mod yaml;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-pub use raw::{Action, Bounds, GuardEndRaw, ObserveKind, OnTimeout, RowsExpect, Scalar, Via, When, json_schema};
+pub use raw::{
+    Action, Bounds, GuardEndRaw, Network, ObserveKind, OnTimeout, Process, RowsExpect, Scalar, Via, When, json_schema,
+};
 pub use step::{
     AwaitStep, ClientBound, ObserveExpect, ObserveStep, SqlExpect, SqlStep, Step, StepKind, Transaction,
     TransactionStep,
@@ -114,6 +116,12 @@ pub struct Scenario {
 }
 
 impl Scenario {
+    /// Whether the scenario runs on a server of its own
+    /// ([`crate::faults::server`]): it has a `network: namespace` actor.
+    pub fn needs_fault_server(&self) -> bool {
+        self.actors.iter().any(|a| a.network == Network::Namespace)
+    }
+
     /// `file:line:column` of `pos` in this scenario's file.
     pub fn at(&self, pos: Pos) -> String {
         format!("{}:{}:{}", self.file.display(), pos.line, pos.column)
@@ -129,6 +137,10 @@ pub struct Actor {
     pub via: Via,
     /// Connection settings of a direct actor; empty for pool actors.
     pub settings: Settings,
+    /// Where a direct actor's connection lives (pool actors: `Harness`).
+    pub process: Process,
+    /// How a direct actor reaches the server (pool actors: `Loopback`).
+    pub network: Network,
 }
 
 /// Settings (`pool.settings`, an actor's `settings`, `server_settings`): name

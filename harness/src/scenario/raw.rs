@@ -110,6 +110,42 @@ pub(crate) struct RawActor {
     #[serde(default)]
     #[schemars(with = "IndexMap<String, Setting>")]
     pub(crate) settings: Option<Spanned<IndexMap<String, Setting>>>,
+    /// Where a direct actor's connection lives: `harness` (default: in the
+    /// harness's process) or `child` (in a child process of its own, which a
+    /// `do: crash` step kills with SIGKILL).
+    #[serde(default)]
+    pub(crate) process: Process,
+    /// How a direct actor reaches the server: `loopback` (default) or
+    /// `namespace` (from a network namespace of the run's own over a veth
+    /// pair, so that `do: partition` can drop its packets). Needs root and
+    /// the local backend's server of its own for fault cells.
+    #[serde(default)]
+    pub(crate) network: Network,
+}
+
+/// Where a direct actor's connection lives (`process:`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Process {
+    /// In the harness's own process.
+    #[default]
+    Harness,
+    /// In a child process of its own (`locklab child-connection`), so that
+    /// `do: crash` can kill it with SIGKILL and the kernel closes its socket
+    /// as for a crashed worker.
+    Child,
+}
+
+/// How a direct actor reaches the server (`network:`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    /// Over loopback.
+    #[default]
+    Loopback,
+    /// From the run's network namespace over its veth pair (`do: partition`
+    /// drops the connection's packets there: no FIN, no RST).
+    Namespace,
 }
 
 /// How an actor gets its connection.
@@ -145,6 +181,20 @@ pub enum Action {
     /// (the future and the pooled connection object go away mid-call; a pool
     /// gets the connection back with the statement still running).
     Abandon,
+    /// Kill the process that holds a `process: child` actor's connection with
+    /// SIGKILL (its kernel closes the socket; no Terminate message is sent).
+    Crash,
+    /// End the actor's backend from the harness with `pg_terminate_backend`
+    /// (a pool actor without a connection: the backend it last had, e.g. an
+    /// idle pooled connection holding a leaked lock); the step ends once the
+    /// backend has exited.
+    Terminate,
+    /// Cut a `network: namespace` actor's connection: its packets are dropped
+    /// in both directions (nftables DROP rules in the namespace), so neither
+    /// kernel sends FIN or RST.
+    Partition,
+    /// Remove a `partition`'s DROP rules.
+    Heal,
 }
 
 impl Action {
@@ -154,7 +204,14 @@ impl Action {
             Action::Begin => Some("begin"),
             Action::Commit => Some("commit"),
             Action::Rollback => Some("rollback"),
-            Action::Checkout | Action::Return | Action::Disconnect | Action::Abandon => None,
+            Action::Checkout
+            | Action::Return
+            | Action::Disconnect
+            | Action::Abandon
+            | Action::Crash
+            | Action::Terminate
+            | Action::Partition
+            | Action::Heal => None,
         }
     }
 }
@@ -234,7 +291,7 @@ impl OneOrMany {
     }
 }
 
-/// One step: exactly one of `sql`, `do`, `observe`, `blocked`, `await`, `order`.
+/// One step: exactly one of `sql`, `do`, `observe`, `blocked`, `granted`, `await`, `order`, `lock_guard`.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawStep {
@@ -264,6 +321,14 @@ pub(crate) struct RawStep {
     #[serde(default)]
     #[schemars(with = "Option<OneOrMany>")]
     pub(crate) blocked: Option<Spanned<OneOrMany>>,
+    /// Wait (on a direct actor) until this actor's background lock call stops
+    /// waiting, seen by the server (no ungranted lock of its backend in
+    /// `pg_locks`), and record the time since the last fault step (`crash`,
+    /// `terminate`, `partition`); at the step's deadline record "still held
+    /// at N s" instead of failing. The `await` says how the call ended.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub(crate) granted: Option<Spanned<String>>,
     /// Wait for the background step with this id to finish; its `expect` and `record` go here.
     #[serde(default, rename = "await")]
     #[schemars(with = "Option<String>")]

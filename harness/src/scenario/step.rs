@@ -81,6 +81,23 @@ pub enum StepKind {
         /// Indices of awaited background steps, in the expected order.
         steps: Vec<usize>,
     },
+    /// A fault the harness injects into the actor's connection (crash,
+    /// terminate, partition, heal); the run remembers when, for [`StepKind::Granted`].
+    Fault {
+        /// Actor index.
+        actor: usize,
+        /// Which fault.
+        fault: Fault,
+    },
+    /// Wait until the target's background lock call stops waiting (seen in
+    /// `pg_locks`), recording the time since the last fault, or "still held
+    /// at N s" at the deadline.
+    Granted {
+        /// The observer (a direct actor) that asks the server.
+        observer: usize,
+        /// The actor whose background step waits for the lock.
+        target: usize,
+    },
     /// Take the session-level advisory lock on a bigint key through the
     /// driver's guard API (sqlx `PgAdvisoryLock`) and end the guard.
     Guard {
@@ -91,6 +108,33 @@ pub enum StepKind {
         /// How the guard ends.
         end: GuardEndRaw,
     },
+}
+
+/// A fault injected into an actor's connection (`do: crash | terminate |
+/// partition | heal`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// SIGKILL to the child process that holds a `process: child` actor's connection.
+    Crash,
+    /// `pg_terminate_backend` on the actor's (or, for a pool actor without a
+    /// connection, its last) backend, waiting until the backend has exited.
+    Terminate,
+    /// Drop the packets of a `network: namespace` actor's connection.
+    Partition,
+    /// Stop dropping them.
+    Heal,
+}
+
+impl Fault {
+    /// The `do:` word.
+    pub fn word(self) -> &'static str {
+        match self {
+            Fault::Crash => "crash",
+            Fault::Terminate => "terminate",
+            Fault::Partition => "partition",
+            Fault::Heal => "heal",
+        }
+    }
 }
 
 /// A foreground `sql` step.
@@ -226,12 +270,13 @@ impl Step {
             StepKind::Transaction(t) => t.actor,
             StepKind::Observe(o) => o.observer,
             StepKind::Await(a) => a.actor,
-            StepKind::Blocked { observer, .. } => *observer,
+            StepKind::Blocked { observer, .. } | StepKind::Granted { observer, .. } => *observer,
             StepKind::Background { actor, .. }
             | StepKind::Checkout { actor, .. }
             | StepKind::Return { actor, .. }
             | StepKind::Disconnect { actor }
             | StepKind::Abandon { actor }
+            | StepKind::Fault { actor, .. }
             | StepKind::Guard { actor, .. } => *actor,
             StepKind::Order { .. } => return None,
         })
@@ -263,6 +308,8 @@ impl Step {
                 let names: Vec<&str> = targets.iter().map(|a| actors[*a].name.as_str()).collect();
                 format!("blocked: {}", names.join(", "))
             }
+            StepKind::Fault { fault, .. } => fault.word().into(),
+            StepKind::Granted { target, .. } => format!("granted: {}", actors[*target].name),
             StepKind::Await(a) => format!("await {}", id_of(&a.target)),
             StepKind::Guard { key, end, .. } => format!("lock_guard {key}, end {end:?}").to_lowercase(),
             StepKind::Order { steps } => {

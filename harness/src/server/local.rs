@@ -256,17 +256,28 @@ struct PortClash(u16);
 impl LocalCluster {
     /// Starts a cluster from the binaries in `bin`; ready within `timeout`.
     /// `settings`: more `name=value` server settings (after the harness's own).
-    pub(super) async fn start(bin: &Path, timeout: Duration, settings: &[String]) -> Result<LocalCluster> {
+    /// `hba_lines`: more `pg_hba.conf` lines, after initdb's.
+    pub(super) async fn start(
+        bin: &Path,
+        timeout: Duration,
+        settings: &[String],
+        hba_lines: &[String],
+    ) -> Result<LocalCluster> {
         let mut attempt = 0;
         loop {
-            match LocalCluster::start_once(bin, timeout, settings).await {
+            match LocalCluster::start_once(bin, timeout, settings, hba_lines).await {
                 Err(e) if e.is::<PortClash>() && attempt < 3 => attempt += 1,
                 other => return other,
             }
         }
     }
 
-    async fn start_once(bin: &Path, timeout: Duration, settings: &[String]) -> Result<LocalCluster> {
+    async fn start_once(
+        bin: &Path,
+        timeout: Duration,
+        settings: &[String],
+        hba_lines: &[String],
+    ) -> Result<LocalCluster> {
         let who = run_as()?;
         // The watchdog starts before the directory exists, so that there is no
         // moment in which the directory exists and nothing would remove it.
@@ -319,6 +330,15 @@ impl LocalCluster {
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             );
+        }
+        if !hba_lines.is_empty() {
+            let hba = data.join("pg_hba.conf");
+            let mut text = std::fs::read_to_string(&hba).with_context(|| format!("cannot read {}", hba.display()))?;
+            for line in hba_lines {
+                text.push_str(line);
+                text.push('\n');
+            }
+            std::fs::write(&hba, text).with_context(|| format!("cannot write {}", hba.display()))?;
         }
         let log_path = dir.join("postgres.log");
         let port = free_port()?;

@@ -145,11 +145,15 @@ impl Server {
         if backend != Backend::External && !SUPPORTED_MAJORS.contains(&major) {
             bail!("PostgreSQL {major} is not supported; choose from 14-18");
         }
+        if backend != Backend::Local && !opts.hba_lines.is_empty() {
+            bail!("pg_hba.conf lines can be added for the local backend only");
+        }
         let mut server = match backend {
             Backend::External => external::external(&opts.external_dsn().unwrap_or_default())?,
             Backend::Local => {
                 let bin = resolve_binaries(&opts)?;
-                let cluster = local::LocalCluster::start(&bin, opts.start_timeout, &opts.settings).await?;
+                let cluster =
+                    local::LocalCluster::start(&bin, opts.start_timeout, &opts.settings, &opts.hba_lines).await?;
                 let mut s = Server::at(
                     backend,
                     "127.0.0.1",

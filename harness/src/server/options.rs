@@ -64,6 +64,10 @@ pub struct ServerOptions {
     /// [`crate::server::SERVER_SETTINGS`], so they win), e.g.
     /// `max_locks_per_transaction=256` for a server that must hold many locks.
     pub settings: Vec<String>,
+    /// More `pg_hba.conf` lines for the local backend, appended after
+    /// `initdb`'s own (e.g. `host all all 10.213.0.0/30 trust` for the run's
+    /// network namespace); the other backends refuse them.
+    pub hba_lines: Vec<String>,
 }
 
 impl Default for ServerOptions {
@@ -76,6 +80,7 @@ impl Default for ServerOptions {
             image: None,
             start_timeout: DEFAULT_START_TIMEOUT,
             settings: Vec::new(),
+            hba_lines: Vec::new(),
         }
     }
 }

@@ -30,6 +30,10 @@ use locklab::server;
 use crate::cli::{Cli, Command};
 
 fn main() -> ExitCode {
+    // A `process: child` actor's connection (not a user command).
+    if std::env::args_os().nth(1).is_some_and(|a| a == locklab::faults::child::COMMAND) {
+        return locklab::faults::child::serve_main();
+    }
     // sqlx warns about connections the harness terminates on purpose and about
     // statements that wait on a lock for over a second: both expected here.
     let filter = tracing_subscriber::EnvFilter::try_from_env("LOCKLAB_LOG")

@@ -70,6 +70,7 @@ fn options(args: &RunArgs, choice: BackendChoice) -> ServerOptions {
         image: args.image.clone(),
         start_timeout: std::time::Duration::from_secs(args.start_timeout),
         settings: Vec::new(),
+        hba_lines: Vec::new(),
     }
 }
 

@@ -4,7 +4,7 @@
 use super::Validator;
 use super::step::{ABANDONED, Kind, Walk};
 use crate::scenario::Pos;
-use crate::scenario::raw::{Action, Via};
+use crate::scenario::raw::{Action, Network, Process, Via};
 
 /// What the validator tracks per actor while walking the steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +30,31 @@ impl Validator<'_> {
                 walk.background.insert(b, Some(ABANDONED));
                 walk.state[actor] = Conn::None;
             }
+            (Kind::Do(Action::Crash), _) if walk.actors[actor].process != Process::Child => {
+                self.err(
+                    pos,
+                    format!("step {n}: 'crash' kills the process that holds the connection; give actor '{an}' 'process: child' (a direct actor)"),
+                );
+            }
+            (Kind::Do(Action::Crash), Conn::Busy(b)) => {
+                // The background step dies with the process: never awaited.
+                walk.background.insert(b, Some(ABANDONED));
+                walk.state[actor] = Conn::None;
+            }
+            (Kind::Do(Action::Crash), Conn::Ready) => walk.state[actor] = Conn::None,
+            (Kind::Do(Action::Partition | Action::Heal), _) if walk.actors[actor].network != Network::Namespace => {
+                self.err(
+                    pos,
+                    format!("step {n}: 'partition' and 'heal' cut and restore a connection in the run's network namespace; give actor '{an}' 'network: namespace' (a direct actor)"),
+                );
+            }
+            // A terminated, partitioned or healed connection stays the actor's:
+            // what its next statement (or its background step) sees is the finding.
+            (Kind::Do(Action::Partition | Action::Heal), Conn::Busy(_) | Conn::Ready) => {}
+            (Kind::Do(Action::Terminate), Conn::Busy(_) | Conn::Ready) => {}
+            // An actor without a connection (a pool actor after its return, a
+            // crashed or disconnected direct actor): the backend it last had.
+            (Kind::Do(Action::Terminate), Conn::None) => {}
             (Kind::Do(Action::Abandon), _) => {
                 self.err(
                     pos,

@@ -14,7 +14,7 @@ use indexmap::IndexMap;
 use serde_saphyr::Spanned;
 
 use super::params::{instance_suffix, is_identifier};
-use super::raw::{RawScenario, Scalar, Setting, Via};
+use super::raw::{Network, Process, RawScenario, Scalar, Setting, Via};
 use super::{
     Actor, DEFAULT_POOL_MAX_SIZE, DEFAULT_STEP_DEADLINE_MS, MAX_STEP_DEADLINE_MS, Pos, Scenario, ScenarioError,
     Settings, template,
@@ -126,11 +126,25 @@ impl Validator<'_> {
                     format!("actor name '{n}' must use only letters, digits, '-' and '_'"),
                 );
             }
+            if a.via == Via::Pool && (a.process != Process::Harness || a.network != Network::Loopback) {
+                self.err(
+                    apos,
+                    format!("actor '{n}': 'process' and 'network' apply to direct actors (a pool actor's connection is the pool's)"),
+                );
+            }
+            if a.process == Process::Child && a.network == Network::Namespace {
+                self.err(
+                    apos,
+                    format!("actor '{n}': 'process: child' and 'network: namespace' cannot be combined"),
+                );
+            }
             let settings = self.settings(a.settings, &format!("actors.{n}.settings"));
             actors.push(Actor {
                 name: n,
                 via: a.via,
                 settings,
+                process: a.process,
+                network: a.network,
             });
         }
         actors

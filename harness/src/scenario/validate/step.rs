@@ -11,7 +11,7 @@ use crate::keys::AdvisoryKey;
 use crate::scenario::params::is_identifier;
 use crate::scenario::raw::{Action, GuardEndRaw, RawStep, Via};
 use crate::scenario::step::{
-    AwaitStep, ClientBound, ObserveStep, SqlStep, Step, StepKind, Transaction, TransactionStep,
+    AwaitStep, ClientBound, Fault, ObserveStep, SqlStep, Step, StepKind, Transaction, TransactionStep,
 };
 use crate::scenario::{Actor, Pos, template};
 
@@ -27,6 +27,7 @@ pub(super) enum Kind {
     Do(Action),
     Observe(Option<AdvisoryKey>),
     Blocked(Vec<usize>),
+    Granted(usize),
     Await(usize),
     Guard(i64, GuardEndRaw),
     Order(Vec<usize>),
@@ -148,6 +149,7 @@ impl Validator<'_> {
             s.action.is_some(),
             s.observe.is_some(),
             s.blocked.is_some(),
+            s.granted.is_some(),
             s.await_step.is_some(),
             s.order.is_some(),
             s.lock_guard.is_some(),
@@ -157,7 +159,7 @@ impl Validator<'_> {
             self.err(
                 pos,
                 format!(
-                    "step {n} must have exactly one of 'sql', 'do', 'observe', 'blocked', 'await', 'order', 'lock_guard' (found {count})"
+                    "step {n} must have exactly one of 'sql', 'do', 'observe', 'blocked', 'granted', 'await', 'order', 'lock_guard' (found {count})"
                 ),
             );
         }
@@ -316,6 +318,24 @@ impl Validator<'_> {
         if let Some(b) = &s.blocked {
             return self.blocked(walk, n, b).map(Kind::Blocked);
         }
+        if let Some(g) = &s.granted {
+            let gpos = Pos::of(&g.referenced);
+            let name = &g.value;
+            return match walk.index_of.get(name.as_str()) {
+                Some(&t) if matches!(walk.state[t], Conn::Busy(_)) => Some(Kind::Granted(t)),
+                Some(_) => {
+                    self.err(
+                        gpos,
+                        format!("step {n}: 'granted: {name}' needs a background step of '{name}' in flight (its lock call)"),
+                    );
+                    None
+                }
+                None => {
+                    self.err(gpos, format!("step {n}: unknown actor '{name}' in 'granted'"));
+                    None
+                }
+            };
+        }
         if let Some(o) = &s.order {
             return Some(Kind::Order(self.order(walk, n, o)));
         }
@@ -435,7 +455,7 @@ impl Validator<'_> {
                 self.err(pos, format!("step {n}: a step with 'client_timeout_ms' needs 'record', so that a timeout shows in the report"));
             }
         }
-        if matches!(kind, Kind::Observe(..) | Kind::Blocked(_)) && via != Via::Direct {
+        if matches!(kind, Kind::Observe(..) | Kind::Blocked(_) | Kind::Granted(_)) && via != Via::Direct {
             self.err(
                 pos,
                 format!("step {n}: observations run on a direct actor (the observer), not on pool actor '{an}'"),
@@ -493,7 +513,12 @@ impl Validator<'_> {
     fn record(&mut self, walk: &mut Walk, n: usize, s: &RawStep, kind: &Kind, timed: bool) {
         let Some(r) = &s.record else { return };
         let at = Pos::of(&r.referenced);
-        if matches!(kind, Kind::Do(Action::Disconnect | Action::Abandon) | Kind::Blocked(_))
+        if matches!(
+            kind,
+            Kind::Do(
+                Action::Disconnect | Action::Abandon | Action::Crash | Action::Terminate | Action::Partition | Action::Heal
+            ) | Kind::Blocked(_)
+        )
             || (matches!(kind, Kind::Do(Action::Checkout | Action::Return)) && !timed)
             || s.background
         {
@@ -502,7 +527,7 @@ impl Validator<'_> {
                 if s.background {
                     format!("step {n}: a background step's outcome is recorded on its 'await' step; move 'record' there")
                 } else {
-                    format!("step {n}: 'record' works on 'sql', 'observe', 'await', 'order', 'lock_guard' and transaction steps, and on 'checkout' and 'return' with 'client_timeout_ms'")
+                    format!("step {n}: 'record' works on 'sql', 'observe', 'granted', 'await', 'order', 'lock_guard' and transaction steps, and on 'checkout' and 'return' with 'client_timeout_ms'")
                 },
             );
         }
@@ -563,6 +588,26 @@ fn typed(
         },
         Kind::Do(Action::Disconnect) => StepKind::Disconnect { actor },
         Kind::Do(Action::Abandon) => StepKind::Abandon { actor },
+        Kind::Do(Action::Crash) => StepKind::Fault {
+            actor,
+            fault: Fault::Crash,
+        },
+        Kind::Do(Action::Terminate) => StepKind::Fault {
+            actor,
+            fault: Fault::Terminate,
+        },
+        Kind::Do(Action::Partition) => StepKind::Fault {
+            actor,
+            fault: Fault::Partition,
+        },
+        Kind::Do(Action::Heal) => StepKind::Fault {
+            actor,
+            fault: Fault::Heal,
+        },
+        Kind::Granted(target) => StepKind::Granted {
+            observer: actor,
+            target,
+        },
         Kind::Observe(key) => StepKind::Observe(ObserveStep {
             observer: actor,
             key,

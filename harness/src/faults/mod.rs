@@ -1,0 +1,12 @@
+//! What the harness needs to inject faults into an actor's connection
+//! (`do: crash`, `do: partition` / `heal`; README, "Faults"):
+//! - [`child`]: a direct actor's connection in a child process of its own
+//!   (`process: child`), which a crash kills with SIGKILL, so that the kernel
+//!   closes its socket exactly as for a crashed worker;
+//! - [`netns`]: a network namespace of the run's own, joined to the host by a
+//!   veth pair, from which `network: namespace` actors connect, so that a
+//!   partition can drop their packets (no FIN, no RST: a cut cable).
+
+pub mod child;
+pub mod netns;
+pub mod server;

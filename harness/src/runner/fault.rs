@@ -1,0 +1,129 @@
+//! Fault steps (`do: crash | terminate | partition | heal`) and the
+//! `granted` step that times how long a lost holder kept its lock.
+
+use std::time::{Duration, Instant};
+
+use locklab_drivers::DirectConn;
+
+use super::state::{Run, Slot};
+use super::{StepError, StepResult};
+use crate::faults::netns::Namespace;
+use crate::observe::{Polled, poll_until};
+use crate::outcome::Value;
+use crate::scenario::Step;
+use crate::scenario::step::Fault;
+
+impl Run<'_> {
+    /// Injects `fault` into `actor`'s connection and notes when, for a later
+    /// `granted` step.
+    pub(super) async fn fault(&mut self, step: &Step, actor: usize, fault: Fault, monitor: &mut DirectConn) -> StepResult {
+        let name = self.scenario.actors[actor].name.clone();
+        match fault {
+            Fault::Crash => {
+                let child = self.children.get(&actor).cloned().ok_or_else(|| {
+                    StepError::Harness(format!("actor '{name}' has no child process to crash"))
+                })?;
+                self.fault_at = Some(Instant::now());
+                child.crash().await.map_err(StepError::Harness)?;
+                // The connection object (idle, or inside the background
+                // step's task) goes with it: its pipes are closed.
+                match std::mem::replace(&mut self.slots[actor], Slot::Empty) {
+                    Slot::Busy { handle, .. } => handle.abort(),
+                    Slot::Ready(c) => drop(c),
+                    Slot::Empty | Slot::Lost(_) => {}
+                }
+                self.pids.remove(&actor);
+                Ok(())
+            }
+            Fault::Terminate => {
+                let pid = self
+                    .pids
+                    .get(&actor)
+                    .or_else(|| self.had_pid.get(&actor))
+                    .copied()
+                    .ok_or_else(|| StepError::Harness(format!("the backend pid of '{name}' is unknown")))?;
+                self.fault_at = Some(Instant::now());
+                // PostgreSQL 14+: with a timeout, pg_terminate_backend waits
+                // until the backend has exited (docs §9.28.2).
+                let sql = format!("select pg_terminate_backend({pid}, {})", step.deadline_ms.saturating_sub(100).max(1));
+                let rows = tokio::time::timeout(Duration::from_millis(step.deadline_ms), monitor.client().simple_query(&sql))
+                    .await
+                    .map_err(|_| StepError::Deadline(format!("backend {pid} of '{name}' had not exited within {} ms", step.deadline_ms)))?
+                    .map_err(|e| StepError::Driver(format!("cannot terminate backend {pid} of '{name}': {}", locklab_drivers::DriverError::from(e))))?;
+                let terminated = rows.iter().any(|m| match m {
+                    tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0) == Some("t"),
+                    _ => false,
+                });
+                // A backend already gone (its client crashed, or the pool
+                // closed the connection) counts: the step ensures it is gone.
+                if !terminated
+                    && !crate::observe::backend_gone(monitor, pid)
+                        .await
+                        .map_err(|e| StepError::Driver(e.to_string()))?
+                {
+                    return Err(StepError::Deadline(format!(
+                        "backend {pid} of '{name}' had not exited {} ms after pg_terminate_backend",
+                        step.deadline_ms
+                    )));
+                }
+                Ok(())
+            }
+            Fault::Partition | Fault::Heal => {
+                let port = *self.ns_ports.get(&actor).ok_or_else(|| {
+                    StepError::Harness(format!("actor '{name}' has no connection in the run's network namespace"))
+                })?;
+                let ns = Namespace::get().map_err(StepError::Harness)?;
+                if fault == Fault::Partition {
+                    // An idle connection: what the server sent is acknowledged
+                    // (see Namespace::wait_acknowledged), unless the actor is
+                    // running a statement.
+                    if matches!(self.slots[actor], Slot::Ready(_)) {
+                        let server_port = self.server.spec(self.db, "").port;
+                        let acked = ns
+                            .wait_acknowledged(port, server_port, Duration::from_secs(1))
+                            .await
+                            .map_err(StepError::Harness)?;
+                        if !acked {
+                            return Err(StepError::Harness(format!(
+                                "the server's last data to '{name}' was not acknowledged within 1 s"
+                            )));
+                        }
+                    }
+                    self.fault_at = Some(Instant::now());
+                    ns.cut(port).map_err(StepError::Harness)
+                } else {
+                    ns.heal(port).map_err(StepError::Harness)
+                }
+            }
+        }
+    }
+
+    /// Waits until `target`'s background lock call no longer waits (seen by
+    /// the server: `pg_blocking_pids` empty, or the call has finished), at
+    /// most the step's deadline after the last fault; records `released` with
+    /// the time since the fault, or `still held at N s`.
+    pub(super) async fn granted(&mut self, step: &Step, observer: usize, target: usize) -> StepResult {
+        let pid = self.pid_of(target)?;
+        let since = self.fault_at.unwrap_or_else(Instant::now);
+        let until = since + Duration::from_millis(step.deadline_ms);
+        let polled = poll_until(until, async || {
+            if let Slot::Busy { handle, .. } = &self.slots[target]
+                && handle.is_finished()
+            {
+                return Ok(Some(()));
+            }
+            let conn = self.conn(observer).map_err(StepError::Harness)?;
+            let blocked = crate::observe::is_blocked(conn.as_mut(), pid)
+                .await
+                .map_err(|e| StepError::Driver(e.to_string()))?;
+            Ok::<_, StepError>((!blocked).then_some(()))
+        })
+        .await?;
+        let took = since.elapsed();
+        match polled {
+            Polled::Done(()) => self.record_note(step, Value::Released, Some(took)),
+            Polled::TimedOut => self.record_note(step, Value::StillHeld(step.deadline_ms), Some(took)),
+        }
+        Ok(())
+    }
+}
