@@ -112,6 +112,13 @@ pub struct BaselineObservation {
     /// baseline does not rewrite every line; `None` without a timing or when
     /// under [`TIMED_FROM_MS`] (a round trip, whose time is noise).
     pub p50_ms: Option<f64>,
+    /// For a cell with `trials`: each value's share of the trials (0–1, two
+    /// decimals), compared within [`crate::outcome::trials::SHARE_TOLERANCE`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shares: Option<std::collections::BTreeMap<String, f64>>,
+    /// For a cell with `trials`: how many trials the shares are of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trials: Option<u64>,
 }
 
 impl BaselineCell {
@@ -136,6 +143,13 @@ impl BaselineCell {
                                 .or(ob.elapsed_ms)
                                 .filter(|ms| *ms >= TIMED_FROM_MS)
                                 .map(two_digits),
+                            trials: ob.distribution.as_ref().map(|d| d.values().sum()),
+                            shares: ob.distribution.as_ref().map(|d| {
+                                let n: u64 = d.values().sum();
+                                d.iter()
+                                    .map(|(v, c)| (v.clone(), (100.0 * *c as f64 / n.max(1) as f64).round() / 100.0))
+                                    .collect()
+                            }),
                         },
                     )
                 })

@@ -34,7 +34,13 @@ pub async fn run_all(
         .collect();
     let mut cells: Vec<Vec<RunResult>> = triples.iter().map(|_| Vec::new()).collect();
     for round in 1..=repeat.max(1) {
-        let mut stream = futures::stream::iter(triples.iter().enumerate())
+        // A cell with `trials` runs once: its trials are its repeats.
+        let mut stream = futures::stream::iter(
+            triples
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, s, _))| round == 1 || s.trials.is_none()),
+        )
             .map(|(i, (v, s, d))| async move { (i, runner::run(v, s, *d).await) })
             .buffer_unordered(jobs.max(1));
         let mut out: Vec<(usize, RunResult)> = Vec::new();
@@ -111,6 +117,7 @@ mod tests {
                 notices: Vec::new(),
                 elapsed_stats: None,
                 waited_stats: None,
+                distribution: None,
             }],
             deviation: deviation.map(str::to_owned),
             elapsed_ms: ms,

@@ -433,6 +433,18 @@ async fn servers_the_harness_starts_listen_on_loopback_only() {
             "{what} listens on {addrs:?} (port {port})"
         );
     }
+    // The fault cells' server of its own: on loopback and on the host side
+    // of the run's own veth pair, and nowhere else.
+    if nix::unistd::Uid::effective().is_root() {
+        let own = locklab::faults::server::for_major(17).await.unwrap();
+        let ns = locklab::faults::netns::Namespace::get().unwrap();
+        let port = own.spec("postgres", "").port;
+        let mut addrs = listeners(port);
+        addrs.sort();
+        let mut want = vec!["127.0.0.1".to_owned(), ns.host_addr().to_string()];
+        want.sort();
+        assert_eq!(addrs, want, "the fault server (port {port}) listens on {addrs:?}");
+    }
 }
 
 /// A checkout that waits for a connection a full pool never frees fails at

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use super::{Baseline, BaselineCell, TIMED_FROM_MS};
 use crate::compare::{self, Timings, Tolerance};
+use crate::outcome::trials::{FULL_TRIALS, SEEN_SHARE, SHARE_TOLERANCE};
 
 /// One cell that differs between a baseline and a fresh run.
 #[derive(Debug, Clone)]
@@ -196,7 +197,25 @@ pub fn compare(
 
 /// The changed values of one cell, one line each.
 fn cell_changes(before: &BaselineCell, after: &BaselineCell, tolerance: Tolerance) -> Vec<String> {
-    let (b, a) = (before.outcome(), after.outcome());
+    let (b, mut a) = (before.outcome(), after.outcome());
+    // Two runs of a race agree on an observation when every value one saw
+    // in at least SEEN_SHARE of its trials the other saw at all (a short
+    // run, under FULL_TRIALS trials as under cargo test: in that direction
+    // only, since rarer values may simply not have come up in it).
+    for (name, value, _) in &mut a.observations {
+        let (Some(bo), Some(ao)) = (before.observations.get(name.as_str()), after.observations.get(name.as_str())) else {
+            continue;
+        };
+        let (Some(bs), Some(a_s)) = (&bo.shares, &ao.shares) else { continue };
+        let short = bo.trials.unwrap_or(0).min(ao.trials.unwrap_or(0)) < FULL_TRIALS;
+        let (small, large) = if ao.trials <= bo.trials { (a_s, bs) } else { (bs, a_s) };
+        let known = |x: &std::collections::BTreeMap<String, f64>, y: &std::collections::BTreeMap<String, f64>| {
+            x.iter().all(|(v, share)| *share < SEEN_SHARE || y.contains_key(v))
+        };
+        if known(small, large) && (short || known(large, small)) {
+            value.clone_from(&bo.value);
+        }
+    }
     let (tb, ta) = (before.p50s(), after.p50s());
     let timings = Timings {
         before: &tb,
@@ -204,10 +223,42 @@ fn cell_changes(before: &BaselineCell, after: &BaselineCell, tolerance: Toleranc
         tolerance,
         untimed_ms: TIMED_FROM_MS,
     };
-    compare::diff(&b, &a, Some(timings))
+    let mut changes: Vec<String> = compare::diff(&b, &a, Some(timings))
         .iter()
         .map(ToString::to_string)
-        .collect()
+        .collect();
+    changes.extend(share_changes(before, after));
+    changes
+}
+
+/// Values of a trial cell's observation whose share of the trials moved by
+/// more than [`SHARE_TOLERANCE`] (values under [`SEEN_SHARE`] in both are
+/// not compared; nor are the shares of a run with fewer than
+/// [`FULL_TRIALS`]): `` `name` share of `55P03`: 51% → 10% (outside ±25 points) ``.
+fn share_changes(before: &BaselineCell, after: &BaselineCell) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, b) in &before.observations {
+        let Some(a) = after.observations.get(name) else { continue };
+        let (Some(bs), Some(a_s)) = (&b.shares, &a.shares) else {
+            continue;
+        };
+        if b.trials.unwrap_or(0).min(a.trials.unwrap_or(0)) < FULL_TRIALS {
+            continue;
+        }
+        let values: std::collections::BTreeSet<&String> = bs.keys().chain(a_s.keys()).collect();
+        for v in values {
+            let (x, y) = (bs.get(v).copied().unwrap_or(0.0), a_s.get(v).copied().unwrap_or(0.0));
+            if x.max(y) >= SEEN_SHARE && (x - y).abs() > SHARE_TOLERANCE {
+                out.push(format!(
+                    "`{name}` share of `{v}`: {:.0}% → {:.0}% (outside ±{:.0} points)",
+                    100.0 * x,
+                    100.0 * y,
+                    100.0 * SHARE_TOLERANCE
+                ));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -226,6 +277,8 @@ mod tests {
                     value: held.into(),
                     sqlstate: None,
                     p50_ms: Some(ms),
+                    shares: None,
+                    trials: None,
                 },
             )]
             .into_iter()
@@ -263,6 +316,41 @@ mod tests {
                 .collect(),
             cells,
         }
+    }
+
+    /// A race cell's observation: `shares` of `trials` trials, displayed as
+    /// the values seen in at least 5 % of them.
+    fn race(shares: &[(&str, f64)], trials: u64) -> BaselineCell {
+        let mut c = cell("race", "a", "", 10.0);
+        let o = c.observations.get_mut("held").unwrap();
+        let map: std::collections::BTreeMap<String, f64> = shares.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect();
+        o.value = map.iter().filter(|(_, s)| **s >= SEEN_SHARE).map(|(k, _)| k.as_str()).collect::<Vec<_>>().join(" | ");
+        o.shares = Some(map);
+        o.trials = Some(trials);
+        c
+    }
+
+    #[test]
+    fn races_compare_by_the_values_seen_and_their_shares() {
+        let full = race(&[("55P03", 0.5), ("true", 0.47), ("timeout-then-grant", 0.03)], 1000);
+        // A short run that saw only one of the common values agrees.
+        assert!(cell_changes(&full, &race(&[("true", 1.0)], 12), Tolerance::default()).is_empty());
+        // One that saw a value the full run never saw does not.
+        let new_value = cell_changes(&full, &race(&[("true", 0.5), ("57014", 0.5)], 12), Tolerance::default());
+        assert_eq!(new_value.len(), 1, "{new_value:?}");
+        assert!(new_value[0].starts_with("`held`: 55P03 | true → 57014 | true"), "{new_value:?}");
+        // A rare value may be missing from another full run, and 5 points of drift are noise.
+        let again = race(&[("55P03", 0.45), ("true", 0.55)], 1000);
+        assert!(cell_changes(&full, &again, Tolerance::default()).is_empty());
+        // A share that moved by more than 25 points is a change.
+        let shifted = race(&[("55P03", 0.1), ("true", 0.9)], 1000);
+        assert_eq!(
+            cell_changes(&full, &shifted, Tolerance::default()),
+            vec![
+                "`held` share of `55P03`: 50% → 10% (outside ±25 points)".to_owned(),
+                "`held` share of `true`: 47% → 90% (outside ±25 points)".to_owned()
+            ]
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+pub mod trials;
 mod value;
 
 pub use value::{Cancel, Checkout, GuardEnded, LockHolder, LockSnapshot, Return, StatementError, Value};
@@ -93,6 +94,12 @@ pub struct Observation {
     /// Spread of `waited_ms` over the cell's repeats, in ms (`await` steps).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waited_stats: Option<Stats>,
+    /// In a cell with `trials`: how often each value (its display) was
+    /// recorded over the trials. `display` is then the values seen in at
+    /// least [`trials::SEEN_SHARE`] of them, which is what comparisons use
+    /// ([`trials`]); `elapsed_stats` is over the trials.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub distribution: Option<std::collections::BTreeMap<String, u64>>,
 }
 
 /// min / p50 / p95 / max of one timing over a cell's repeats, in ms
@@ -182,6 +189,10 @@ pub struct RunResult {
     /// the measured behaviour rather than a failure.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deviation: Option<String>,
+    /// For a cell with `trials`: how many ran, the distribution of their
+    /// outcomes and each invariant's result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trials: Option<trials::TrialsSummary>,
     /// Where the cell ran when not on the column's server: fault cells with a
     /// `network: namespace` actor run on a local cluster of their own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -234,16 +245,30 @@ impl Observation {
             notices,
             elapsed_stats: None,
             waited_stats: None,
+            distribution: None,
         }
     }
 
     /// The timing shown next to the value: `201.2 ms`, or for an `await` step
+    /// What the report's cell shows: the value; for a race cell's
+    /// observation, each value's share of the trials
+    /// (`55P03 51% · true 49% (1000 trials)`).
+    pub fn shown(&self) -> String {
+        match &self.distribution {
+            Some(d) => format!("{} ({} trials)", trials::shares(d), d.values().sum::<u64>()),
+            None => self.display.clone(),
+        }
+    }
+
     /// `201.2 ms, 3.1 at await`; `None` for observations without a timing.
     /// With several repeats: `p50 201.2 ms, 198.0–230.5` (min–max), and for
     /// an `await` step the p50 at the await.
     pub fn timing(&self) -> Option<String> {
         let ms = self.elapsed_ms?;
         if let Some(s) = self.elapsed_stats.filter(|s| s.n > 1) {
+            if self.distribution.is_some() {
+                return Some(format!("p50 {:.1} ms, {:.1}–{:.1} over the trials", s.p50, s.min, s.max));
+            }
             return Some(match self.waited_stats {
                 Some(w) => format!("p50 {:.1} ms, {:.1}–{:.1}; {:.1} at await", s.p50, s.min, s.max, w.p50),
                 None => format!("p50 {:.1} ms, {:.1}–{:.1}", s.p50, s.min, s.max),
@@ -292,6 +317,7 @@ impl RunResult {
             deviation: None,
             skipped: None,
             ran_on: None,
+            trials: None,
             elapsed_ms: 0.0,
             repeats: 1,
             elapsed_stats: None,

@@ -85,9 +85,125 @@ fn draw(rows: &[(String, Stats)]) -> Result<String, String> {
     Ok(svg)
 }
 
+/// Colours of the outcomes of a distribution chart, in legend order.
+const PALETTE: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
+
+/// A stacked bar per column: each outcome's share of the trials (0–100 % on
+/// the x axis, one row per `(label, outcome → count)`, top to bottom; the
+/// outcomes in a legend, the ninth and later ones grey). Returns the `<svg>`.
+///
+/// # Errors
+/// A drawing error from plotters.
+pub fn distribution_chart(rows: &[(String, std::collections::BTreeMap<String, u64>)]) -> Result<String, String> {
+    std::panic::catch_unwind(|| draw_distribution(rows))
+        .unwrap_or_else(|_| Err("the chart library panicked".to_owned()))
+}
+
+fn draw_distribution(rows: &[(String, std::collections::BTreeMap<String, u64>)]) -> Result<String, String> {
+    let mut outcomes: Vec<&String> = Vec::new();
+    for (_, d) in rows {
+        for k in d.keys() {
+            if !outcomes.contains(&k) {
+                outcomes.push(k);
+            }
+        }
+    }
+    let color = |k: &String| {
+        outcomes
+            .iter()
+            .position(|o| *o == k)
+            .and_then(|i| PALETTE.get(i).copied())
+            .unwrap_or(RGBColor(190, 190, 190))
+    };
+    let n = rows.len() as u32;
+    let height = 60 + ROW * n.max(1) + 16 * outcomes.len().min(PALETTE.len()) as u32;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let mut chart = ChartBuilder::on(&root)
+            .margin(6)
+            .x_label_area_size(26)
+            .y_label_area_size(210)
+            .build_cartesian_2d(0.0..100.0, (0..n as i32).into_segmented())
+            .map_err(|e| e.to_string())?;
+        let labels: Vec<&str> = rows.iter().map(|(l, _)| l.as_str()).collect();
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .light_line_style(TRANSPARENT)
+            .x_desc("% of trials")
+            .y_labels(rows.len() + 1)
+            .y_label_formatter(&|v| match v {
+                SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => (n as i32 - 1 - *i)
+                    .try_into()
+                    .ok()
+                    .and_then(|i: usize| labels.get(i))
+                    .map(|s| (*s).to_owned())
+                    .unwrap_or_default(),
+                SegmentValue::Last => String::new(),
+            })
+            .label_style(("sans-serif", 12))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for (i, (_, d)) in rows.iter().enumerate() {
+            let total: u64 = d.values().sum();
+            let row = n as i32 - 1 - i as i32;
+            let mut from = 0.0;
+            for k in &outcomes {
+                let Some(c) = d.get(*k) else { continue };
+                let to = from + 100.0 * *c as f64 / total.max(1) as f64;
+                chart
+                    .draw_series(std::iter::once(Rectangle::new(
+                        [(from, SegmentValue::Exact(row)), (to, SegmentValue::Exact(row + 1))],
+                        color(k).filled(),
+                    )))
+                    .map_err(|e| e.to_string())?;
+                from = to;
+            }
+        }
+        // The legend, under the chart.
+        for (j, k) in outcomes.iter().take(PALETTE.len()).enumerate() {
+            let y = (46 + ROW * n.max(1) + 16 * j as u32) as i32;
+            root.draw(&Rectangle::new([(220, y), (232, y + 12)], color(k).filled()))
+                .map_err(|e| e.to_string())?;
+            root.draw(&Text::new((*k).clone(), (238, y), ("sans-serif", 12)))
+                .map_err(|e| e.to_string())?;
+        }
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(svg)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_distribution_chart_has_every_column_and_outcome() {
+        let rows: Vec<(String, std::collections::BTreeMap<String, u64>)> = (0..3)
+            .map(|i| {
+                (
+                    format!("column-{i}"),
+                    [("55P03".to_owned(), 10 + i), ("true".to_owned(), 5)].into_iter().collect(),
+                )
+            })
+            .collect();
+        let svg = distribution_chart(&rows).unwrap();
+        assert!(svg.starts_with("<svg"), "{svg:.80}");
+        for label in ["column-0", "column-2", "55P03", "true", "% of trials"] {
+            assert!(svg.contains(label), "no {label}");
+        }
+    }
 
     #[test]
     fn one_to_many_rows_draw_an_svg_with_every_label() {

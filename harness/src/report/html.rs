@@ -81,6 +81,7 @@ fn observation_row(row: &ObservationRow<'_>, headers: &[String]) -> Result<(Row,
         row.name.to_owned()
     };
     let mut timed: Vec<(String, Stats)> = Vec::new();
+    let mut distributions = Vec::new();
     let mut cells = Vec::new();
     for (c, cell) in row.cells.iter().enumerate() {
         let (text, sub) = match cell.observation {
@@ -88,7 +89,10 @@ fn observation_row(row: &ObservationRow<'_>, headers: &[String]) -> Result<(Row,
                 if let Some(st) = o.elapsed_stats {
                     timed.push((headers[c].clone(), st));
                 }
-                (o.display.clone(), o.timing().unwrap_or_default())
+                if let Some(d) = &o.distribution {
+                    distributions.push((headers[c].clone(), d.clone()));
+                }
+                (o.shown(), o.timing().unwrap_or_default())
             }
             None => ("—".into(), String::new()),
         };
@@ -99,7 +103,13 @@ fn observation_row(row: &ObservationRow<'_>, headers: &[String]) -> Result<(Row,
             title: cell.evidence.join("\n"),
         });
     }
-    let chart = if timed.iter().any(|(_, s)| s.p50 >= CHART_MIN_MS) {
+    // A race's row: how its outcomes are distributed over the trials.
+    let chart = if !distributions.is_empty() {
+        Some(Chart {
+            title: format!("{label}: share of the trials per outcome"),
+            svg: chart::distribution_chart(&distributions).map_err(|e| anyhow::anyhow!("chart {label}: {e}"))?,
+        })
+    } else if timed.iter().any(|(_, s)| s.p50 >= CHART_MIN_MS) {
         Some(Chart {
             title: format!("{label}: {}", row.step),
             svg: chart::timing_chart(&timed).map_err(|e| anyhow::anyhow!("chart {label}: {e}"))?,
@@ -290,6 +300,7 @@ mod tests {
                     notices: Vec::new(),
                     elapsed_stats: Stats::of(&[200.0, 210.0]),
                     waited_stats: None,
+                    distribution: None,
                 }],
                 elapsed_ms: 300.0,
                 repeats: 2,

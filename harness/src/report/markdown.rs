@@ -65,8 +65,8 @@ fn table<'a>(family: &Family<'a>) -> Table<'a> {
                     .iter()
                     .map(|c| match c.observation {
                         Some(o) => match o.timing() {
-                            Some(t) => format!("{} ({t})", esc(&o.display)),
-                            None => esc(&o.display),
+                            Some(t) => format!("{} ({t})", esc(&o.shown())),
+                            None => esc(&o.shown()),
                         },
                         None => "—".to_owned(),
                     })

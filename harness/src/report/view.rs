@@ -167,6 +167,18 @@ fn run_notes(run: &RunResult, lines: &mut Vec<String>) {
     for note in [&run.failure, &run.deviation, &run.skipped].into_iter().flatten() {
         lines.push(note.clone());
     }
+    if let Some(t) = &run.trials {
+        lines.push(format!("trials: {}", t.n));
+        for i in &t.invariants {
+            lines.push(format!("invariant {}: {}", i.name, i.text()));
+            if let Some(first) = &i.first_violation {
+                lines.push(format!("  first violation: {first}"));
+            }
+        }
+    }
+    if let Some(on) = &run.ran_on {
+        lines.push(format!("ran on {on}"));
+    }
 }
 
 /// Hover text of an observation cell: the step and its SQL, value, SQLSTATE,
@@ -531,6 +543,7 @@ mod tests {
             notices: Vec::new(),
             elapsed_stats: None,
             waited_stats: None,
+            distribution: None,
         });
         r
     }

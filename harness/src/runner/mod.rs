@@ -23,6 +23,7 @@ mod observe;
 mod phases;
 mod sql;
 mod state;
+mod trials;
 mod verify;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +35,7 @@ use locklab_drivers::{Driver, DriverError, PoolerMode};
 pub use error::{StepError, StepResult};
 pub use expect::check_sql;
 pub use phases::{drop_own_databases, leak_guard};
+pub use trials::{effective_trials, set_max_trials};
 
 use crate::outcome::RunResult;
 use crate::scenario::Scenario;
@@ -143,8 +145,32 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
         result.failure.get_or_insert_with(|| fail(e));
     }
     admin.close().await;
+    if let Some(failure) = &mut result.failure
+        && let Some(gone) = server_gone(server).await
+    {
+        failure.push_str(&gone);
+    }
     result.elapsed_ms = ms(began.elapsed());
     result
+}
+
+/// After a failed cell: ` (the server does not answer any more: …)` when a
+/// new connection to it fails within 3 s (it died, was killed or restarted
+/// under the run), so that a cell that failed for that reason says so, and
+/// the cells after it, which fail to connect, read the same.
+async fn server_gone(server: &Server) -> Option<String> {
+    let probe = tokio::time::timeout(Duration::from_secs(3), server.admin()).await;
+    let why = match probe {
+        Ok(Ok(admin)) => {
+            admin.close().await;
+            return None;
+        }
+        Ok(Err(e)) => format!("{e:#}"),
+        Err(_) => "no answer within 3 s".to_owned(),
+    };
+    Some(format!(
+        " [the server does not answer any more: {why}; it died or was stopped under the run, and the cells after this one fail too]"
+    ))
 }
 
 /// `ll_<scenario>_<driver>_<pid>_<n>`: a database name unique in this process

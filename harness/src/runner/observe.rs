@@ -18,6 +18,9 @@ impl Run<'_> {
         if o.settle {
             self.settle(o.observer, Instant::now() + deadline).await?;
         }
+        if !o.idle.is_empty() {
+            self.until_idle(o.observer, &o.idle, Instant::now() + deadline).await?;
+        }
         let conn = self.conn(o.observer)?;
         let rows = tokio::time::timeout(deadline, observe::advisory_locks(conn.as_mut(), o.key))
             .await
@@ -33,6 +36,29 @@ impl Run<'_> {
             self.record_note(step, value, None);
         }
         Ok(())
+    }
+
+    /// Waits until none of `actors`' backends (those whose pid is known) is
+    /// `active` in `pg_stat_activity`.
+    async fn until_idle(&mut self, observer: usize, actors: &[usize], until: Instant) -> Result<(), String> {
+        let pids: Vec<String> = actors.iter().filter_map(|a| self.pids.get(a)).map(ToString::to_string).collect();
+        if pids.is_empty() {
+            return Ok(());
+        }
+        let sql = format!(
+            "select count(*) = 0 from pg_stat_activity where state = 'active' and pid in ({})",
+            pids.join(", ")
+        );
+        let polled = poll_until(until, async || {
+            let conn = self.conn(observer)?;
+            let rows = conn.simple_query(&sql).await.map_err(|e| e.to_string())?;
+            Ok::<_, String>((rows.first_value().flatten() == Some("t")).then_some(()))
+        })
+        .await?;
+        match polled {
+            Polled::Done(()) => Ok(()),
+            Polled::TimedOut => Err(format!("backends {} were still active at the deadline (idle)", pids.join(", "))),
+        }
     }
 
     /// `held`, `holders.pid` and `holders.state` against the snapshot.

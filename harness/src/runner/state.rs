@@ -115,7 +115,10 @@ impl<'a> Run<'a> {
         let (pool, mut monitor) = self.open(driver).await?;
         let mut outcome = self.connect_actors().await;
         if outcome.is_ok() {
-            outcome = self.run_steps(pool.as_ref(), &mut monitor).await;
+            outcome = match &self.scenario.trials {
+                Some(trials) => self.run_trials(trials, pool.as_ref(), &mut monitor).await,
+                None => self.run_steps(pool.as_ref(), &mut monitor).await,
+            };
         }
         let stuck = if outcome.is_err() {
             // What the failed step's dropped calls set going in the driver
@@ -213,7 +216,7 @@ impl<'a> Run<'a> {
 
     /// Phase 4: the steps in order, each reported; stops at the first failure,
     /// which names the step and its place in the file.
-    async fn run_steps(&mut self, pool: &dyn locklab_drivers::Pool, monitor: &mut DirectConn) -> StepResult {
+    pub(super) async fn run_steps(&mut self, pool: &dyn locklab_drivers::Pool, monitor: &mut DirectConn) -> StepResult {
         for step in &self.scenario.steps {
             let began = Instant::now();
             let skipped = match step.when() {

@@ -13,6 +13,7 @@ mod params;
 pub mod raw;
 pub mod step;
 pub mod template;
+pub mod trials;
 mod validate;
 pub(crate) mod yaml;
 
@@ -22,6 +23,7 @@ use std::path::{Path, PathBuf};
 pub use raw::{
     Action, Bounds, GuardEndRaw, Network, ObserveKind, OnTimeout, Process, RowsExpect, Scalar, Via, When, json_schema,
 };
+pub use trials::{Invariant, InvariantCheck, RandomValue, Trials};
 pub use step::{
     AwaitStep, ClientBound, ObserveExpect, ObserveStep, SqlExpect, SqlStep, Step, StepKind, Transaction,
     TransactionStep,
@@ -113,6 +115,9 @@ pub struct Scenario {
     pub actors: Vec<Actor>,
     /// Steps in execution order.
     pub steps: Vec<Step>,
+    /// Run the steps many times within the cell (`trials:`), with what
+    /// varies per trial and what must hold in each.
+    pub trials: Option<Trials>,
 }
 
 impl Scenario {

@@ -54,6 +54,26 @@ pub(crate) struct RawScenario {
     #[serde(default)]
     #[schemars(with = "Option<u32>", range(min = 1, max = 600000))]
     pub(crate) step_deadline_ms: Option<Spanned<i64>>,
+    /// Run the steps this many times within one cell (2–10000): a race measured as a
+    /// distribution of outcomes (each recorded observation's values counted over the trials)
+    /// rather than one outcome. The pool and the direct actors stay open across trials; each
+    /// trial must end as it began (pool actors returned, background steps awaited).
+    #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 2, max = 10000))]
+    pub(crate) trials: Option<Spanned<i64>>,
+    /// With `trials`: values drawn anew for every trial, uniformly from `[min, max]`, usable as
+    /// `${name}` in SQL (in ms, three decimals), e.g. `release_ms: [10, 30]` for a holder that
+    /// releases after `pg_sleep(${release_ms} / 1000.0)`: timing jitter made by the server, not
+    /// sleeps used as synchronisation.
+    #[serde(default)]
+    #[schemars(with = "IndexMap<String, [f64; 2]>")]
+    pub(crate) random: Option<Spanned<IndexMap<String, Vec<f64>>>>,
+    /// With `trials`: properties checked on every trial from its recorded observations; a
+    /// violation is reported as "violated in K of N trials" with the first violating trial's
+    /// evidence, and fails the cell unless the invariant says `finding: true`.
+    #[serde(default)]
+    #[schemars(with = "IndexMap<String, RawInvariant>")]
+    pub(crate) invariants: Option<Spanned<IndexMap<String, Spanned<RawInvariant>>>>,
     /// Named connections. `via: pool` actors share the pool under test; `via: direct` actors
     /// each own a dedicated connection for the whole run (observers, dedicated lock holders).
     #[schemars(with = "IndexMap<String, RawActor>")]
@@ -97,6 +117,27 @@ pub(crate) struct RawPool {
     #[serde(default)]
     #[schemars(with = "IndexMap<String, Setting>")]
     pub(crate) settings: Option<Spanned<IndexMap<String, Setting>>>,
+}
+
+/// An invariant over one trial's recorded observations.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawInvariant {
+    /// The `record` name of an `observe` step of the trial: the snapshot the check reads.
+    pub(crate) observe: String,
+    /// Only trials in which the step recorded under this name failed (an error, any SQLSTATE).
+    #[serde(default)]
+    pub(crate) if_error: Option<String>,
+    /// The snapshot shows no advisory lock held by this actor's backend.
+    #[serde(default)]
+    pub(crate) not_held_by: Option<String>,
+    /// The snapshot shows at most this many holders (backends with a granted lock).
+    #[serde(default)]
+    pub(crate) max_holders: Option<u32>,
+    /// A violation is the finding being measured: reported, but the cell does not fail.
+    #[serde(default)]
+    #[schemars(with = "BoolOrParam")]
+    pub(crate) finding: bool,
 }
 
 /// An actor: a named connection.
@@ -369,6 +410,14 @@ pub(crate) struct RawStep {
     /// statements queued behind a dropped call have run.
     #[serde(default)]
     pub(crate) settle: bool,
+    /// For `observe`: first wait (within the deadline) until these actors'
+    /// backends are no longer `active` in `pg_stat_activity`: a call that has
+    /// just returned an error to its client may still be aborting its
+    /// transaction (PostgreSQL reports the error before it releases the
+    /// transaction's locks), so the snapshot shows what outlived the call.
+    #[serde(default)]
+    #[schemars(with = "Option<OneOrMany>")]
+    pub(crate) idle: Option<Spanned<OneOrMany>>,
     /// Deadline of this step in ms (1–600000).
     #[serde(default)]
     #[schemars(with = "Option<u32>", range(min = 1, max = 600000))]
@@ -398,6 +447,17 @@ pub(crate) enum MsOrParam {
     /// 1–600000 ms.
     Ms(#[schemars(range(min = 1, max = 600000))] u32),
     /// A parameter (`"${ms}"`) that expands to one.
+    Param(#[schemars(regex(pattern = r"^\s*\$\{[A-Za-z_][A-Za-z0-9_]*\}\s*$"))] String),
+}
+
+/// The schema of a flag (an invariant's `finding`), which a parameter may give.
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub(crate) enum BoolOrParam {
+    /// `true` or `false`.
+    Value(bool),
+    /// A parameter (`"${finding}"`) that expands to one.
     Param(#[schemars(regex(pattern = r"^\s*\$\{[A-Za-z_][A-Za-z0-9_]*\}\s*$"))] String),
 }
 

@@ -217,6 +217,8 @@ pub struct ObserveStep {
     pub key: Option<AdvisoryKey>,
     /// First wait for the other backends to settle.
     pub settle: bool,
+    /// First wait until these actors' backends are not `active` (`idle:`).
+    pub idle: Vec<usize>,
     /// What must hold.
     pub expect: Option<ObserveExpect>,
     /// Only for some driver kinds.

@@ -175,6 +175,11 @@ pub struct RunArgs {
     /// max, and a cell whose outcome differs between repeats is unstable (fails).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub repeat: u16,
+    /// At most this many trials per race cell (scenarios with `trials:`, e.g.
+    /// 1000; 1-10000; default: as each scenario says). A race cell runs once
+    /// whatever --repeat says: its trials are its repeats.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub trials: Option<u32>,
 }
 
 impl RunArgs {

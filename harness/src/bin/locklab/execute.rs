@@ -59,7 +59,13 @@ pub fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
         eprintln!("locklab: {}: {}", s.id(), s.describe());
     }
     let repeat = usize::from(args.repeat);
-    let total = (servers.len() * scenarios.len() * drivers.len() * repeat) as u64;
+    locklab::runner::set_max_trials(args.trials);
+    // A race cell (`trials:`) runs once, whatever the repeat.
+    let rounds: usize = scenarios
+        .iter()
+        .map(|s| if s.trials.is_some() { 1 } else { repeat })
+        .sum();
+    let total = (servers.len() * rounds * drivers.len()) as u64;
     let began = Instant::now();
     let mut progress = Progress::new(total, repeat, began);
     let runs = rt.block_on(async {

@@ -5,6 +5,7 @@
 //! expectations ([`expect`]).
 
 mod conn;
+mod trials;
 mod expect;
 mod step;
 
@@ -78,7 +79,10 @@ impl Validator<'_> {
         let setup = self.sql_list(raw.setup, "setup");
         let teardown = self.sql_list(raw.teardown, "teardown");
         self.actor_count(&actors, actors_pos);
-        let steps = self.steps(raw.steps, &actors, step_deadline);
+        let random = self.random(raw.random.as_ref(), raw.trials.is_some());
+        let preset: Vec<String> = random.iter().map(|r| r.name.clone()).collect();
+        let steps = self.steps(raw.steps, &actors, step_deadline, &preset, raw.trials.is_some());
+        let trials = self.trials(raw.trials.as_ref(), random, raw.invariants, &actors, &steps);
         let instance = if self.params.is_empty() {
             name.clone()
         } else {
@@ -102,6 +106,7 @@ impl Validator<'_> {
             pool_max_size,
             actors,
             steps,
+            trials,
         })
     }
 

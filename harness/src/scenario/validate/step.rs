@@ -61,6 +61,8 @@ impl Validator<'_> {
         raw: Spanned<Vec<Spanned<RawStep>>>,
         actors: &[Actor],
         step_deadline: u64,
+        preset: &[String],
+        trials: bool,
     ) -> Vec<Step> {
         if raw.value.is_empty() {
             self.err(Pos::of(&raw.referenced), "a scenario needs at least one step");
@@ -74,7 +76,7 @@ impl Validator<'_> {
                 .collect(),
             ids: HashMap::new(),
             background: HashMap::new(),
-            saved: Vec::new(),
+            saved: preset.to_vec(),
             records: HashMap::new(),
             step_deadline,
         };
@@ -86,6 +88,20 @@ impl Validator<'_> {
             }
         }
         for (i, st) in walk.state.iter().enumerate() {
+            // With `trials`, the next trial starts where this one ends.
+            let at_end = steps.last().map(|s| s.pos).unwrap_or_default();
+            if trials && actors[i].via == Via::Pool && *st == Conn::Ready {
+                self.err(
+                    at_end,
+                    format!("with 'trials', each trial must end as it began: pool actor '{}' still has a connection after the last step (add a 'do: return')", actors[i].name),
+                );
+            }
+            if trials && actors[i].via == Via::Direct && *st == Conn::None {
+                self.err(
+                    at_end,
+                    format!("with 'trials', each trial must end as it began: direct actor '{}' has no connection after the last step", actors[i].name),
+                );
+            }
             if let Conn::Busy(b) = st {
                 let pos = steps.iter().find(|s| s.index == *b).map(|s| s.pos).unwrap_or_default();
                 self.err(
@@ -122,11 +138,12 @@ impl Validator<'_> {
             ms,
             on_timeout: s.on_timeout.unwrap_or_default(),
         });
+        let idle = self.idle_actors(walk, n, s.idle.as_ref());
         let kind = typed(
             kind,
             actor,
             s.background,
-            s.settle,
+            (s.settle, idle),
             s.save.map(|v| v.value),
             s.when,
             bound,
@@ -192,6 +209,9 @@ impl Validator<'_> {
         }
         if s.settle && s.observe.is_none() {
             self.err(pos, format!("step {n}: 'settle' only applies to 'observe' steps"));
+        }
+        if s.idle.is_some() && s.observe.is_none() {
+            self.err(pos, format!("step {n}: 'idle' only applies to 'observe' steps"));
         }
         if s.end.is_some() != s.lock_guard.is_some() {
             self.err(pos, format!("step {n}: 'lock_guard' and 'end' go together"));
@@ -372,6 +392,21 @@ impl Validator<'_> {
         Some(targets)
     }
 
+    /// The actors an observe step's `idle` names (each once, each known).
+    fn idle_actors(&mut self, walk: &Walk, n: usize, idle: Option<&Spanned<crate::scenario::raw::OneOrMany>>) -> Vec<usize> {
+        let Some(idle) = idle else { return Vec::new() };
+        let ipos = Pos::of(&idle.referenced);
+        let mut out = Vec::new();
+        for name in idle.value.clone().into_vec() {
+            match walk.index_of.get(name.as_str()) {
+                Some(&a) if !out.contains(&a) => out.push(a),
+                Some(_) => self.err(ipos, format!("step {n}: 'idle' lists '{name}' twice")),
+                None => self.err(ipos, format!("step {n}: unknown actor '{name}' in 'idle'")),
+            }
+        }
+        out
+    }
+
     /// The steps an `order` step names: awaited background steps, once each.
     fn order(&mut self, walk: &Walk, n: usize, o: &Spanned<Vec<String>>) -> Vec<usize> {
         let opos = Pos::of(&o.referenced);
@@ -549,7 +584,7 @@ fn typed(
     kind: Kind,
     actor: usize,
     background: bool,
-    settle: bool,
+    (settle, idle): (bool, Vec<usize>),
     save: Option<String>,
     when: Option<crate::scenario::When>,
     bound: Option<ClientBound>,
@@ -612,6 +647,7 @@ fn typed(
             observer: actor,
             key,
             settle,
+            idle,
             expect: expect.map(|e| e.observe),
             when,
         }),

@@ -1,0 +1,423 @@
+//! Cells with `trials`: the distribution of outcomes over the trials, the
+//! invariants checked on each, and the comparison rule for what varies by
+//! nature (README, "Races").
+//!
+//! The rule, used when a run is compared with the baseline (`check`, the
+//! matrix test): an observation of a trial cell shows the set of values seen
+//! in at least [`SEEN_SHARE`] of its trials (its `display`, e.g.
+//! `55P03 | true`); two runs agree on it when every value one saw that often
+//! the other saw at all, and, when both ran at least [`FULL_TRIALS`] trials,
+//! each value's share moved by at most [`SHARE_TOLERANCE`]. A shorter run (as
+//! under `cargo test`) agrees when every value it saw that often is one the
+//! other run saw at all; its shares are not compared. An invariant compares
+//! by its verdict (`holds`, `violated`), exactly; one declared the finding
+//! reads `measured (the finding)` and compares by its share of violating
+//! trials. A race cell runs once however many repeats (`--repeat`, `soak`):
+//! its trials are its repeats.
+//! Rarer values are reported, never compared: a value seen once in 1,000
+//! trials may well be missing from the next 1,000.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{Observation, Stats, Value};
+use crate::scenario::{Invariant, InvariantCheck};
+
+/// The smallest share of the trials (5 %) in which a value must be seen to
+/// be part of an observation's compared `display`.
+pub const SEEN_SHARE: f64 = 0.05;
+
+/// Runs of fewer trials than this (as under `cargo test`) are short: their
+/// shares are not compared, and their often-seen values need only be values
+/// the other run saw at all.
+pub const FULL_TRIALS: u64 = 100;
+
+/// How far a value's share of the trials may move against the baseline
+/// (0.25: 25 percentage points) before `check` reports it: races measure
+/// timing, and a debug build on a loaded machine shifts them.
+pub const SHARE_TOLERANCE: f64 = 0.25;
+
+/// What the trials of one cell came to.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct TrialsSummary {
+    /// How many trials ran.
+    pub n: u64,
+    /// Each trial's outcome (its recorded values, `name=value` joined by
+    /// ` · `) → in how many trials it occurred.
+    pub outcomes: BTreeMap<String, u64>,
+    /// Each invariant's result, in file order.
+    pub invariants: Vec<InvariantResult>,
+}
+
+/// One invariant over the trials.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct InvariantResult {
+    /// Its name.
+    pub name: String,
+    /// In how many trials it was checked (its `if_error` condition held and
+    /// its snapshot was recorded).
+    pub checked: u64,
+    /// In how many of them it was violated.
+    pub violated: u64,
+    /// For `not_held_by`: in how many trials the actor's backend still held
+    /// the lock for a moment while `active`: PostgreSQL sends a statement's
+    /// error before it aborts the transaction and releases its locks
+    /// (`PostgresMain`: `EmitErrorReport`, then `AbortCurrentTransaction`),
+    /// so a snapshot taken at once may catch the lock on its way out. Not a
+    /// violation (the lock does not outlive the call); counted apart.
+    pub transient: u64,
+    /// Whether a violation is the finding (the cell does not fail).
+    pub finding: bool,
+    /// The first violating trial: its number, its recorded values and the
+    /// snapshot's `pg_locks` rows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_violation: Option<String>,
+}
+
+impl InvariantResult {
+    /// The verdict: `holds`, `violated` or `violated (the finding)` (what
+    /// the report row compares is [`Collector::finish`]'s: a finding's row
+    /// reads `measured (the finding)` however it came out).
+    pub fn verdict(&self) -> &'static str {
+        match (self.violated, self.finding) {
+            (0, _) => "holds",
+            (_, false) => "violated",
+            (_, true) => "violated (the finding)",
+        }
+    }
+
+    /// `violated in K of N trials`, or `holds in all N trials checked`
+    /// (with the transient holds, if any).
+    pub fn text(&self) -> String {
+        let mut t = if self.violated == 0 {
+            format!("holds in all {} trials checked", self.checked)
+        } else {
+            format!("violated in {} of {} trials", self.violated, self.checked)
+        };
+        if self.transient > 0 {
+            t.push_str(&format!(
+                " ({} with the lock still held for a moment by the caller's backend, active while it aborted)",
+                self.transient
+            ));
+        }
+        t
+    }
+}
+
+/// How an invariant came out on one trial.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Checked {
+    /// Its condition did not hold, or its snapshot was not recorded.
+    NotApplicable,
+    /// It holds.
+    Holds,
+    /// It holds, but the actor's backend, still `active`, held the lock for
+    /// a moment ([`InvariantResult::transient`]).
+    Transient,
+}
+
+/// Checks `inv` on one trial's recorded observations.
+///
+/// # Errors
+/// The violation: which holder broke it.
+pub fn check(inv: &Invariant, observations: &[Observation]) -> Result<Checked, String> {
+    let find = |name: &str| observations.iter().find(|o| o.name == name);
+    if let Some(cond) = &inv.if_error
+        && !matches!(find(cond).map(|o| &o.value), Some(Value::Error(_)))
+    {
+        return Ok(Checked::NotApplicable);
+    }
+    let Some(Value::Locks(snapshot)) = find(&inv.observe).map(|o| &o.value) else {
+        return Ok(Checked::NotApplicable);
+    };
+    match &inv.check {
+        InvariantCheck::NotHeldBy(actor) => {
+            let mine: Vec<_> = snapshot.holders.iter().filter(|h| h.actor.as_deref() == Some(actor)).collect();
+            match mine.iter().find(|h| h.state.as_deref() != Some("active")) {
+                Some(h) => Err(format!(
+                    "'{actor}' holds {} ({}, backend {}, {})",
+                    h.key,
+                    h.mode,
+                    h.pid,
+                    h.state.as_deref().unwrap_or("?")
+                )),
+                None if mine.is_empty() => Ok(Checked::Holds),
+                None => Ok(Checked::Transient),
+            }
+        }
+        InvariantCheck::MaxHolders(max) => {
+            let mut pids: Vec<i32> = snapshot.holders.iter().map(|h| h.pid).collect();
+            pids.sort_unstable();
+            pids.dedup();
+            if pids.len() as u64 > u64::from(*max) {
+                Err(format!("{} holders (at most {max}): {snapshot}", pids.len()))
+            } else {
+                Ok(Checked::Holds)
+            }
+        }
+    }
+}
+
+/// The compared `display` of a distribution: the values seen in at least
+/// [`SEEN_SHARE`] of the trials, in alphabetical order, ` | `-separated.
+pub fn seen(distribution: &BTreeMap<String, u64>) -> String {
+    let n: u64 = distribution.values().sum();
+    let seen: Vec<&str> = distribution
+        .iter()
+        .filter(|(_, c)| n > 0 && (**c as f64) >= SEEN_SHARE * n as f64)
+        .map(|(v, _)| v.as_str())
+        .collect();
+    if seen.is_empty() {
+        "(none)".to_owned()
+    } else {
+        seen.join(" | ")
+    }
+}
+
+/// `55P03 51% · true 49%` (by count, then value), for the report.
+pub fn shares(distribution: &BTreeMap<String, u64>) -> String {
+    let n: u64 = distribution.values().sum();
+    let mut v: Vec<(&String, &u64)> = distribution.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    v.iter()
+        .map(|(value, c)| {
+            let pct = 100.0 * **c as f64 / n.max(1) as f64;
+            if pct > 0.0 && pct < 1.0 {
+                format!("{value} <1%")
+            } else {
+                format!("{value} {pct:.0}%")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
+/// The name of an invariant's report row.
+pub fn row_name(invariant: &str) -> String {
+    format!("invariant {invariant}")
+}
+
+/// Collects the trials of one cell as they run.
+#[derive(Default)]
+pub struct Collector {
+    summary: TrialsSummary,
+    /// Per recorded name, in first-seen order: the first trial's observation,
+    /// the counts of its values, its timings (ms).
+    rows: Vec<(Observation, BTreeMap<String, u64>, Vec<f64>)>,
+}
+
+impl Collector {
+    /// A collector for these invariants.
+    pub fn new(invariants: &[Invariant]) -> Collector {
+        Collector {
+            summary: TrialsSummary {
+                invariants: invariants
+                    .iter()
+                    .map(|i| InvariantResult {
+                        name: i.name.clone(),
+                        checked: 0,
+                        violated: 0,
+                        transient: 0,
+                        finding: i.finding,
+                        first_violation: None,
+                    })
+                    .collect(),
+                ..TrialsSummary::default()
+            },
+            rows: Vec::new(),
+        }
+    }
+
+    /// Adds trial number `trial` (1-based) with its recorded observations.
+    pub fn add(&mut self, trial: u64, observations: &[Observation], invariants: &[Invariant]) {
+        self.summary.n += 1;
+        let outcome: Vec<String> = observations.iter().map(|o| format!("{}={}", o.name, o.display)).collect();
+        *self.summary.outcomes.entry(outcome.join(" · ")).or_default() += 1;
+        for o in observations {
+            match self.rows.iter_mut().find(|(first, _, _)| first.name == o.name) {
+                Some((_, counts, times)) => {
+                    *counts.entry(o.display.clone()).or_default() += 1;
+                    times.extend(o.elapsed_ms);
+                }
+                None => self.rows.push((
+                    o.clone(),
+                    BTreeMap::from([(o.display.clone(), 1)]),
+                    o.elapsed_ms.into_iter().collect(),
+                )),
+            }
+        }
+        for (inv, result) in invariants.iter().zip(self.summary.invariants.iter_mut()) {
+            match check(inv, observations) {
+                Ok(Checked::NotApplicable) => {}
+                Ok(Checked::Holds) => result.checked += 1,
+                Ok(Checked::Transient) => {
+                    result.checked += 1;
+                    result.transient += 1;
+                }
+                Err(why) => {
+                    result.checked += 1;
+                    result.violated += 1;
+                    if result.first_violation.is_none() {
+                        let values: Vec<String> =
+                            observations.iter().map(|o| format!("{} = {}", o.name, o.display)).collect();
+                        result.first_violation = Some(format!("trial {trial}: {why}; {}", values.join("; ")));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The cell's observations (one per recorded name, then one per
+    /// invariant) and the summary.
+    pub fn finish(self) -> (Vec<Observation>, TrialsSummary) {
+        let mut out = Vec::new();
+        let last_step = self.rows.iter().map(|(o, _, _)| o.step).max().unwrap_or(0);
+        for (mut o, counts, times) in self.rows {
+            o.display = seen(&counts);
+            o.elapsed_stats = Stats::of(&times);
+            o.elapsed_ms = o.elapsed_stats.map(|s| s.p50);
+            o.distribution = Some(counts);
+            out.push(o);
+        }
+        for r in &self.summary.invariants {
+            // A finding's verdict depends on how many trials ran (a violation
+            // in 5% of them may not show in 20): it compares by its share.
+            let shown = if r.finding { "measured (the finding)" } else { r.verdict() };
+            let mut o = Observation::new(&row_name(&r.name), last_step, Value::Text(shown.to_owned()), Vec::new(), None, None);
+            o.display = shown.to_owned();
+            let holds = r.checked - r.violated;
+            o.distribution = Some(
+                [("holds", holds), ("violated", r.violated)]
+                    .into_iter()
+                    .filter(|(_, c)| *c > 0)
+                    .map(|(k, c)| (k.to_owned(), c))
+                    .collect(),
+            );
+            out.push(o);
+        }
+        (out, self.summary)
+    }
+}
+
+impl TrialsSummary {
+    /// Adds another run's trials of the same cell (a repeat, a shard).
+    pub fn merge(&mut self, other: &TrialsSummary) {
+        self.n += other.n;
+        for (k, c) in &other.outcomes {
+            *self.outcomes.entry(k.clone()).or_default() += c;
+        }
+        for (mine, theirs) in self.invariants.iter_mut().zip(&other.invariants) {
+            mine.checked += theirs.checked;
+            mine.violated += theirs.violated;
+            mine.transient += theirs.transient;
+            if mine.first_violation.is_none() {
+                mine.first_violation.clone_from(&theirs.first_violation);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::AdvisoryKey;
+    use crate::outcome::{LockHolder, LockSnapshot, StatementError};
+    use crate::scenario::Pos;
+
+    fn holder(actor: &str, pid: i32, state: &str) -> LockHolder {
+        LockHolder {
+            actor: Some(actor.to_owned()),
+            pid,
+            state: Some(state.to_owned()),
+            key: AdvisoryKey::Big(41),
+            mode: "ExclusiveLock".into(),
+        }
+    }
+
+    fn trial(call: Value, holders: Vec<LockHolder>) -> Vec<Observation> {
+        let snapshot = LockSnapshot {
+            held: !holders.is_empty(),
+            holders,
+            waiters: Vec::new(),
+        };
+        vec![
+            Observation::new("lock_call", 4, call, Vec::new(), Some(10.0), None),
+            Observation::new("after", 5, Value::Locks(snapshot), Vec::new(), None, None),
+        ]
+    }
+
+    fn error() -> Value {
+        Value::Error(StatementError {
+            message: "canceling statement due to lock timeout".into(),
+            sqlstate: Some("55P03".into()),
+            from_server: true,
+        })
+    }
+
+    fn not_held_by_waiter() -> Invariant {
+        Invariant {
+            name: "error-leaves-no-lock".into(),
+            pos: Pos::default(),
+            observe: "after".into(),
+            if_error: Some("lock_call".into()),
+            check: InvariantCheck::NotHeldBy("waiter".into()),
+            finding: false,
+        }
+    }
+
+    #[test]
+    fn an_error_with_no_lock_left_holds_and_one_with_the_lock_kept_is_violated() {
+        let inv = not_held_by_waiter();
+        assert_eq!(check(&inv, &trial(error(), vec![holder("holder", 1, "active")])), Ok(Checked::Holds));
+        let broken = check(&inv, &trial(error(), vec![holder("waiter", 2, "idle")]));
+        assert_eq!(broken, Err("'waiter' holds 41 (ExclusiveLock, backend 2, idle)".into()));
+        // Still aborting: the lock is on its way out, counted apart.
+        assert_eq!(check(&inv, &trial(error(), vec![holder("waiter", 2, "active")])), Ok(Checked::Transient));
+        // The call succeeded: the condition does not hold, nothing checked.
+        assert_eq!(
+            check(&inv, &trial(Value::Bool(true), vec![holder("waiter", 2, "idle")])),
+            Ok(Checked::NotApplicable)
+        );
+    }
+
+    #[test]
+    fn two_holders_break_max_holders_one() {
+        let inv = Invariant {
+            check: InvariantCheck::MaxHolders(1),
+            if_error: None,
+            ..not_held_by_waiter()
+        };
+        assert_eq!(check(&inv, &trial(Value::Bool(true), vec![holder("waiter", 2, "idle")])), Ok(Checked::Holds));
+        let two = trial(Value::Bool(true), vec![holder("waiter", 2, "idle"), holder("holder", 1, "idle")]);
+        assert!(check(&inv, &two).unwrap_err().starts_with("2 holders (at most 1)"));
+    }
+
+    #[test]
+    fn the_collector_counts_values_and_names_the_first_violation() {
+        let inv = vec![not_held_by_waiter()];
+        let mut c = Collector::new(&inv);
+        for t in 1..=19 {
+            c.add(t, &trial(Value::Bool(true), vec![holder("waiter", 2, "idle")]), &inv);
+        }
+        c.add(20, &trial(error(), vec![holder("waiter", 2, "idle")]), &inv);
+        let (rows, summary) = c.finish();
+        assert_eq!(summary.n, 20);
+        assert_eq!(rows[0].distribution.as_ref().unwrap().get("true"), Some(&19));
+        // 55P03 is 5% of the trials: seen.
+        assert_eq!(rows[0].display, "55P03 | true");
+        assert_eq!(rows[2].name, "invariant error-leaves-no-lock");
+        assert_eq!(rows[2].display, "violated");
+        let r = &summary.invariants[0];
+        assert_eq!((r.checked, r.violated), (1, 1));
+        assert!(r.first_violation.as_deref().unwrap().starts_with("trial 20: 'waiter' holds 41"));
+        assert_eq!(shares(rows[0].distribution.as_ref().unwrap()), "true 95% · 55P03 5%");
+    }
+
+    #[test]
+    fn rare_values_are_shown_but_not_part_of_what_compares() {
+        let d = BTreeMap::from([("true".to_owned(), 999), ("55P03".to_owned(), 1)]);
+        assert_eq!(seen(&d), "true");
+        assert_eq!(shares(&d), "true 100% · 55P03 <1%");
+    }
+}

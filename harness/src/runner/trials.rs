@@ -1,0 +1,88 @@
+//! A scenario with `trials`: its steps run many times within the cell,
+//! collected into distributions and checked against its invariants
+//! ([`crate::outcome::trials`]).
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use locklab_drivers::DirectConn;
+
+use super::state::Run;
+use super::{StepError, StepResult};
+use crate::outcome::trials::{Collector, row_name};
+use crate::scenario::Trials;
+
+/// At most this many trials per cell (0: as the scenario says).
+static MAX_TRIALS: AtomicU32 = AtomicU32::new(0);
+
+/// Caps the trials of every cell that has `trials` at `max` (`None`: as
+/// each scenario says): `cargo test` runs a short version of the races that
+/// still exercises the machinery and the verdicts (`--trials` on the command
+/// line).
+pub fn set_max_trials(max: Option<u32>) {
+    MAX_TRIALS.store(max.unwrap_or(0), Ordering::Relaxed);
+}
+
+/// How many trials a scenario asking for `count` runs.
+pub fn effective_trials(count: u32) -> u32 {
+    match MAX_TRIALS.load(Ordering::Relaxed) {
+        0 => count,
+        max => count.min(max.max(1)),
+    }
+}
+
+impl Run<'_> {
+    /// The steps, once per trial; then the distributions and the invariants.
+    /// The first trial's step reports are kept (and a failing trial's).
+    pub(super) async fn run_trials(
+        &mut self,
+        trials: &Trials,
+        pool: &dyn locklab_drivers::Pool,
+        monitor: &mut DirectConn,
+    ) -> StepResult {
+        let n = effective_trials(trials.count);
+        let mut collector = Collector::new(&trials.invariants);
+        for t in 1..=n {
+            for r in &trials.random {
+                let v = if r.max > r.min {
+                    rand::random_range(r.min..=r.max)
+                } else {
+                    r.min
+                };
+                self.vars.insert(r.name.clone(), Some(format!("{v:.3}")));
+            }
+            self.fault_at = None;
+            let kept = self.result.steps.len();
+            let outcome = self.run_steps(pool, monitor).await;
+            let observations = std::mem::take(&mut self.result.observations);
+            if let Err(e) = outcome {
+                self.result.observations = observations;
+                return Err(e.map(|m| format!("trial {t} of {n}: {m}")));
+            }
+            if t > 1 {
+                self.result.steps.truncate(kept);
+            }
+            collector.add(u64::from(t), &observations, &trials.invariants);
+        }
+        let (observations, summary) = collector.finish();
+        self.result.observations = observations;
+        let broken: Vec<String> = summary
+            .invariants
+            .iter()
+            .filter(|r| r.violated > 0 && !r.finding)
+            .map(|r| {
+                format!(
+                    "{} {}; first: {}",
+                    row_name(&r.name),
+                    r.text(),
+                    r.first_violation.as_deref().unwrap_or("?")
+                )
+            })
+            .collect();
+        self.result.trials = Some(summary);
+        if broken.is_empty() {
+            Ok(())
+        } else {
+            Err(StepError::Mismatch(broken.join("; ")))
+        }
+    }
+}

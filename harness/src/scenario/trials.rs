@@ -1,0 +1,53 @@
+//! A scenario run many times within one cell (`trials:`): what varies per
+//! trial (`random:`) and what must hold in each (`invariants:`).
+
+use super::Pos;
+
+/// `trials`, `random` and `invariants` of a scenario.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trials {
+    /// How many times the steps run in the cell (2–10000; the runner may run
+    /// fewer: [`crate::runner::set_max_trials`]).
+    pub count: u32,
+    /// Values drawn per trial, uniformly from `[min, max]` (ms), as `${name}`.
+    pub random: Vec<RandomValue>,
+    /// Checked on every trial.
+    pub invariants: Vec<Invariant>,
+}
+
+/// One `random:` entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RandomValue {
+    /// The `${name}` it fills.
+    pub name: String,
+    /// Lower bound, ms.
+    pub min: f64,
+    /// Upper bound, ms (≥ `min`).
+    pub max: f64,
+}
+
+/// One invariant over a trial's recorded observations.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Invariant {
+    /// Its name (the report row is `invariant NAME`).
+    pub name: String,
+    /// Where it is in the file.
+    pub pos: Pos,
+    /// The `record` name of the `observe` step whose snapshot it reads.
+    pub observe: String,
+    /// Only trials in which the observation recorded under this name is an error.
+    pub if_error: Option<String>,
+    /// What the snapshot must show.
+    pub check: InvariantCheck,
+    /// A violation is the finding: reported, the cell does not fail.
+    pub finding: bool,
+}
+
+/// What an invariant's snapshot must show.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InvariantCheck {
+    /// No advisory lock held by this actor (by name, as the snapshot names holders).
+    NotHeldBy(String),
+    /// At most this many holders.
+    MaxHolders(u32),
+}

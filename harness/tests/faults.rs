@@ -1,0 +1,146 @@
+//! The harness under faults (README, "Faults"): a server that dies in the
+//! middle of a matrix fails the cells in flight and after it with a message
+//! that says so, nothing hangs, and nothing is left; a run with crashed
+//! children and cut connections leaves no child process, network namespace,
+//! veth pair or cluster behind. Waiting is bounded; the server and the
+//! kernel are observed, never slept on.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use locklab::scenario::{self, Scenario};
+use locklab::server::{BackendChoice, Server, ServerOptions};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+fn shipped(names: &[&str]) -> Vec<Scenario> {
+    let dir = common::root().join("scenarios");
+    names
+        .iter()
+        .flat_map(|n| scenario::load_file(&dir.join(format!("{n}.yaml"))).unwrap_or_else(|e| panic!("{e:?}")))
+        .collect()
+}
+
+#[test]
+fn the_server_dying_mid_matrix_fails_the_cells_that_follow_and_nothing_hangs_or_remains() {
+    let server = Server::start(&ServerOptions::new(BackendChoice::Local, 17)).unwrap();
+    let postmaster = server.postmaster_pid().unwrap();
+    let dir = server.data_dir().unwrap().to_path_buf();
+    let scenarios = shipped(&["xact-lock-competition", "session-released-by-unlock", "reentrant-xact-lock"]);
+    let drivers: Vec<_> = ["tokio-postgres", "deadpool-fast", "bb8", "sqlx"]
+        .iter()
+        .map(|d| locklab_drivers::find(d).unwrap())
+        .collect();
+    let servers = [server];
+    let mut done = 0;
+    let began = Instant::now();
+    let results = common::block_on_multi(locklab::matrix::run_all(&servers, &scenarios, &drivers, 2, 1, |_, _| {
+        done += 1;
+        if done == 3 {
+            // SIGKILL: no shutdown, the backends are orphaned.
+            kill(Pid::from_raw(postmaster as i32), Signal::SIGKILL).unwrap();
+        }
+    }));
+    let took = began.elapsed();
+    assert_eq!(results.len(), scenarios.len() * drivers.len());
+    assert!(took < Duration::from_secs(120), "the matrix took {took:?} after the server died");
+    let failed: Vec<&str> = results.iter().filter_map(|r| r.failure.as_deref()).collect();
+    // Two cells run at a time and the kill comes after the third: at least
+    // the last of the twelve cells starts after it.
+    assert!(!failed.is_empty(), "no cell failed after the postmaster was killed");
+    for f in &failed {
+        assert!(
+            f.contains("the server does not answer any more") || f.contains("cannot connect to the server"),
+            "a failed cell does not say the server is gone: {f}"
+        );
+    }
+    assert!(results.iter().filter(|r| r.passed()).count() >= 2, "the cells before the kill passed");
+    drop(servers);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while dir.exists() {
+        assert!(Instant::now() < deadline, "{} still exists 30 s after the drop", dir.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `ip netns list` and `ip -o link` mention `needle`.
+fn network_mentions(needle: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for args in [&["netns", "list"][..], &["-o", "link"][..]] {
+        let o = Command::new("ip").args(args).output().unwrap();
+        out.extend(
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| l.contains(needle))
+                .map(str::to_owned),
+        );
+    }
+    out
+}
+
+#[test]
+fn a_run_of_crashes_and_partitions_leaves_no_child_namespace_or_cluster() {
+    if !nix::unistd::Uid::effective().is_root() {
+        eprintln!("skipped: a network namespace needs root");
+        return;
+    }
+    let child = Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args([
+            "run",
+            "--backend",
+            "local",
+            "-d",
+            "tokio-postgres",
+            "-s",
+            "crash-holder-mid-statement[check=250ms]",
+            "-s",
+            "partition-session-holder[case=idle-session-timeout-2s]",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("2 passed"), "{stdout}");
+    // Removed by their watchdogs once the process is gone.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let net = network_mentions(&format!("{pid}"))
+            .into_iter()
+            .filter(|l| l.contains("locklab-net-") || l.contains("llh"))
+            .collect::<Vec<_>>();
+        let clusters: Vec<_> = std::fs::read_dir(locklab::server::local::cluster_parent())
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(&format!("locklab-pg-{pid}-")))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let children: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .filter(|c| c.contains(locklab::faults::child::COMMAND) && c.contains(env!("CARGO_BIN_EXE_locklab")))
+            .collect();
+        if net.is_empty() && clusters.is_empty() && children.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "30 s after the run: network {net:?}, clusters {clusters:?}, children {children:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
