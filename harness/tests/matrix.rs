@@ -87,11 +87,12 @@ fn main() {
         }
     }
     // Fault scenarios mostly wait (for keepalives, a check interval, a
-    // bound of seconds): all drivers of one at once, in one trial; those on
-    // the fault server (the same for both backends) once.
+    // bound of seconds, a restart): all drivers of one together, in one
+    // trial; those on a server of their own (the fault server, or a cluster
+    // per cell), the same whatever the backend, once.
     for s in scenarios.iter().filter(|s| waits_for_faults(s)) {
         for (backend, label) in BACKENDS {
-            if s.needs_fault_server() && backend == Backend::Container {
+            if (s.needs_fault_server() || s.needs_own_cluster()) && backend == Backend::Container {
                 continue;
             }
             let s = Arc::clone(s);
@@ -231,10 +232,10 @@ fn one_cell(text: &str, scenario: &str, driver: &str) -> Option<Baseline> {
     Some(b)
 }
 
-/// Whether the scenario has a `granted` step: it injects a fault and waits
-/// for its effect (seconds, mostly idle).
+/// Whether the scenario has a `granted` step (it injects a fault and waits
+/// for its effect: seconds, mostly idle) or restarts the server.
 fn waits_for_faults(s: &Scenario) -> bool {
-    s.steps.iter().any(|st| matches!(st.kind, StepKind::Granted { .. }))
+    s.needs_own_cluster() || s.steps.iter().any(|st| matches!(st.kind, StepKind::Granted { .. }))
 }
 
 /// Every driver's cell of `s` at once on `backend` (the fault server for a
@@ -242,11 +243,13 @@ fn waits_for_faults(s: &Scenario) -> bool {
 fn all_drivers(backend: Backend, s: &Scenario) -> Result<(), Failed> {
     let server = server_for(backend);
     let drivers = locklab_drivers::registry();
+    // A cluster per cell (restart): four at a time, each starts and stops one.
+    let jobs = if s.needs_own_cluster() { 4 } else { drivers.len() };
     let results = common::block_on_multi(locklab::matrix::run_all(
         std::slice::from_ref(server),
         std::slice::from_ref(s),
         &drivers,
-        drivers.len(),
+        jobs,
         1,
         |_, _| {},
     ));

@@ -47,6 +47,23 @@ exit 0
 /// that none is left).
 pub const NAME_PREFIX: &str = "locklab-net-";
 
+/// Why this machine cannot make the run's namespace, if it cannot: not
+/// root, or no `ip`, `nft` or `ss` on the `PATH` (Debian: `iproute2`,
+/// `nftables`). Cells that need one are then not applicable.
+pub fn unavailable() -> Option<String> {
+    if !nix::unistd::Uid::effective().is_root() {
+        return Some("needs root (a network namespace and a veth pair)".into());
+    }
+    for tool in ["ip", "nft", "ss"] {
+        let found = std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(tool).is_file()));
+        if !found {
+            return Some(format!("needs `{tool}` (Debian's iproute2 and nftables)"));
+        }
+    }
+    None
+}
+
 impl Namespace {
     /// The process's namespace, created on first call.
     ///

@@ -98,6 +98,33 @@ impl Run<'_> {
         }
     }
 
+    /// Restarts the cell's own server, then opens a new connection for the
+    /// observer and for the harness's monitor (the old ones died with the
+    /// server); the other actors keep what they had, to find out.
+    pub(super) async fn restart(
+        &mut self,
+        step: &Step,
+        observer: usize,
+        immediate: bool,
+        monitor: &mut DirectConn,
+    ) -> StepResult {
+        self.fault_at = Some(Instant::now());
+        tokio::time::timeout(Duration::from_millis(step.deadline_ms), self.server.restart(immediate))
+            .await
+            .map_err(|_| StepError::Deadline(format!("the server had not restarted within {} ms", step.deadline_ms)))?
+            .map_err(|e| StepError::Harness(format!("{e:#}")))?;
+        let conn = self
+            .connect_direct(observer)
+            .await
+            .map_err(|e| StepError::Driver(format!("cannot reconnect '{}' after the restart: {e}", self.scenario.actors[observer].name)))?;
+        self.slots[observer] = Slot::Ready(conn);
+        self.learn_pid(observer, Duration::from_millis(step.deadline_ms)).await;
+        *monitor = DirectConn::connect(&self.server.spec(self.db, "locklab-monitor"))
+            .await
+            .map_err(|e| StepError::Driver(format!("cannot reopen the monitor connection after the restart: {e}")))?;
+        Ok(())
+    }
+
     /// Waits until `target`'s background lock call no longer waits (seen by
     /// the server: `pg_blocking_pids` empty, or the call has finished), at
     /// most the step's deadline after the last fault; records `released` with

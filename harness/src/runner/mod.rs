@@ -68,6 +68,58 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
     }
     // A cell with a `network: namespace` actor runs on a server of its own
     // (faults::server): the shared one cannot be reached from the namespace.
+    if scenario.needs_fault_server()
+        && let Some(why) = crate::faults::netns::unavailable()
+    {
+        phases::not_applicable(scenario, &mut result, format!("a fault cell with a `network: namespace` actor {why}"));
+        return result;
+    }
+    // A cell that restarts the server gets a local cluster of its own,
+    // removed once the cell is over: a restart must not hit other cells.
+    let own = if scenario.needs_own_cluster() {
+        let opts = crate::server::ServerOptions::new(crate::server::BackendChoice::Local, server.major());
+        match tokio::task::spawn_blocking(move || Server::start(&opts)).await {
+            Ok(Ok(s)) => Some(s),
+            Ok(Err(e)) => {
+                result.failure = Some(format!(
+                    "{}: scenario '{}', driver '{}': cannot start the cell's own local cluster: {e:#}",
+                    server.id(),
+                    scenario.name,
+                    info.id
+                ));
+                return result;
+            }
+            Err(e) => {
+                result.failure = Some(format!("the cell's own cluster's start-up panicked: {e}"));
+                return result;
+            }
+        }
+    } else {
+        None
+    };
+    if let Some(own) = &own {
+        result.ran_on = Some(format!(
+            "a local cluster of its own (PostgreSQL {}), restarted by the scenario",
+            own.version().split_whitespace().nth(1).unwrap_or("?")
+        ));
+    }
+    let result = run_on(own.as_ref().unwrap_or(server), scenario, driver, result, began).await;
+    if let Some(own) = own {
+        // (Stopping it blocks for a moment: not on a runtime thread.)
+        let _ = tokio::task::spawn_blocking(move || drop(own)).await;
+    }
+    result
+}
+
+/// [`run`] on `server` (the column's, or the cell's own).
+async fn run_on(
+    server: &Server,
+    scenario: &Scenario,
+    driver: &dyn Driver,
+    mut result: RunResult,
+    began: Instant,
+) -> RunResult {
+    let info = driver.info();
     let server = if scenario.needs_fault_server() {
         match crate::faults::server::for_major(server.major()).await {
             Ok(own) => {
@@ -135,6 +187,19 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
             }
         }
     }
+    // After a restart the admin connection died with the server.
+    let admin = if scenario.needs_own_cluster() {
+        admin.close().await;
+        match server.admin().await {
+            Ok(a) => a,
+            Err(e) => {
+                result.failure.get_or_insert_with(|| fail(format!("cannot reconnect after the restart: {e:#}")));
+                return result;
+            }
+        }
+    } else {
+        admin
+    };
     if let Some(mode) = info.pooler
         && let Err(e) = server.pooler_close_database(mode, &db).await
     {

@@ -30,6 +30,17 @@ pub(super) fn not_applicable_behind_pgbouncer(scenario: &Scenario, result: &mut 
     }
 }
 
+/// A cell this machine cannot run (`why`): skipped, its observations `n/a`.
+pub(super) fn not_applicable(scenario: &Scenario, result: &mut RunResult, why: String) {
+    result.skipped = Some(why);
+    for step in &scenario.steps {
+        if let Some(name) = &step.record {
+            let observation = Observation::new(name, step.index + 1, Value::NotApplicable, Vec::new(), None, None);
+            result.observations.push(observation);
+        }
+    }
+}
+
 /// Phase 1: `create database` for the run, from an admin connection that the
 /// later phases reuse.
 ///

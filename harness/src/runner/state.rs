@@ -188,7 +188,7 @@ impl<'a> Run<'a> {
     /// A direct actor's connection: in the harness, in a child process
     /// (`process: child`), or from the run's network namespace (`network:
     /// namespace`).
-    async fn connect_direct(&mut self, i: usize) -> Result<Box<dyn Conn>, locklab_drivers::DriverError> {
+    pub(super) async fn connect_direct(&mut self, i: usize) -> Result<Box<dyn Conn>, locklab_drivers::DriverError> {
         let actor = &self.scenario.actors[i];
         let spec = self.spec(&format!("locklab-{}", actor.name), &actor.settings);
         match (actor.process, actor.network) {
@@ -314,6 +314,7 @@ impl<'a> Run<'a> {
             StepKind::Guard { actor, key, end } => self.guard(step, *actor, *key, *end).await,
             StepKind::Fault { actor, fault } => self.fault(step, *actor, *fault, monitor).await,
             StepKind::Granted { observer, target } => self.granted(step, *observer, *target).await,
+            StepKind::Restart { observer, immediate } => self.restart(step, *observer, *immediate, monitor).await,
         }
     }
 

@@ -121,6 +121,12 @@ pub struct Scenario {
 }
 
 impl Scenario {
+    /// Whether each cell of the scenario runs on a local cluster of its own,
+    /// started for it and removed after it: it restarts the server.
+    pub fn needs_own_cluster(&self) -> bool {
+        self.steps.iter().any(|s| matches!(s.kind, StepKind::Restart { .. }))
+    }
+
     /// Whether the scenario runs on a server of its own
     /// ([`crate::faults::server`]): it has a `network: namespace` actor.
     pub fn needs_fault_server(&self) -> bool {

@@ -271,6 +271,18 @@ pub enum OnTimeout {
     Cancel,
 }
 
+/// How a `restart` step stops the server (PostgreSQL docs §19.5 Shutting
+/// Down the Server).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RestartMode {
+    /// SIGINT to the postmaster: backends are ended with SIGTERM (their
+    /// clients get 57P01 admin_shutdown), then a clean shutdown.
+    Fast,
+    /// SIGQUIT: every process quits at once; crash recovery at the next start.
+    Immediate,
+}
+
 /// How a `lock_guard` step ends its guard (`end:`); see
 /// [`locklab_drivers::GuardEnd`].
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, JsonSchema)]
@@ -370,6 +382,12 @@ pub(crate) struct RawStep {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub(crate) granted: Option<Spanned<String>>,
+    /// Restart the server (`fast` or `immediate`) while connections are open and
+    /// locks held; the step's actor (a direct actor, the observer) gets a new
+    /// connection once the server accepts connections again. Such a scenario
+    /// runs on a local cluster of its own per cell.
+    #[serde(default)]
+    pub(crate) restart: Option<RestartMode>,
     /// Wait for the background step with this id to finish; its `expect` and `record` go here.
     #[serde(default, rename = "await")]
     #[schemars(with = "Option<String>")]

@@ -98,6 +98,14 @@ pub enum StepKind {
         /// The actor whose background step waits for the lock.
         target: usize,
     },
+    /// Restart the server (a local cluster of the cell's own), then give the
+    /// observer a new connection.
+    Restart {
+        /// The direct actor that gets a new connection afterwards.
+        observer: usize,
+        /// `immediate` (SIGQUIT) rather than `fast` (SIGINT).
+        immediate: bool,
+    },
     /// Take the session-level advisory lock on a bigint key through the
     /// driver's guard API (sqlx `PgAdvisoryLock`) and end the guard.
     Guard {
@@ -272,7 +280,9 @@ impl Step {
             StepKind::Transaction(t) => t.actor,
             StepKind::Observe(o) => o.observer,
             StepKind::Await(a) => a.actor,
-            StepKind::Blocked { observer, .. } | StepKind::Granted { observer, .. } => *observer,
+            StepKind::Blocked { observer, .. }
+            | StepKind::Granted { observer, .. }
+            | StepKind::Restart { observer, .. } => *observer,
             StepKind::Background { actor, .. }
             | StepKind::Checkout { actor, .. }
             | StepKind::Return { actor, .. }
@@ -311,6 +321,9 @@ impl Step {
                 format!("blocked: {}", names.join(", "))
             }
             StepKind::Fault { fault, .. } => fault.word().into(),
+            StepKind::Restart { immediate, .. } => {
+                format!("restart {}", if *immediate { "immediate" } else { "fast" })
+            }
             StepKind::Granted { target, .. } => format!("granted: {}", actors[*target].name),
             StepKind::Await(a) => format!("await {}", id_of(&a.target)),
             StepKind::Guard { key, end, .. } => format!("lock_guard {key}, end {end:?}").to_lowercase(),

@@ -93,6 +93,7 @@ fn check_bin(dir: &Path) -> Result<()> {
 }
 
 /// The unprivileged account a root harness runs PostgreSQL as.
+#[derive(Clone)]
 pub(super) struct RunAs {
     pub(super) uid: u32,
     pub(super) gid: u32,
@@ -242,7 +243,10 @@ pub(super) async fn wait_accepting(child: &mut Child, spec: &ConnectSpec, deadli
 pub(super) struct LocalCluster {
     pub(super) dir: PathBuf,
     pub(super) port: u16,
-    pub(super) postgres: Child,
+    /// The postmaster (replaced by [`LocalCluster::restart`]).
+    pub(super) postgres: std::sync::Mutex<Child>,
+    /// How the postmaster was started, to start it again.
+    spawn: Postmaster,
     /// Held for its `Drop`, which runs after ours: the last-resort cleanup.
     _watchdog: Watchdog,
 }
@@ -342,25 +346,21 @@ impl LocalCluster {
         }
         let log_path = dir.join("postgres.log");
         let port = free_port()?;
-        let log = std::fs::File::create(&log_path)?;
-        let postgres = command(&bin.join("postgres"), who.as_ref())
-            .arg("-D")
-            .arg(&data)
-            .arg("-p")
-            .arg(port.to_string())
-            .args(["-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="])
-            .args(super::server_setting_args())
-            .args(settings.iter().flat_map(|s| ["-c", s.as_str()]))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .process_group(watchdog.group())
-            .spawn()
-            .with_context(|| format!("cannot run {}", bin.join("postgres").display()))?;
+        let spawn = Postmaster {
+            bin: bin.clone(),
+            who,
+            data,
+            port,
+            settings: settings.to_vec(),
+            group: watchdog.group(),
+            log: log_path.clone(),
+        };
+        let postgres = spawn.start()?;
         let mut cluster = LocalCluster {
             dir,
             port,
-            postgres,
+            postgres: std::sync::Mutex::new(postgres),
+            spawn,
             _watchdog: watchdog,
         };
         if let Err(e) = cluster.wait_ready(&log_path, timeout).await {
@@ -384,7 +384,13 @@ impl LocalCluster {
             application_name: "locklab-ready".into(),
             options: Vec::new(),
         };
-        match wait_accepting(&mut self.postgres, &spec, deadline).await? {
+        let mut child = std::mem::replace(
+            &mut *self.postgres.lock().unwrap_or_else(|p| p.into_inner()),
+            self.spawn.placeholder()?,
+        );
+        let started = wait_accepting(&mut child, &spec, deadline).await;
+        *self.postgres.lock().unwrap_or_else(|p| p.into_inner()) = child;
+        match started? {
             Startup::Ready => Ok(()),
             Startup::Exited(status) => bail!(
                 "postgres exited during start-up ({status}); end of its log:\n{}",
@@ -401,16 +407,113 @@ impl LocalCluster {
     /// Fast shutdown (SIGINT), escalating to SIGKILL after 10 s; reaps the child.
     fn stop_postmaster(&mut self) {
         use nix::sys::signal::{Signal, kill};
-        let pid = nix::unistd::Pid::from_raw(self.postgres.id() as i32);
-        if matches!(self.postgres.try_wait(), Ok(None)) {
+        let postgres = self.postgres.get_mut().unwrap_or_else(|p| p.into_inner());
+        let pid = nix::unistd::Pid::from_raw(postgres.id() as i32);
+        if matches!(postgres.try_wait(), Ok(None)) {
             let _ = kill(pid, Signal::SIGINT);
             let deadline = Instant::now() + Duration::from_secs(10);
-            while matches!(self.postgres.try_wait(), Ok(None)) && Instant::now() < deadline {
+            while matches!(postgres.try_wait(), Ok(None)) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));
             }
-            let _ = self.postgres.kill();
+            let _ = postgres.kill();
         }
-        let _ = self.postgres.wait();
+        let _ = postgres.wait();
+    }
+
+    /// The postmaster's process id now.
+    pub(super) fn postmaster_pid(&self) -> u32 {
+        self.postgres.lock().unwrap_or_else(|p| p.into_inner()).id()
+    }
+
+    /// Restarts the server on the same port and data directory: stops the
+    /// postmaster with SIGINT (`fast`: backends are ended with SIGTERM, their
+    /// clients get 57P01 admin_shutdown) or SIGQUIT (`immediate`: backends
+    /// quit at once, crash recovery at the next start; PostgreSQL docs §19.5
+    /// Shutting Down the Server), waits until it has exited (at most 30 s),
+    /// starts it again and waits until it accepts connections (`timeout`).
+    ///
+    /// # Errors
+    /// The postmaster did not exit, or did not come back.
+    pub(super) async fn restart(&self, immediate: bool, timeout: Duration) -> Result<()> {
+        use nix::sys::signal::{Signal, kill};
+        let mut old = std::mem::replace(&mut *self.postgres.lock().unwrap_or_else(|p| p.into_inner()), self.spawn.placeholder()?);
+        let pid = nix::unistd::Pid::from_raw(old.id() as i32);
+        let _ = kill(pid, if immediate { Signal::SIGQUIT } else { Signal::SIGINT });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while matches!(old.try_wait(), Ok(None)) {
+            if Instant::now() >= deadline {
+                let _ = old.kill();
+                let _ = old.wait();
+                bail!("the postmaster (pid {pid}) had not exited 30 s after the restart's signal");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let new = self.spawn.start()?;
+        *self.postgres.lock().unwrap_or_else(|p| p.into_inner()) = new;
+        // (`wait_ready` takes `&mut self`; this is its check, through the lock.)
+        let spec = ConnectSpec {
+            host: "127.0.0.1".into(),
+            port: self.port,
+            user: LOCAL_SUPERUSER.into(),
+            password: None,
+            dbname: "postgres".into(),
+            application_name: "locklab-ready".into(),
+            options: Vec::new(),
+        };
+        let mut child = std::mem::replace(&mut *self.postgres.lock().unwrap_or_else(|p| p.into_inner()), self.spawn.placeholder()?);
+        let started = wait_accepting(&mut child, &spec, Instant::now() + timeout).await;
+        *self.postgres.lock().unwrap_or_else(|p| p.into_inner()) = child;
+        match started? {
+            Startup::Ready => Ok(()),
+            Startup::Exited(status) => bail!(
+                "postgres exited while restarting ({status}); end of its log:\n{}",
+                tail(&self.spawn.log, 15)
+            ),
+            Startup::TimedOut(last) => bail!(
+                "PostgreSQL did not accept connections within {} s of its restart (last error: {last})",
+                timeout.as_secs()
+            ),
+        }
+    }
+}
+
+/// How a cluster's postmaster is started (again, for a restart).
+struct Postmaster {
+    bin: PathBuf,
+    who: Option<RunAs>,
+    data: PathBuf,
+    port: u16,
+    settings: Vec<String>,
+    group: i32,
+    log: PathBuf,
+}
+
+impl Postmaster {
+    /// Starts the postmaster, appending to its log.
+    fn start(&self) -> Result<Child> {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
+        command(&self.bin.join("postgres"), self.who.as_ref())
+            .arg("-D")
+            .arg(&self.data)
+            .arg("-p")
+            .arg(self.port.to_string())
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="])
+            .args(super::server_setting_args())
+            .args(self.settings.iter().flat_map(|s| ["-c", s.as_str()]))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .process_group(self.group)
+            .spawn()
+            .with_context(|| format!("cannot run {}", self.bin.join("postgres").display()))
+    }
+
+    /// A child that has already exited (`true`), to hold the postmaster's
+    /// place while the real one is waited on outside the lock.
+    fn placeholder(&self) -> Result<Child> {
+        let mut c = Command::new("true").stdin(Stdio::null()).spawn().context("cannot run `true`")?;
+        let _ = c.wait();
+        Ok(c)
     }
 }
 

@@ -365,7 +365,20 @@ impl Server {
 
     /// The postmaster's process id of a local cluster.
     pub fn postmaster_pid(&self) -> Option<u32> {
-        self.local.as_ref().map(|c| c.postgres.id())
+        self.local.as_ref().map(local::LocalCluster::postmaster_pid)
+    }
+
+    /// Restarts a local cluster in place (same port, same data): `fast`
+    /// (SIGINT to the postmaster) or `immediate` (SIGQUIT), then waits until
+    /// it accepts connections again ([`local::LocalCluster`]'s `restart`).
+    ///
+    /// # Errors
+    /// Not a local cluster, or it did not stop or come back in time.
+    pub async fn restart(&self, immediate: bool) -> Result<()> {
+        match &self.local {
+            Some(c) => c.restart(immediate, DEFAULT_START_TIMEOUT).await,
+            None => bail!("only a local cluster of the harness's own can be restarted"),
+        }
     }
 
     /// The Docker container id of a container server.
@@ -396,7 +409,7 @@ impl Server {
                 format!(
                     "local cluster in {}, postmaster pid {}",
                     c.dir.display(),
-                    c.postgres.id()
+                    c.postmaster_pid()
                 )
             }
             (Backend::Container, _, Some(c)) => format!(

@@ -28,6 +28,7 @@ pub(super) enum Kind {
     Observe(Option<AdvisoryKey>),
     Blocked(Vec<usize>),
     Granted(usize),
+    Restart(bool),
     Await(usize),
     Guard(i64, GuardEndRaw),
     Order(Vec<usize>),
@@ -167,6 +168,7 @@ impl Validator<'_> {
             s.observe.is_some(),
             s.blocked.is_some(),
             s.granted.is_some(),
+            s.restart.is_some(),
             s.await_step.is_some(),
             s.order.is_some(),
             s.lock_guard.is_some(),
@@ -176,7 +178,7 @@ impl Validator<'_> {
             self.err(
                 pos,
                 format!(
-                    "step {n} must have exactly one of 'sql', 'do', 'observe', 'blocked', 'granted', 'await', 'order', 'lock_guard' (found {count})"
+                    "step {n} must have exactly one of 'sql', 'do', 'observe', 'blocked', 'granted', 'restart', 'await', 'order', 'lock_guard' (found {count})"
                 ),
             );
         }
@@ -338,6 +340,9 @@ impl Validator<'_> {
         if let Some(b) = &s.blocked {
             return self.blocked(walk, n, b).map(Kind::Blocked);
         }
+        if let Some(mode) = s.restart {
+            return Some(Kind::Restart(mode == crate::scenario::raw::RestartMode::Immediate));
+        }
         if let Some(g) = &s.granted {
             let gpos = Pos::of(&g.referenced);
             let name = &g.value;
@@ -490,7 +495,7 @@ impl Validator<'_> {
                 self.err(pos, format!("step {n}: a step with 'client_timeout_ms' needs 'record', so that a timeout shows in the report"));
             }
         }
-        if matches!(kind, Kind::Observe(..) | Kind::Blocked(_) | Kind::Granted(_)) && via != Via::Direct {
+        if matches!(kind, Kind::Observe(..) | Kind::Blocked(_) | Kind::Granted(_) | Kind::Restart(_)) && via != Via::Direct {
             self.err(
                 pos,
                 format!("step {n}: observations run on a direct actor (the observer), not on pool actor '{an}'"),
@@ -553,6 +558,7 @@ impl Validator<'_> {
             Kind::Do(
                 Action::Disconnect | Action::Abandon | Action::Crash | Action::Terminate | Action::Partition | Action::Heal
             ) | Kind::Blocked(_)
+                | Kind::Restart(_)
         )
             || (matches!(kind, Kind::Do(Action::Checkout | Action::Return)) && !timed)
             || s.background
@@ -638,6 +644,10 @@ fn typed(
         Kind::Do(Action::Heal) => StepKind::Fault {
             actor,
             fault: Fault::Heal,
+        },
+        Kind::Restart(immediate) => StepKind::Restart {
+            observer: actor,
+            immediate,
         },
         Kind::Granted(target) => StepKind::Granted {
             observer: actor,
