@@ -36,26 +36,7 @@ fn draw(rows: &[(String, Stats)]) -> Result<String, String> {
             .build_cartesian_2d(0.0..top, (0..n as i32).into_segmented())
             .map_err(|e| e.to_string())?;
         let labels: Vec<&str> = rows.iter().map(|(l, _)| l.as_str()).collect();
-        chart
-            .configure_mesh()
-            .disable_y_mesh()
-            .light_line_style(TRANSPARENT)
-            .x_desc("ms")
-            // One more than the rows: plotters' integer key points loop forever
-            // (overflow) when asked for fewer than two.
-            .y_labels(rows.len() + 1)
-            .y_label_formatter(&|v| match v {
-                SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => (n as i32 - 1 - *i)
-                    .try_into()
-                    .ok()
-                    .and_then(|i: usize| labels.get(i))
-                    .map(|s| (*s).to_owned())
-                    .unwrap_or_default(),
-                SegmentValue::Last => String::new(),
-            })
-            .label_style(("sans-serif", 12))
-            .draw()
-            .map_err(|e| e.to_string())?;
+        draw_mesh(&mut chart, &labels, "ms")?;
         // The first row at the top.
         let at = |i: usize| SegmentValue::CenterOf(n as i32 - 1 - i as i32);
         chart
@@ -83,6 +64,36 @@ fn draw(rows: &[(String, Stats)]) -> Result<String, String> {
         root.present().map_err(|e| e.to_string())?;
     }
     Ok(svg)
+}
+
+/// The axes of a chart with one row per label (the first at the top) and
+/// `x_desc` under the x axis.
+fn draw_mesh<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::ranged1d::SegmentedCoord<plotters::coord::types::RangedCoordi32>>>,
+    labels: &[&str],
+    x_desc: &str,
+) -> Result<(), String> {
+    let n = labels.len() as i32;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .light_line_style(TRANSPARENT)
+        .x_desc(x_desc)
+        // One more than the rows: plotters' integer key points loop forever
+        // (overflow) when asked for fewer than two.
+        .y_labels(labels.len() + 1)
+        .y_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => (n - 1 - *i)
+                .try_into()
+                .ok()
+                .and_then(|i: usize| labels.get(i))
+                .map(|s| (*s).to_owned())
+                .unwrap_or_default(),
+            SegmentValue::Last => String::new(),
+        })
+        .label_style(("sans-serif", 12))
+        .draw()
+        .map_err(|e| e.to_string())
 }
 
 /// Colours of the outcomes of a distribution chart, in legend order.
@@ -137,24 +148,7 @@ fn draw_distribution(rows: &[(String, std::collections::BTreeMap<String, u64>)])
             .build_cartesian_2d(0.0..100.0, (0..n as i32).into_segmented())
             .map_err(|e| e.to_string())?;
         let labels: Vec<&str> = rows.iter().map(|(l, _)| l.as_str()).collect();
-        chart
-            .configure_mesh()
-            .disable_y_mesh()
-            .light_line_style(TRANSPARENT)
-            .x_desc("% of trials")
-            .y_labels(rows.len() + 1)
-            .y_label_formatter(&|v| match v {
-                SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => (n as i32 - 1 - *i)
-                    .try_into()
-                    .ok()
-                    .and_then(|i: usize| labels.get(i))
-                    .map(|s| (*s).to_owned())
-                    .unwrap_or_default(),
-                SegmentValue::Last => String::new(),
-            })
-            .label_style(("sans-serif", 12))
-            .draw()
-            .map_err(|e| e.to_string())?;
+        draw_mesh(&mut chart, &labels, "% of trials")?;
         for (i, (_, d)) in rows.iter().enumerate() {
             let total: u64 = d.values().sum();
             let row = n as i32 - 1 - i as i32;

@@ -81,12 +81,7 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
         match tokio::task::spawn_blocking(move || Server::start(&opts)).await {
             Ok(Ok(s)) => Some(s),
             Ok(Err(e)) => {
-                result.failure = Some(format!(
-                    "{}: scenario '{}', driver '{}': cannot start the cell's own local cluster: {e:#}",
-                    server.id(),
-                    scenario.name,
-                    info.id
-                ));
+                result.failure = Some(cell_error(server, scenario, info.id, &format!("cannot start the cell's own local cluster: {e:#}")));
                 return result;
             }
             Err(e) => {
@@ -111,6 +106,11 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
     result
 }
 
+/// `SERVER: scenario 'S', driver 'D': WHAT`, as every cell failure begins.
+fn cell_error(server: &Server, scenario: &Scenario, driver: &str, what: &str) -> String {
+    format!("{}: scenario '{}', driver '{driver}': {what}", server.id(), scenario.name)
+}
+
 /// [`run`] on `server` (the column's, or the cell's own).
 async fn run_on(
     server: &Server,
@@ -130,12 +130,7 @@ async fn run_on(
                 own
             }
             Err(e) => {
-                result.failure = Some(format!(
-                    "{}: scenario '{}', driver '{}': {e}",
-                    server.id(),
-                    scenario.name,
-                    info.id
-                ));
+                result.failure = Some(cell_error(server, scenario, info.id, &e));
                 return result;
             }
         }
@@ -143,13 +138,7 @@ async fn run_on(
         server
     };
     let db = database_name(&scenario.name, info.id);
-    let server_id = server.id();
-    let fail = |what: String| {
-        format!(
-            "{server_id}: scenario '{}', driver '{}': {what}",
-            scenario.name, info.id
-        )
-    };
+    let fail = |what: String| cell_error(server, scenario, info.id, &what);
 
     let admin = match phases::create_database(server, &db).await {
         Ok(admin) => admin,

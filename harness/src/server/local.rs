@@ -373,8 +373,13 @@ impl LocalCluster {
         Ok(cluster)
     }
 
-    async fn wait_ready(&mut self, log_path: &Path, timeout: Duration) -> Result<()> {
-        let deadline = Instant::now() + timeout;
+    async fn wait_ready(&mut self, _log_path: &Path, timeout: Duration) -> Result<()> {
+        self.wait_started(timeout, "during start-up").await
+    }
+
+    /// Waits (within `timeout`) until the postmaster accepts connections;
+    /// `when` names the moment in the errors (`during start-up`).
+    async fn wait_started(&self, timeout: Duration, when: &str) -> Result<()> {
         let spec = ConnectSpec {
             host: "127.0.0.1".into(),
             port: self.port,
@@ -384,22 +389,23 @@ impl LocalCluster {
             application_name: "locklab-ready".into(),
             options: Vec::new(),
         };
+        // The postmaster is waited on outside the lock, a placeholder in its place.
         let mut child = std::mem::replace(
             &mut *self.postgres.lock().unwrap_or_else(|p| p.into_inner()),
             self.spawn.placeholder()?,
         );
-        let started = wait_accepting(&mut child, &spec, deadline).await;
+        let started = wait_accepting(&mut child, &spec, Instant::now() + timeout).await;
         *self.postgres.lock().unwrap_or_else(|p| p.into_inner()) = child;
         match started? {
             Startup::Ready => Ok(()),
             Startup::Exited(status) => bail!(
-                "postgres exited during start-up ({status}); end of its log:\n{}",
-                tail(log_path, 15)
+                "postgres exited {when} ({status}); end of its log:\n{}",
+                tail(&self.spawn.log, 15)
             ),
             Startup::TimedOut(last_error) => bail!(
-                "PostgreSQL was not ready within {} s (last error: {last_error}); end of its log:\n{}",
+                "PostgreSQL was not ready within {} s {when} (last error: {last_error}); end of its log:\n{}",
                 timeout.as_secs(),
-                tail(log_path, 15)
+                tail(&self.spawn.log, 15)
             ),
         }
     }
@@ -450,30 +456,7 @@ impl LocalCluster {
         }
         let new = self.spawn.start()?;
         *self.postgres.lock().unwrap_or_else(|p| p.into_inner()) = new;
-        // (`wait_ready` takes `&mut self`; this is its check, through the lock.)
-        let spec = ConnectSpec {
-            host: "127.0.0.1".into(),
-            port: self.port,
-            user: LOCAL_SUPERUSER.into(),
-            password: None,
-            dbname: "postgres".into(),
-            application_name: "locklab-ready".into(),
-            options: Vec::new(),
-        };
-        let mut child = std::mem::replace(&mut *self.postgres.lock().unwrap_or_else(|p| p.into_inner()), self.spawn.placeholder()?);
-        let started = wait_accepting(&mut child, &spec, Instant::now() + timeout).await;
-        *self.postgres.lock().unwrap_or_else(|p| p.into_inner()) = child;
-        match started? {
-            Startup::Ready => Ok(()),
-            Startup::Exited(status) => bail!(
-                "postgres exited while restarting ({status}); end of its log:\n{}",
-                tail(&self.spawn.log, 15)
-            ),
-            Startup::TimedOut(last) => bail!(
-                "PostgreSQL did not accept connections within {} s of its restart (last error: {last})",
-                timeout.as_secs()
-            ),
-        }
+        self.wait_started(timeout, "after its restart").await
     }
 }
 
