@@ -74,10 +74,9 @@ impl DirectConn {
     /// no session within [`CONNECT_TIMEOUT`] (10 s; tokio-postgres's own
     /// `connect_timeout` bounds only the TCP connect, not the start-up exchange).
     pub async fn connect(spec: &ConnectSpec) -> Result<Self, DriverError> {
-        let (client, connection) =
-            tokio::time::timeout(CONNECT_TIMEOUT, spec.tokio_postgres_config().connect(NoTls))
-                .await
-                .map_err(|_| no_session(spec))??;
+        let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, spec.tokio_postgres_config().connect(NoTls))
+            .await
+            .map_err(|_| no_session(spec))??;
         Ok(DirectConn::drive(client, connection))
     }
 

@@ -41,8 +41,8 @@ pub async fn run_all(
                 .enumerate()
                 .filter(|(_, (_, s, _))| round == 1 || s.trials.is_none()),
         )
-            .map(|(i, (v, s, d))| async move { (i, runner::run(v, s, *d).await) })
-            .buffer_unordered(jobs.max(1));
+        .map(|(i, (v, s, d))| async move { (i, runner::run(v, s, *d).await) })
+        .buffer_unordered(jobs.max(1));
         let mut out: Vec<(usize, RunResult)> = Vec::new();
         while let Some((i, r)) = stream.next().await {
             on_done(round, &r);

@@ -1,8 +1,8 @@
 //! The harness under faults (README, "Faults"): a server that dies in the
 //! middle of a matrix fails the cells in flight and after it with a message
 //! that says so, nothing hangs, and nothing is left; a run with crashed
-//! children and cut connections leaves no child process, network namespace,
-//! veth pair or cluster behind. Waiting is bounded; the server and the
+//! children, cut connections and a restarted cluster of its own leaves no
+//! child process, network namespace, veth pair or cluster behind. Waiting is bounded; the server and the
 //! kernel are observed, never slept on.
 
 mod common;
@@ -28,7 +28,11 @@ fn the_server_dying_mid_matrix_fails_the_cells_that_follow_and_nothing_hangs_or_
     let server = Server::start(&ServerOptions::new(BackendChoice::Local, 17)).unwrap();
     let postmaster = server.postmaster_pid().unwrap();
     let dir = server.data_dir().unwrap().to_path_buf();
-    let scenarios = shipped(&["xact-lock-competition", "session-released-by-unlock", "reentrant-xact-lock"]);
+    let scenarios = shipped(&[
+        "xact-lock-competition",
+        "session-released-by-unlock",
+        "reentrant-xact-lock",
+    ]);
     let drivers: Vec<_> = ["tokio-postgres", "deadpool-fast", "bb8", "sqlx"]
         .iter()
         .map(|d| locklab_drivers::find(d).unwrap())
@@ -36,16 +40,26 @@ fn the_server_dying_mid_matrix_fails_the_cells_that_follow_and_nothing_hangs_or_
     let servers = [server];
     let mut done = 0;
     let began = Instant::now();
-    let results = common::block_on_multi(locklab::matrix::run_all(&servers, &scenarios, &drivers, 2, 1, |_, _| {
-        done += 1;
-        if done == 3 {
-            // SIGKILL: no shutdown, the backends are orphaned.
-            kill(Pid::from_raw(postmaster as i32), Signal::SIGKILL).unwrap();
-        }
-    }));
+    let results = common::block_on_multi(locklab::matrix::run_all(
+        &servers,
+        &scenarios,
+        &drivers,
+        2,
+        1,
+        |_, _| {
+            done += 1;
+            if done == 3 {
+                // SIGKILL: no shutdown, the backends are orphaned.
+                kill(Pid::from_raw(postmaster as i32), Signal::SIGKILL).unwrap();
+            }
+        },
+    ));
     let took = began.elapsed();
     assert_eq!(results.len(), scenarios.len() * drivers.len());
-    assert!(took < Duration::from_secs(120), "the matrix took {took:?} after the server died");
+    assert!(
+        took < Duration::from_secs(120),
+        "the matrix took {took:?} after the server died"
+    );
     let failed: Vec<&str> = results.iter().filter_map(|r| r.failure.as_deref()).collect();
     // Two cells run at a time and the kill comes after the third: at least
     // the last of the twelve cells starts after it.
@@ -56,11 +70,18 @@ fn the_server_dying_mid_matrix_fails_the_cells_that_follow_and_nothing_hangs_or_
             "a failed cell does not say the server is gone: {f}"
         );
     }
-    assert!(results.iter().filter(|r| r.passed()).count() >= 2, "the cells before the kill passed");
+    assert!(
+        results.iter().filter(|r| r.passed()).count() >= 2,
+        "the cells before the kill passed"
+    );
     drop(servers);
     let deadline = Instant::now() + Duration::from_secs(30);
     while dir.exists() {
-        assert!(Instant::now() < deadline, "{} still exists 30 s after the drop", dir.display());
+        assert!(
+            Instant::now() < deadline,
+            "{} still exists 30 s after the drop",
+            dir.display()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -81,7 +102,7 @@ fn network_mentions(needle: &str) -> Vec<String> {
 }
 
 #[test]
-fn a_run_of_crashes_and_partitions_leaves_no_child_namespace_or_cluster() {
+fn a_run_of_crashes_partitions_and_restarts_leaves_no_child_namespace_or_cluster() {
     if !nix::unistd::Uid::effective().is_root() {
         eprintln!("skipped: a network namespace needs root");
         return;
@@ -97,6 +118,8 @@ fn a_run_of_crashes_and_partitions_leaves_no_child_namespace_or_cluster() {
             "crash-holder-mid-statement[check=250ms]",
             "-s",
             "partition-session-holder[case=idle-session-timeout-2s]",
+            "-s",
+            "restart-under-pool[mode=immediate]",
         ])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -111,7 +134,7 @@ fn a_run_of_crashes_and_partitions_leaves_no_child_namespace_or_cluster() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("2 passed"), "{stdout}");
+    assert!(stdout.contains("3 passed"), "{stdout}");
     // Removed by their watchdogs once the process is gone.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

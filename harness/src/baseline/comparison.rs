@@ -203,10 +203,15 @@ fn cell_changes(before: &BaselineCell, after: &BaselineCell, tolerance: Toleranc
     // run, under FULL_TRIALS trials as under cargo test: in that direction
     // only, since rarer values may simply not have come up in it).
     for (name, value, _) in &mut a.observations {
-        let (Some(bo), Some(ao)) = (before.observations.get(name.as_str()), after.observations.get(name.as_str())) else {
+        let (Some(bo), Some(ao)) = (
+            before.observations.get(name.as_str()),
+            after.observations.get(name.as_str()),
+        ) else {
             continue;
         };
-        let (Some(bs), Some(a_s)) = (&bo.shares, &ao.shares) else { continue };
+        let (Some(bs), Some(a_s)) = (&bo.shares, &ao.shares) else {
+            continue;
+        };
         let short = bo.trials.unwrap_or(0).min(ao.trials.unwrap_or(0)) < FULL_TRIALS;
         let (small, large) = if ao.trials <= bo.trials { (a_s, bs) } else { (bs, a_s) };
         let known = |x: &std::collections::BTreeMap<String, f64>, y: &std::collections::BTreeMap<String, f64>| {
@@ -238,7 +243,9 @@ fn cell_changes(before: &BaselineCell, after: &BaselineCell, tolerance: Toleranc
 fn share_changes(before: &BaselineCell, after: &BaselineCell) -> Vec<String> {
     let mut out = Vec::new();
     for (name, b) in &before.observations {
-        let Some(a) = after.observations.get(name) else { continue };
+        let Some(a) = after.observations.get(name) else {
+            continue;
+        };
         let (Some(bs), Some(a_s)) = (&b.shares, &a.shares) else {
             continue;
         };
@@ -324,7 +331,12 @@ mod tests {
         let mut c = cell("race", "a", "", 10.0);
         let o = c.observations.get_mut("held").unwrap();
         let map: std::collections::BTreeMap<String, f64> = shares.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect();
-        o.value = map.iter().filter(|(_, s)| **s >= SEEN_SHARE).map(|(k, _)| k.as_str()).collect::<Vec<_>>().join(" | ");
+        o.value = map
+            .iter()
+            .filter(|(_, s)| **s >= SEEN_SHARE)
+            .map(|(k, _)| k.as_str())
+            .collect::<Vec<_>>()
+            .join(" | ");
         o.shares = Some(map);
         o.trials = Some(trials);
         c
@@ -338,7 +350,10 @@ mod tests {
         // One that saw a value the full run never saw does not.
         let new_value = cell_changes(&full, &race(&[("true", 0.5), ("57014", 0.5)], 12), Tolerance::default());
         assert_eq!(new_value.len(), 1, "{new_value:?}");
-        assert!(new_value[0].starts_with("`held`: 55P03 | true → 57014 | true"), "{new_value:?}");
+        assert!(
+            new_value[0].starts_with("`held`: 55P03 | true → 57014 | true"),
+            "{new_value:?}"
+        );
         // A rare value may be missing from another full run, and 5 points of drift are noise.
         let again = race(&[("55P03", 0.45), ("true", 0.55)], 1000);
         assert!(cell_changes(&full, &again, Tolerance::default()).is_empty());

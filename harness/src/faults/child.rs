@@ -134,7 +134,9 @@ impl ChildConn {
         });
         let answer = tokio::time::timeout(Duration::from_secs(START_TIMEOUT_S), conn.call(&hello))
             .await
-            .map_err(|_| DriverError::Client(format!("child process {pid}: no connection within {START_TIMEOUT_S} s")))?;
+            .map_err(|_| {
+                DriverError::Client(format!("child process {pid}: no connection within {START_TIMEOUT_S} s"))
+            })?;
         answer?;
         Ok((conn, process))
     }
@@ -146,10 +148,17 @@ impl ChildConn {
         let stdin = self.stdin.as_mut().ok_or_else(|| gone("has no input"))?;
         let mut line = request.to_string();
         line.push('\n');
-        stdin.write_all(line.as_bytes()).await.map_err(|_| gone("took no request"))?;
+        stdin
+            .write_all(line.as_bytes())
+            .await
+            .map_err(|_| gone("took no request"))?;
         stdin.flush().await.map_err(|_| gone("took no request"))?;
         let mut answer = String::new();
-        let n = self.stdout.read_line(&mut answer).await.map_err(|_| gone("sent no answer"))?;
+        let n = self
+            .stdout
+            .read_line(&mut answer)
+            .await
+            .map_err(|_| gone("sent no answer"))?;
         if n == 0 {
             return Err(gone("sent no answer"));
         }

@@ -55,8 +55,8 @@ pub fn unavailable() -> Option<String> {
         return Some("needs root (a network namespace and a veth pair)".into());
     }
     for tool in ["ip", "nft", "ss"] {
-        let found = std::env::var_os("PATH")
-            .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(tool).is_file()));
+        let found =
+            std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(tool).is_file()));
         if !found {
             return Some(format!("needs `{tool}` (Debian's iproute2 and nftables)"));
         }
@@ -76,18 +76,17 @@ impl Namespace {
 
     fn create() -> Result<Namespace, String> {
         if !nix::unistd::Uid::effective().is_root() {
-            return Err("a 'network: namespace' actor needs root (to create a network namespace and a veth pair)".into());
+            return Err(
+                "a 'network: namespace' actor needs root (to create a network namespace and a veth pair)".into(),
+            );
         }
         let pid = std::process::id();
         let name = format!("{NAME_PREFIX}{pid}");
         let host_if = format!("llh{pid}");
         let peer_if = format!("lln{pid}");
-        let watchdog = crate::server::spawn_watchdog(
-            WATCHDOG,
-            "locklab-net-watchdog",
-            &[name.as_ref(), host_if.as_ref()],
-        )
-        .map_err(|e| format!("cannot start the namespace's watchdog (sh): {e}"))?;
+        let watchdog =
+            crate::server::spawn_watchdog(WATCHDOG, "locklab-net-watchdog", &[name.as_ref(), host_if.as_ref()])
+                .map_err(|e| format!("cannot start the namespace's watchdog (sh): {e}"))?;
         // A /30 per process; another process's (a concurrent test binary)
         // address on the host makes us try the next.
         let taken = run(&["ip", "-o", "-4", "addr", "show"]).unwrap_or_default();
@@ -198,7 +197,12 @@ impl Namespace {
                 .find(|l| l.contains(&self.peer.to_string()))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|q| q.parse::<u64>().ok())
-                .ok_or_else(|| format!("`ss` shows no connection from {}:{port} to port {server_port}", self.peer))?;
+                .ok_or_else(|| {
+                    format!(
+                        "`ss` shows no connection from {}:{port} to port {server_port}",
+                        self.peer
+                    )
+                })?;
             if send_q == 0 {
                 return Ok(true);
             }

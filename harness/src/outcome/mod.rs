@@ -267,7 +267,10 @@ impl Observation {
         let ms = self.elapsed_ms?;
         if let Some(s) = self.elapsed_stats.filter(|s| s.n > 1) {
             if self.distribution.is_some() {
-                return Some(format!("p50 {:.1} ms, {:.1}–{:.1} over the trials", s.p50, s.min, s.max));
+                return Some(format!(
+                    "p50 {:.1} ms, {:.1}–{:.1} over the trials",
+                    s.p50, s.min, s.max
+                ));
             }
             return Some(match self.waited_stats {
                 Some(w) => format!("p50 {:.1} ms, {:.1}–{:.1}; {:.1} at await", s.p50, s.min, s.max, w.p50),

@@ -133,7 +133,11 @@ pub fn check(inv: &Invariant, observations: &[Observation]) -> Result<Checked, S
     };
     match &inv.check {
         InvariantCheck::NotHeldBy(actor) => {
-            let mine: Vec<_> = snapshot.holders.iter().filter(|h| h.actor.as_deref() == Some(actor)).collect();
+            let mine: Vec<_> = snapshot
+                .holders
+                .iter()
+                .filter(|h| h.actor.as_deref() == Some(actor))
+                .collect();
             match mine.iter().find(|h| h.state.as_deref() != Some("active")) {
                 Some(h) => Err(format!(
                     "'{actor}' holds {} ({}, backend {}, {})",
@@ -232,7 +236,10 @@ impl Collector {
     /// Adds trial number `trial` (1-based) with its recorded observations.
     pub fn add(&mut self, trial: u64, observations: &[Observation], invariants: &[Invariant]) {
         self.summary.n += 1;
-        let outcome: Vec<String> = observations.iter().map(|o| format!("{}={}", o.name, o.display)).collect();
+        let outcome: Vec<String> = observations
+            .iter()
+            .map(|o| format!("{}={}", o.name, o.display))
+            .collect();
         *self.summary.outcomes.entry(outcome.join(" · ")).or_default() += 1;
         for o in observations {
             match self.rows.iter_mut().find(|(first, _, _)| first.name == o.name) {
@@ -259,8 +266,10 @@ impl Collector {
                     result.checked += 1;
                     result.violated += 1;
                     if result.first_violation.is_none() {
-                        let values: Vec<String> =
-                            observations.iter().map(|o| format!("{} = {}", o.name, o.display)).collect();
+                        let values: Vec<String> = observations
+                            .iter()
+                            .map(|o| format!("{} = {}", o.name, o.display))
+                            .collect();
                         result.first_violation = Some(format!("trial {trial}: {why}; {}", values.join("; ")));
                     }
                 }
@@ -283,8 +292,19 @@ impl Collector {
         for r in &self.summary.invariants {
             // A finding's verdict depends on how many trials ran (a violation
             // in 5% of them may not show in 20): it compares by its share.
-            let shown = if r.finding { "measured (the finding)" } else { r.verdict() };
-            let mut o = Observation::new(&row_name(&r.name), last_step, Value::Text(shown.to_owned()), Vec::new(), None, None);
+            let shown = if r.finding {
+                "measured (the finding)"
+            } else {
+                r.verdict()
+            };
+            let mut o = Observation::new(
+                &row_name(&r.name),
+                last_step,
+                Value::Text(shown.to_owned()),
+                Vec::new(),
+                None,
+                None,
+            );
             o.display = shown.to_owned();
             let holds = r.checked - r.violated;
             o.distribution = Some(
@@ -369,11 +389,17 @@ mod tests {
     #[test]
     fn an_error_with_no_lock_left_holds_and_one_with_the_lock_kept_is_violated() {
         let inv = not_held_by_waiter();
-        assert_eq!(check(&inv, &trial(error(), vec![holder("holder", 1, "active")])), Ok(Checked::Holds));
+        assert_eq!(
+            check(&inv, &trial(error(), vec![holder("holder", 1, "active")])),
+            Ok(Checked::Holds)
+        );
         let broken = check(&inv, &trial(error(), vec![holder("waiter", 2, "idle")]));
         assert_eq!(broken, Err("'waiter' holds 41 (ExclusiveLock, backend 2, idle)".into()));
         // Still aborting: the lock is on its way out, counted apart.
-        assert_eq!(check(&inv, &trial(error(), vec![holder("waiter", 2, "active")])), Ok(Checked::Transient));
+        assert_eq!(
+            check(&inv, &trial(error(), vec![holder("waiter", 2, "active")])),
+            Ok(Checked::Transient)
+        );
         // The call succeeded: the condition does not hold, nothing checked.
         assert_eq!(
             check(&inv, &trial(Value::Bool(true), vec![holder("waiter", 2, "idle")])),
@@ -388,8 +414,14 @@ mod tests {
             if_error: None,
             ..not_held_by_waiter()
         };
-        assert_eq!(check(&inv, &trial(Value::Bool(true), vec![holder("waiter", 2, "idle")])), Ok(Checked::Holds));
-        let two = trial(Value::Bool(true), vec![holder("waiter", 2, "idle"), holder("holder", 1, "idle")]);
+        assert_eq!(
+            check(&inv, &trial(Value::Bool(true), vec![holder("waiter", 2, "idle")])),
+            Ok(Checked::Holds)
+        );
+        let two = trial(
+            Value::Bool(true),
+            vec![holder("waiter", 2, "idle"), holder("holder", 1, "idle")],
+        );
         assert!(check(&inv, &two).unwrap_err().starts_with("2 holders (at most 1)"));
     }
 
@@ -410,7 +442,12 @@ mod tests {
         assert_eq!(rows[2].display, "violated");
         let r = &summary.invariants[0];
         assert_eq!((r.checked, r.violated), (1, 1));
-        assert!(r.first_violation.as_deref().unwrap().starts_with("trial 20: 'waiter' holds 41"));
+        assert!(
+            r.first_violation
+                .as_deref()
+                .unwrap()
+                .starts_with("trial 20: 'waiter' holds 41")
+        );
         assert_eq!(shares(rows[0].distribution.as_ref().unwrap()), "true 95% · 55P03 5%");
     }
 

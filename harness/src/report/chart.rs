@@ -69,7 +69,14 @@ fn draw(rows: &[(String, Stats)]) -> Result<String, String> {
 /// The axes of a chart with one row per label (the first at the top) and
 /// `x_desc` under the x axis.
 fn draw_mesh<DB: DrawingBackend>(
-    chart: &mut ChartContext<'_, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::ranged1d::SegmentedCoord<plotters::coord::types::RangedCoordi32>>>,
+    chart: &mut ChartContext<
+        '_,
+        DB,
+        Cartesian2d<
+            plotters::coord::types::RangedCoordf64,
+            plotters::coord::ranged1d::SegmentedCoord<plotters::coord::types::RangedCoordi32>,
+        >,
+    >,
     labels: &[&str],
     x_desc: &str,
 ) -> Result<(), String> {
@@ -188,7 +195,9 @@ mod tests {
             .map(|i| {
                 (
                     format!("column-{i}"),
-                    [("55P03".to_owned(), 10 + i), ("true".to_owned(), 5)].into_iter().collect(),
+                    [("55P03".to_owned(), 10 + i), ("true".to_owned(), 5)]
+                        .into_iter()
+                        .collect(),
                 )
             })
             .collect();

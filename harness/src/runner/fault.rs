@@ -16,13 +16,21 @@ use crate::scenario::step::Fault;
 impl Run<'_> {
     /// Injects `fault` into `actor`'s connection and notes when, for a later
     /// `granted` step.
-    pub(super) async fn fault(&mut self, step: &Step, actor: usize, fault: Fault, monitor: &mut DirectConn) -> StepResult {
+    pub(super) async fn fault(
+        &mut self,
+        step: &Step,
+        actor: usize,
+        fault: Fault,
+        monitor: &mut DirectConn,
+    ) -> StepResult {
         let name = self.scenario.actors[actor].name.clone();
         match fault {
             Fault::Crash => {
-                let child = self.children.get(&actor).cloned().ok_or_else(|| {
-                    StepError::Harness(format!("actor '{name}' has no child process to crash"))
-                })?;
+                let child = self
+                    .children
+                    .get(&actor)
+                    .cloned()
+                    .ok_or_else(|| StepError::Harness(format!("actor '{name}' has no child process to crash")))?;
                 self.fault_at = Some(Instant::now());
                 child.crash().await.map_err(StepError::Harness)?;
                 // The connection object (idle, or inside the background
@@ -45,11 +53,27 @@ impl Run<'_> {
                 self.fault_at = Some(Instant::now());
                 // PostgreSQL 14+: with a timeout, pg_terminate_backend waits
                 // until the backend has exited (docs §9.28.2).
-                let sql = format!("select pg_terminate_backend({pid}, {})", step.deadline_ms.saturating_sub(100).max(1));
-                let rows = tokio::time::timeout(Duration::from_millis(step.deadline_ms), monitor.client().simple_query(&sql))
-                    .await
-                    .map_err(|_| StepError::Deadline(format!("backend {pid} of '{name}' had not exited within {} ms", step.deadline_ms)))?
-                    .map_err(|e| StepError::Driver(format!("cannot terminate backend {pid} of '{name}': {}", locklab_drivers::DriverError::from(e))))?;
+                let sql = format!(
+                    "select pg_terminate_backend({pid}, {})",
+                    step.deadline_ms.saturating_sub(100).max(1)
+                );
+                let rows = tokio::time::timeout(
+                    Duration::from_millis(step.deadline_ms),
+                    monitor.client().simple_query(&sql),
+                )
+                .await
+                .map_err(|_| {
+                    StepError::Deadline(format!(
+                        "backend {pid} of '{name}' had not exited within {} ms",
+                        step.deadline_ms
+                    ))
+                })?
+                .map_err(|e| {
+                    StepError::Driver(format!(
+                        "cannot terminate backend {pid} of '{name}': {}",
+                        locklab_drivers::DriverError::from(e)
+                    ))
+                })?;
                 let terminated = rows.iter().any(|m| match m {
                     tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0) == Some("t"),
                     _ => false,
@@ -70,7 +94,9 @@ impl Run<'_> {
             }
             Fault::Partition | Fault::Heal => {
                 let port = *self.ns_ports.get(&actor).ok_or_else(|| {
-                    StepError::Harness(format!("actor '{name}' has no connection in the run's network namespace"))
+                    StepError::Harness(format!(
+                        "actor '{name}' has no connection in the run's network namespace"
+                    ))
                 })?;
                 let ns = Namespace::get().map_err(StepError::Harness)?;
                 if fault == Fault::Partition {
@@ -113,15 +139,38 @@ impl Run<'_> {
             .await
             .map_err(|_| StepError::Deadline(format!("the server had not restarted within {} ms", step.deadline_ms)))?
             .map_err(|e| StepError::Harness(format!("{e:#}")))?;
-        let conn = self
-            .connect_direct(observer)
-            .await
-            .map_err(|e| StepError::Driver(format!("cannot reconnect '{}' after the restart: {e}", self.scenario.actors[observer].name)))?;
+        // 57P03 (cannot_connect_now: starting up, shutting down) means "not
+        // yet": asked again until the step's deadline.
+        let until = Instant::now() + Duration::from_millis(step.deadline_ms);
+        let name = self.scenario.actors[observer].name.clone();
+        let conn = loop {
+            match self.connect_direct(observer).await {
+                Ok(c) => break c,
+                Err(e) if e.sqlstate() == Some("57P03") && Instant::now() < until => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => {
+                    return Err(StepError::Driver(format!(
+                        "cannot reconnect '{name}' after the restart: {e}"
+                    )));
+                }
+            }
+        };
         self.slots[observer] = Slot::Ready(conn);
         self.learn_pid(observer, Duration::from_millis(step.deadline_ms)).await;
-        *monitor = DirectConn::connect(&self.server.spec(self.db, "locklab-monitor"))
-            .await
-            .map_err(|e| StepError::Driver(format!("cannot reopen the monitor connection after the restart: {e}")))?;
+        *monitor = loop {
+            match DirectConn::connect(&self.server.spec(self.db, "locklab-monitor")).await {
+                Ok(c) => break c,
+                Err(e) if e.sqlstate() == Some("57P03") && Instant::now() < until => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => {
+                    return Err(StepError::Driver(format!(
+                        "cannot reopen the monitor connection after the restart: {e}"
+                    )));
+                }
+            }
+        };
         Ok(())
     }
 

@@ -71,7 +71,11 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
     if scenario.needs_fault_server()
         && let Some(why) = crate::faults::netns::unavailable()
     {
-        phases::not_applicable(scenario, &mut result, format!("a fault cell with a `network: namespace` actor {why}"));
+        phases::not_applicable(
+            scenario,
+            &mut result,
+            format!("a fault cell with a `network: namespace` actor {why}"),
+        );
         return result;
     }
     // A cell that restarts the server gets a local cluster of its own,
@@ -81,7 +85,12 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
         match tokio::task::spawn_blocking(move || Server::start(&opts)).await {
             Ok(Ok(s)) => Some(s),
             Ok(Err(e)) => {
-                result.failure = Some(cell_error(server, scenario, info.id, &format!("cannot start the cell's own local cluster: {e:#}")));
+                result.failure = Some(cell_error(
+                    server,
+                    scenario,
+                    info.id,
+                    &format!("cannot start the cell's own local cluster: {e:#}"),
+                ));
                 return result;
             }
             Err(e) => {
@@ -108,7 +117,11 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
 
 /// `SERVER: scenario 'S', driver 'D': WHAT`, as every cell failure begins.
 fn cell_error(server: &Server, scenario: &Scenario, driver: &str, what: &str) -> String {
-    format!("{}: scenario '{}', driver '{driver}': {what}", server.id(), scenario.name)
+    format!(
+        "{}: scenario '{}', driver '{driver}': {what}",
+        server.id(),
+        scenario.name
+    )
 }
 
 /// [`run`] on `server` (the column's, or the cell's own).
@@ -182,7 +195,9 @@ async fn run_on(
         match server.admin().await {
             Ok(a) => a,
             Err(e) => {
-                result.failure.get_or_insert_with(|| fail(format!("cannot reconnect after the restart: {e:#}")));
+                result
+                    .failure
+                    .get_or_insert_with(|| fail(format!("cannot reconnect after the restart: {e:#}")));
                 return result;
             }
         }

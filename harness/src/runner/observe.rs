@@ -41,7 +41,11 @@ impl Run<'_> {
     /// Waits until none of `actors`' backends (those whose pid is known) is
     /// `active` in `pg_stat_activity`.
     async fn until_idle(&mut self, observer: usize, actors: &[usize], until: Instant) -> Result<(), String> {
-        let pids: Vec<String> = actors.iter().filter_map(|a| self.pids.get(a)).map(ToString::to_string).collect();
+        let pids: Vec<String> = actors
+            .iter()
+            .filter_map(|a| self.pids.get(a))
+            .map(ToString::to_string)
+            .collect();
         if pids.is_empty() {
             return Ok(());
         }
@@ -57,7 +61,10 @@ impl Run<'_> {
         .await?;
         match polled {
             Polled::Done(()) => Ok(()),
-            Polled::TimedOut => Err(format!("backends {} were still active at the deadline (idle)", pids.join(", "))),
+            Polled::TimedOut => Err(format!(
+                "backends {} were still active at the deadline (idle)",
+                pids.join(", ")
+            )),
         }
     }
 

@@ -204,7 +204,10 @@ impl<'a> Run<'a> {
                     .connect(spec.port, locklab_drivers::CONNECT_TIMEOUT)
                     .await
                     .map_err(client_err)?;
-                let port = stream.local_addr().map(|a| a.port()).map_err(|e| client_err(e.to_string()))?;
+                let port = stream
+                    .local_addr()
+                    .map(|a| a.port())
+                    .map_err(|e| client_err(e.to_string()))?;
                 self.ns_ports.insert(i, port);
                 let mut spec = spec;
                 spec.host = ns.host_addr().to_string();

@@ -23,11 +23,11 @@ use std::path::{Path, PathBuf};
 pub use raw::{
     Action, Bounds, GuardEndRaw, Network, ObserveKind, OnTimeout, Process, RowsExpect, Scalar, Via, When, json_schema,
 };
-pub use trials::{Invariant, InvariantCheck, RandomValue, Trials};
 pub use step::{
     AwaitStep, ClientBound, ObserveExpect, ObserveStep, SqlExpect, SqlStep, Step, StepKind, Transaction,
     TransactionStep,
 };
+pub use trials::{Invariant, InvariantCheck, RandomValue, Trials};
 
 use params::{expand_params, instance_suffix, neutralize_placeholders, substitute_params, without_params_and_comments};
 use raw::{ParamsOnly, RawScenario};

@@ -442,11 +442,22 @@ impl LocalCluster {
     /// The postmaster did not exit, or did not come back.
     pub(super) async fn restart(&self, immediate: bool, timeout: Duration) -> Result<()> {
         use nix::sys::signal::{Signal, kill};
-        let mut old = std::mem::replace(&mut *self.postgres.lock().unwrap_or_else(|p| p.into_inner()), self.spawn.placeholder()?);
+        let mut old = std::mem::replace(
+            &mut *self.postgres.lock().unwrap_or_else(|p| p.into_inner()),
+            self.spawn.placeholder()?,
+        );
         let pid = nix::unistd::Pid::from_raw(old.id() as i32);
         let _ = kill(pid, if immediate { Signal::SIGQUIT } else { Signal::SIGINT });
         let deadline = Instant::now() + Duration::from_secs(30);
-        while matches!(old.try_wait(), Ok(None)) {
+        // Gone when reaped, and (should something else have reaped it) when
+        // the pid answers no signal and postmaster.pid is gone.
+        let data = self.spawn.data.clone();
+        let running = |old: &mut Child| match old.try_wait() {
+            Ok(None) => true,
+            Ok(Some(_)) => false,
+            Err(_) => kill(pid, None).is_ok() || data.join("postmaster.pid").exists(),
+        };
+        while running(&mut old) {
             if Instant::now() >= deadline {
                 let _ = old.kill();
                 let _ = old.wait();
@@ -494,7 +505,10 @@ impl Postmaster {
     /// A child that has already exited (`true`), to hold the postmaster's
     /// place while the real one is waited on outside the lock.
     fn placeholder(&self) -> Result<Child> {
-        let mut c = Command::new("true").stdin(Stdio::null()).spawn().context("cannot run `true`")?;
+        let mut c = Command::new("true")
+            .stdin(Stdio::null())
+            .spawn()
+            .context("cannot run `true`")?;
         let _ = c.wait();
         Ok(c)
     }

@@ -31,13 +31,16 @@ use crate::cli::{Cli, Command};
 
 fn main() -> ExitCode {
     // A `process: child` actor's connection (not a user command).
-    if std::env::args_os().nth(1).is_some_and(|a| a == locklab::faults::child::COMMAND) {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == locklab::faults::child::COMMAND)
+    {
         return locklab::faults::child::serve_main();
     }
-    // sqlx warns about connections the harness terminates on purpose and about
+    // sqlx warns (and r2d2 logs errors) about connections the harness terminates or restarts on purpose, and about
     // statements that wait on a lock for over a second: both expected here.
     let filter = tracing_subscriber::EnvFilter::try_from_env("LOCKLAB_LOG")
-        .unwrap_or_else(|_| "warn,sqlx=error,deadpool=error".into());
+        .unwrap_or_else(|_| "warn,sqlx=error,deadpool=error,r2d2=off".into());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

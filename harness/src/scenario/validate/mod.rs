@@ -5,9 +5,9 @@
 //! expectations ([`expect`]).
 
 mod conn;
-mod trials;
 mod expect;
 mod step;
+mod trials;
 
 use std::path::Path;
 

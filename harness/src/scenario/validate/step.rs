@@ -351,7 +351,9 @@ impl Validator<'_> {
                 Some(_) => {
                     self.err(
                         gpos,
-                        format!("step {n}: 'granted: {name}' needs a background step of '{name}' in flight (its lock call)"),
+                        format!(
+                            "step {n}: 'granted: {name}' needs a background step of '{name}' in flight (its lock call)"
+                        ),
                     );
                     None
                 }
@@ -398,7 +400,12 @@ impl Validator<'_> {
     }
 
     /// The actors an observe step's `idle` names (each once, each known).
-    fn idle_actors(&mut self, walk: &Walk, n: usize, idle: Option<&Spanned<crate::scenario::raw::OneOrMany>>) -> Vec<usize> {
+    fn idle_actors(
+        &mut self,
+        walk: &Walk,
+        n: usize,
+        idle: Option<&Spanned<crate::scenario::raw::OneOrMany>>,
+    ) -> Vec<usize> {
         let Some(idle) = idle else { return Vec::new() };
         let ipos = Pos::of(&idle.referenced);
         let mut out = Vec::new();
@@ -495,7 +502,11 @@ impl Validator<'_> {
                 self.err(pos, format!("step {n}: a step with 'client_timeout_ms' needs 'record', so that a timeout shows in the report"));
             }
         }
-        if matches!(kind, Kind::Observe(..) | Kind::Blocked(_) | Kind::Granted(_) | Kind::Restart(_)) && via != Via::Direct {
+        if matches!(
+            kind,
+            Kind::Observe(..) | Kind::Blocked(_) | Kind::Granted(_) | Kind::Restart(_)
+        ) && via != Via::Direct
+        {
             self.err(
                 pos,
                 format!("step {n}: observations run on a direct actor (the observer), not on pool actor '{an}'"),
@@ -556,11 +567,15 @@ impl Validator<'_> {
         if matches!(
             kind,
             Kind::Do(
-                Action::Disconnect | Action::Abandon | Action::Crash | Action::Terminate | Action::Partition | Action::Heal
+                Action::Disconnect
+                    | Action::Abandon
+                    | Action::Crash
+                    | Action::Terminate
+                    | Action::Partition
+                    | Action::Heal
             ) | Kind::Blocked(_)
                 | Kind::Restart(_)
-        )
-            || (matches!(kind, Kind::Do(Action::Checkout | Action::Return)) && !timed)
+        ) || (matches!(kind, Kind::Do(Action::Checkout | Action::Return)) && !timed)
             || s.background
         {
             self.err(

@@ -13,7 +13,11 @@ const MAX_TRIALS: i64 = 10_000;
 
 impl Validator<'_> {
     /// The `random:` values (each `[min, max]` in ms, 0 ≤ min ≤ max ≤ 600000).
-    pub(super) fn random(&mut self, raw: Option<&Spanned<IndexMap<String, Vec<f64>>>>, trials: bool) -> Vec<RandomValue> {
+    pub(super) fn random(
+        &mut self,
+        raw: Option<&Spanned<IndexMap<String, Vec<f64>>>>,
+        trials: bool,
+    ) -> Vec<RandomValue> {
         let Some(raw) = raw else { return Vec::new() };
         let pos = Pos::of(&raw.referenced);
         if !trials {
@@ -22,7 +26,10 @@ impl Validator<'_> {
         let mut out = Vec::new();
         for (name, range) in &raw.value {
             if !is_identifier(name) {
-                self.err(pos, format!("random value '{name}' must be a letter or '_' followed by letters, digits or '_'"));
+                self.err(
+                    pos,
+                    format!("random value '{name}' must be a letter or '_' followed by letters, digits or '_'"),
+                );
             }
             if self.params.iter().any(|(p, _)| p == name) {
                 self.err(pos, format!("random value '{name}' has the name of a parameter"));
@@ -37,7 +44,9 @@ impl Validator<'_> {
                 }
                 _ => self.err(
                     pos,
-                    format!("random value '{name}' must be [min, max] in ms with 0 <= min <= max <= 600000, got {range:?}"),
+                    format!(
+                        "random value '{name}' must be [min, max] in ms with 0 <= min <= max <= 600000, got {range:?}"
+                    ),
                 ),
             }
         }
@@ -55,13 +64,19 @@ impl Validator<'_> {
     ) -> Option<Trials> {
         let Some(count) = count else {
             if let Some(inv) = &invariants {
-                self.err(Pos::of(&inv.referenced), "'invariants' are checked on every trial; they need 'trials'");
+                self.err(
+                    Pos::of(&inv.referenced),
+                    "'invariants' are checked on every trial; they need 'trials'",
+                );
             }
             return None;
         };
         let cpos = Pos::of(&count.referenced);
         if !(2..=MAX_TRIALS).contains(&count.value) {
-            self.err(cpos, format!("'trials' must be between 2 and {MAX_TRIALS}, got {}", count.value));
+            self.err(
+                cpos,
+                format!("'trials' must be between 2 and {MAX_TRIALS}, got {}", count.value),
+            );
         }
         let record_of = |name: &str| steps.iter().find(|s| s.record.as_deref() == Some(name));
         let mut out = Vec::new();
@@ -70,7 +85,13 @@ impl Validator<'_> {
             let raw = raw.value;
             match record_of(&raw.observe) {
                 Some(s) if matches!(s.kind, StepKind::Observe(_)) => {}
-                Some(_) => self.err(pos, format!("invariant '{name}': '{}' is not recorded by an 'observe' step", raw.observe)),
+                Some(_) => self.err(
+                    pos,
+                    format!(
+                        "invariant '{name}': '{}' is not recorded by an 'observe' step",
+                        raw.observe
+                    ),
+                ),
                 None => self.err(pos, format!("invariant '{name}': no step records '{}'", raw.observe)),
             }
             if let Some(e) = &raw.if_error
@@ -87,7 +108,10 @@ impl Validator<'_> {
                 }
                 (None, Some(n)) => InvariantCheck::MaxHolders(n),
                 _ => {
-                    self.err(pos, format!("invariant '{name}' needs exactly one of 'not_held_by' and 'max_holders'"));
+                    self.err(
+                        pos,
+                        format!("invariant '{name}' needs exactly one of 'not_held_by' and 'max_holders'"),
+                    );
                     InvariantCheck::MaxHolders(u32::MAX)
                 }
             };
