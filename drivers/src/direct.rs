@@ -50,6 +50,9 @@ pub struct DirectConn {
     /// `25P03 terminating connection due to idle-in-transaction timeout`,
     /// sent while no statement was running.
     ended_by: Arc<Mutex<Option<DriverError>>>,
+    /// Whether a cancel request can reach the server (not for a connection
+    /// made over a stream the caller opened: [`DirectConn::connect_stream`]).
+    cancellable: bool,
 }
 
 /// The error for a session not made within [`CONNECT_TIMEOUT`].
@@ -81,9 +84,9 @@ impl DirectConn {
     }
 
     /// Like [`DirectConn::connect`], over a TCP stream the caller opened (for
-    /// a socket made in another network namespace). Its
-    /// [`Conn::canceller`] cannot reach the server: tokio-postgres has no
-    /// address for a cancel request on such a connection.
+    /// a socket made in another network namespace). It has no
+    /// [`Conn::canceller`]: tokio-postgres has no address for a cancel
+    /// request on such a connection.
     ///
     /// # Errors
     /// As [`DirectConn::connect`], without the TCP connect.
@@ -92,7 +95,9 @@ impl DirectConn {
             tokio::time::timeout(CONNECT_TIMEOUT, spec.tokio_postgres_config().connect_raw(stream, NoTls))
                 .await
                 .map_err(|_| no_session(spec))??;
-        Ok(DirectConn::drive(client, connection))
+        let mut conn = DirectConn::drive(client, connection);
+        conn.cancellable = false;
+        Ok(conn)
     }
 
     /// Drives `connection` on a task that keeps its notices and its end.
@@ -131,6 +136,7 @@ impl DirectConn {
             task,
             notices,
             ended_by,
+            cancellable: true,
         }
     }
 
@@ -180,7 +186,11 @@ impl Conn for DirectConn {
     }
 
     fn canceller(&self) -> Option<Canceller> {
-        Some(token_canceller(self.client.cancel_token()))
+        self.cancellable.then(|| token_canceller(self.client.cancel_token()))
+    }
+
+    fn no_cancel_reason(&self) -> &'static str {
+        "a connection made over a socket of another network namespace has no address for a cancel request"
     }
 }
 

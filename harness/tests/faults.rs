@@ -155,7 +155,7 @@ fn a_run_of_crashes_partitions_and_restarts_leaves_no_child_namespace_or_cluster
             .flatten()
             .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
             .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-            .filter(|c| c.contains(locklab::faults::child::COMMAND) && c.contains(env!("CARGO_BIN_EXE_locklab")))
+            .filter(|c| c.contains(&format!("locklab {}", locklab::faults::child::COMMAND)))
             .collect();
         if net.is_empty() && clusters.is_empty() && children.is_empty() {
             break;

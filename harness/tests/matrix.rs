@@ -286,6 +286,16 @@ fn check_cell(
     assert_eq!(server.backend(), backend, "{}", server.describe());
     assert_eq!(server.major(), 17, "{}", server.version());
     let id = driver.info().id;
+    // A machine that cannot make a network namespace (not root, no nft)
+    // cannot run the fault cells that need one: n/a, not a difference.
+    if r.skipped.as_deref().is_some_and(|why| why.starts_with("a fault cell")) {
+        eprintln!(
+            "{} × {id}: not run here: {}",
+            s.name,
+            r.skipped.as_deref().unwrap_or_default()
+        );
+        return Ok(());
+    }
     if let Some(failure) = &r.failure {
         return Err(failure.as_str().into());
     }

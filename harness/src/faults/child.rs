@@ -4,8 +4,9 @@
 //! `locklab child-connection` (a hidden command). It reads one JSON line
 //! with the connection spec on stdin, connects with tokio-postgres
 //! ([`DirectConn`]), answers `{"ok": {}}`, then runs one statement per line
-//! (`{"sql": "…"}`, simple query protocol) and answers each with `{"ok":
-//! {columns, rows, notices}}` or `{"error": {kind, message, sqlstate}}`. At
+//! (`{"id": N, "sql": "…"}`, simple query protocol) and answers each with
+//! `{"id": N, "ok": {columns, rows, notices}}` or `{"id": N, "error": {kind,
+//! message, sqlstate}}` (an answer to a request given up on is skipped). At
 //! end of input it closes the connection (Terminate) and exits; it asks the
 //! kernel for SIGKILL should the harness die first (`PR_SET_PDEATHSIG`), so
 //! it never outlives the run. A crash is SIGKILL from the harness
@@ -90,6 +91,10 @@ pub struct ChildConn {
     process: ChildProcess,
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
+    /// The id of the last request sent: the child answers each request with
+    /// its id, and an answer to an earlier one (a call given up on by a
+    /// client-side bound) is skipped.
+    last_id: u64,
 }
 
 impl ChildConn {
@@ -122,6 +127,7 @@ impl ChildConn {
             process: process.clone(),
             stdin: Some(stdin),
             stdout,
+            last_id: 0,
         };
         let hello = json!({
             "host": spec.host,
@@ -145,6 +151,10 @@ impl ChildConn {
     async fn call(&mut self, request: &Value) -> Result<Value, DriverError> {
         let pid = self.process.pid;
         let gone = |what: &str| DriverError::Client(format!("child process {pid} {what} (it has exited)"));
+        self.last_id += 1;
+        let id = self.last_id;
+        let mut request = request.clone();
+        request["id"] = json!(id);
         let stdin = self.stdin.as_mut().ok_or_else(|| gone("has no input"))?;
         let mut line = request.to_string();
         line.push('\n');
@@ -153,17 +163,23 @@ impl ChildConn {
             .await
             .map_err(|_| gone("took no request"))?;
         stdin.flush().await.map_err(|_| gone("took no request"))?;
-        let mut answer = String::new();
-        let n = self
-            .stdout
-            .read_line(&mut answer)
-            .await
-            .map_err(|_| gone("sent no answer"))?;
-        if n == 0 {
-            return Err(gone("sent no answer"));
-        }
-        let v: Value = serde_json::from_str(&answer)
-            .map_err(|e| DriverError::Client(format!("child process {pid}: unreadable answer ({e})")))?;
+        let v = loop {
+            let mut answer = String::new();
+            let n = self
+                .stdout
+                .read_line(&mut answer)
+                .await
+                .map_err(|_| gone("sent no answer"))?;
+            if n == 0 {
+                return Err(gone("sent no answer"));
+            }
+            let v: Value = serde_json::from_str(&answer)
+                .map_err(|e| DriverError::Client(format!("child process {pid}: unreadable answer ({e})")))?;
+            // An answer to an earlier request, given up on: skipped.
+            if v["id"].as_u64().is_none_or(|got| got == id) {
+                break v;
+            }
+        };
         if let Some(e) = v.get("error") {
             let message = e["message"].as_str().unwrap_or("?").to_owned();
             return Err(match e["sqlstate"].as_str() {
@@ -276,16 +292,14 @@ async fn serve() -> std::process::ExitCode {
     };
     answer(json!({"ok": {}})).await;
     while let Ok(Some(line)) = lines.next_line().await {
-        let sql = serde_json::from_str::<Value>(&line)
-            .ok()
-            .and_then(|v| v["sql"].as_str().map(str::to_owned))
-            .unwrap_or_default();
-        match conn.simple_query(&sql).await {
-            Ok(rows) => {
-                answer(json!({"ok": {"columns": rows.columns, "rows": rows.rows, "notices": rows.notices}})).await;
-            }
-            Err(e) => answer(error(&e)).await,
-        }
+        let req = serde_json::from_str::<Value>(&line).unwrap_or_default();
+        let sql = req["sql"].as_str().unwrap_or_default().to_owned();
+        let mut out = match conn.simple_query(&sql).await {
+            Ok(rows) => json!({"ok": {"columns": rows.columns, "rows": rows.rows, "notices": rows.notices}}),
+            Err(e) => error(&e),
+        };
+        out["id"] = req["id"].clone();
+        answer(out).await;
     }
     conn.close().await;
     std::process::ExitCode::SUCCESS

@@ -65,7 +65,9 @@ pub fn unavailable() -> Option<String> {
 }
 
 impl Namespace {
-    /// The process's namespace, created on first call.
+    /// The process's namespace, created on first call (blocking: it runs
+    /// `ip` and `nft` a dozen times; [`crate::faults::server::for_major`]
+    /// makes it off the runtime's threads).
     ///
     /// # Errors
     /// Not root, `ip` or `nft` missing or failing (their message).
@@ -191,7 +193,7 @@ impl Namespace {
         let until = std::time::Instant::now() + within;
         let filter = format!("( sport = :{server_port} and dport = :{port} )");
         loop {
-            let out = run(&["ss", "-Htn", "state", "established", &filter])?;
+            let out = run_async(&["ss", "-Htn", "state", "established", &filter]).await?;
             let send_q = out
                 .lines()
                 .find(|l| l.contains(&self.peer.to_string()))
@@ -218,24 +220,43 @@ impl Namespace {
     ///
     /// # Errors
     /// `nft` failed.
-    pub fn cut(&self, port: u16) -> Result<(), String> {
-        self.set_element("add", port)
+    pub async fn cut(&self, port: u16) -> Result<(), String> {
+        self.set_element("add", port).await
     }
 
     /// Stops dropping them.
     ///
     /// # Errors
     /// `nft` failed.
-    pub fn heal(&self, port: u16) -> Result<(), String> {
-        self.set_element("delete", port)
+    pub async fn heal(&self, port: u16) -> Result<(), String> {
+        self.set_element("delete", port).await
     }
 
-    fn set_element(&self, verb: &str, port: u16) -> Result<(), String> {
+    async fn set_element(&self, verb: &str, port: u16) -> Result<(), String> {
         let elem = format!("{{ {port} }}");
-        run(&[
+        run_async(&[
             "ip", "netns", "exec", &self.name, "nft", verb, "element", "inet", "locklab", "cut", &elem,
         ])
+        .await
         .map(|_| ())
+    }
+}
+
+/// [`run`] without blocking the runtime's thread.
+async fn run_async(args: &[&str]) -> Result<String, String> {
+    let out = tokio::process::Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .await
+        .map_err(|e| format!("cannot run {}: {e}", args[0]))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "`{}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
     }
 }
 

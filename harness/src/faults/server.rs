@@ -33,8 +33,15 @@ pub async fn for_major(major: u32) -> Result<&'static Server, String> {
     started
 }
 
+/// The start of a [`for_major`] error when the namespace could not be made
+/// (the machine cannot: its cells are not applicable, not failed).
+pub const NO_NAMESPACE: &str = "no network namespace: ";
+
 async fn start(major: u32) -> Result<&'static Server, String> {
-    let ns = Namespace::get()?;
+    let ns = tokio::task::spawn_blocking(Namespace::get)
+        .await
+        .map_err(|e| format!("{NO_NAMESPACE}its set-up panicked: {e}"))?
+        .map_err(|e| format!("{NO_NAMESPACE}{e}"))?;
     let opts = options(ns, major);
     let server = tokio::task::spawn_blocking(move || Server::start(&opts))
         .await

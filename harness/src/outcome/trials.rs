@@ -307,13 +307,14 @@ impl Collector {
             );
             o.display = shown.to_owned();
             let holds = r.checked - r.violated;
-            o.distribution = Some(
+            // (A non-finding invariant compares by its verdict alone.)
+            o.distribution = r.finding.then(|| {
                 [("holds", holds), ("violated", r.violated)]
                     .into_iter()
                     .filter(|(_, c)| *c > 0)
                     .map(|(k, c)| (k.to_owned(), c))
-                    .collect(),
-            );
+                    .collect()
+            });
             out.push(o);
         }
         (out, self.summary)

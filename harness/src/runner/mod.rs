@@ -142,6 +142,14 @@ async fn run_on(
                 ));
                 own
             }
+            Err(e) if e.starts_with(crate::faults::server::NO_NAMESPACE) => {
+                phases::not_applicable(
+                    scenario,
+                    &mut result,
+                    format!("a fault cell with a `network: namespace` actor: {e}"),
+                );
+                return result;
+            }
             Err(e) => {
                 result.failure = Some(cell_error(server, scenario, info.id, &e));
                 return result;
@@ -175,6 +183,7 @@ async fn run_on(
         };
         // After a panic, the slots still hold what the run had: background
         // steps stop here (their backends are the leak guard's to end).
+        run.heal_all().await;
         run.abort_background();
         drop(run);
         if let Err(e) = outcome {

@@ -360,18 +360,24 @@ impl<'a> Run<'a> {
     /// Phase 6: every connection dropped, background steps stopped, the pool
     /// closed (within 10 s), the monitor closed.
     async fn close(&mut self, pool: Box<dyn locklab_drivers::Pool>, monitor: DirectConn) {
+        self.heal_all().await;
         self.abort_background();
-        // A partition left in place would cut a later connection that gets
-        // the same local port in the namespace.
-        if !self.ns_ports.is_empty()
-            && let Ok(ns) = crate::faults::netns::Namespace::get()
-        {
-            for port in self.ns_ports.values() {
-                let _ = ns.heal(*port);
-            }
-        }
         let _ = tokio::time::timeout(Duration::from_secs(10), pool.close()).await;
         monitor.close().await;
+    }
+
+    /// Stops dropping the packets of every `network: namespace` connection of
+    /// the run: a partition left in place would cut a later connection that
+    /// gets the same local port in the namespace.
+    pub(super) async fn heal_all(&mut self) {
+        if self.ns_ports.is_empty() {
+            return;
+        }
+        if let Ok(ns) = crate::faults::netns::Namespace::get() {
+            for port in std::mem::take(&mut self.ns_ports).into_values() {
+                let _ = ns.heal(port).await;
+            }
+        }
     }
 
     /// Drops every connection and aborts every background step still running.

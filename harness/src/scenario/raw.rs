@@ -375,10 +375,11 @@ pub(crate) struct RawStep {
     #[schemars(with = "Option<OneOrMany>")]
     pub(crate) blocked: Option<Spanned<OneOrMany>>,
     /// Wait (on a direct actor) until this actor's background lock call stops
-    /// waiting, seen by the server (no ungranted lock of its backend in
-    /// `pg_locks`), and record the time since the last fault step (`crash`,
-    /// `terminate`, `partition`); at the step's deadline record "still held
-    /// at N s" instead of failing. The `await` says how the call ended.
+    /// waiting, seen by the server (`pg_blocking_pids` of its backend empty,
+    /// or the call finished), and record the time since the last fault step
+    /// (`crash`, `terminate`, `partition`, `restart`); at the step's deadline,
+    /// counted from the fault, record "still held at N s" instead of failing.
+    /// The `await` says how the call ended.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub(crate) granted: Option<Spanned<String>>,
@@ -387,6 +388,7 @@ pub(crate) struct RawStep {
     /// connection once the server accepts connections again. Such a scenario
     /// runs on a local cluster of its own per cell.
     #[serde(default)]
+    #[schemars(with = "Option<RestartModeOrParam>")]
     pub(crate) restart: Option<RestartMode>,
     /// Wait for the background step with this id to finish; its `expect` and `record` go here.
     #[serde(default, rename = "await")]
@@ -476,6 +478,17 @@ pub(crate) enum BoolOrParam {
     /// `true` or `false`.
     Value(bool),
     /// A parameter (`"${finding}"`) that expands to one.
+    Param(#[schemars(regex(pattern = r"^\s*\$\{[A-Za-z_][A-Za-z0-9_]*\}\s*$"))] String),
+}
+
+/// The schema of `restart`, which a parameter may give.
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub(crate) enum RestartModeOrParam {
+    /// `fast` or `immediate`.
+    Value(RestartMode),
+    /// A parameter (`"${mode}"`) that expands to one.
     Param(#[schemars(regex(pattern = r"^\s*\$\{[A-Za-z_][A-Za-z0-9_]*\}\s*$"))] String),
 }
 

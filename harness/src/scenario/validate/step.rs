@@ -53,6 +53,10 @@ pub(super) struct Walk<'s> {
     records: HashMap<String, Pos>,
     /// The scenario's default step deadline, ms.
     step_deadline: u64,
+    /// Whether a fault step (crash, terminate, partition, restart) came before.
+    faulted: bool,
+    /// `partition` steps (indices) not healed since.
+    partitioned: Vec<usize>,
 }
 
 impl Validator<'_> {
@@ -80,6 +84,8 @@ impl Validator<'_> {
             saved: preset.to_vec(),
             records: HashMap::new(),
             step_deadline,
+            faulted: false,
+            partitioned: Vec::new(),
         };
         let mut steps = Vec::new();
         for (index, spanned) in raw.value.into_iter().enumerate() {
@@ -88,9 +94,24 @@ impl Validator<'_> {
                 steps.push(step);
             }
         }
+        let at_end = steps.last().map(|s| s.pos).unwrap_or_default();
+        if trials {
+            if let Some(p) = walk.partitioned.first() {
+                let pos = steps.iter().find(|s| s.index == *p).map(|s| s.pos).unwrap_or(at_end);
+                self.err(
+                    pos,
+                    "with 'trials', each trial must end as it began: this 'partition' is never healed (add a 'do: heal')",
+                );
+            }
+            if let Some(r) = steps.iter().find(|s| matches!(s.kind, StepKind::Restart { .. })) {
+                self.err(
+                    r.pos,
+                    "with 'trials', each trial must end as it began: a 'restart' leaves every connection broken",
+                );
+            }
+        }
         for (i, st) in walk.state.iter().enumerate() {
             // With `trials`, the next trial starts where this one ends.
-            let at_end = steps.last().map(|s| s.pos).unwrap_or_default();
             if trials && actors[i].via == Via::Pool && *st == Conn::Ready {
                 self.err(
                     at_end,
@@ -329,6 +350,16 @@ impl Validator<'_> {
             return Some(Kind::Sql(sql.clone()));
         }
         if let Some(a) = s.action {
+            match a {
+                Action::Crash | Action::Terminate | Action::Partition => walk.faulted = true,
+                _ => {}
+            }
+            if a == Action::Partition {
+                walk.partitioned.push(index);
+            }
+            if a == Action::Heal {
+                walk.partitioned.clear();
+            }
             return Some(Kind::Do(a));
         }
         if let Some(k) = &s.lock_guard {
@@ -341,11 +372,28 @@ impl Validator<'_> {
             return self.blocked(walk, n, b).map(Kind::Blocked);
         }
         if let Some(mode) = s.restart {
+            if walk
+                .actors
+                .iter()
+                .any(|a| a.network == crate::scenario::Network::Namespace)
+            {
+                self.err(
+                    pos,
+                    format!("step {n}: 'restart' runs on a cluster of the cell's own, 'network: namespace' actors on the fault cells' shared server: a scenario cannot have both"),
+                );
+            }
+            walk.faulted = true;
             return Some(Kind::Restart(mode == crate::scenario::raw::RestartMode::Immediate));
         }
         if let Some(g) = &s.granted {
             let gpos = Pos::of(&g.referenced);
             let name = &g.value;
+            if !walk.faulted {
+                self.err(
+                    gpos,
+                    format!("step {n}: 'granted' times the lock's release from a fault; put a 'do: crash', 'terminate' or 'partition' (or a 'restart') before it"),
+                );
+            }
             return match walk.index_of.get(name.as_str()) {
                 Some(&t) if matches!(walk.state[t], Conn::Busy(_)) => Some(Kind::Granted(t)),
                 Some(_) => {
