@@ -8,8 +8,8 @@
 //! `55P03 | true`); two runs agree on it when every value one saw that often
 //! the other saw at all, and, when both ran at least [`FULL_TRIALS`] trials,
 //! each value's share moved by at most [`SHARE_TOLERANCE`]. A shorter run (as
-//! under `cargo test`) agrees when every value it saw that often is one the
-//! other run saw at all; its shares are not compared. An invariant compares
+//! under `cargo test`) agrees when every value it saw that often, and at
+//! least twice, is one the other run saw at all; its shares are not compared. An invariant compares
 //! by its verdict (`holds`, `violated`), exactly; one declared the finding
 //! reads `measured (the finding)` and compares by its share of violating
 //! trials. A race cell runs once however many repeats (`--repeat`, `soak`):
