@@ -284,6 +284,8 @@ impl Collector {
         let last_step = self.rows.iter().map(|(o, _, _)| o.step).max().unwrap_or(0);
         for (mut o, counts, times) in self.rows {
             o.display = seen(&counts);
+            // Each trial had its own; the distribution says which.
+            o.sqlstate = None;
             o.elapsed_stats = Stats::of(&times);
             o.elapsed_ms = o.elapsed_stats.map(|s| s.p50);
             o.distribution = Some(counts);
