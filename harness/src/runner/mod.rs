@@ -243,6 +243,16 @@ async fn server_gone(server: &Server) -> Option<String> {
             admin.close().await;
             return None;
         }
+        // A server that refuses with an SQLSTATE (53300 too_many_connections,
+        // 57P03 cannot_connect_now) still answers.
+        Ok(Err(e))
+            if e.chain().any(|c| {
+                c.downcast_ref::<locklab_drivers::DriverError>()
+                    .is_some_and(|d| d.sqlstate().is_some())
+            }) =>
+        {
+            return None;
+        }
         Ok(Err(e)) => format!("{e:#}"),
         Err(_) => "no answer within 3 s".to_owned(),
     };
