@@ -387,16 +387,15 @@ fn listeners(port: u16) -> Vec<String> {
             if *state != "0A" || u16::from_str_radix(p, 16).ok() != Some(port) {
                 continue;
             }
-            found.push(
-                match addr {
-                    "0100007F" => "127.0.0.1",
-                    "00000000" => "0.0.0.0",
-                    "00000000000000000000000001000000" => "::1",
-                    "00000000000000000000000000000000" => "::",
-                    other => other,
-                }
-                .to_owned(),
-            );
+            found.push(match addr {
+                "00000000000000000000000001000000" => "::1".to_owned(),
+                "00000000000000000000000000000000" => "::".to_owned(),
+                // An IPv4 address, in the kernel's byte order.
+                v4 if v4.len() == 8 => u32::from_str_radix(v4, 16)
+                    .map(|n| std::net::Ipv4Addr::from(n.swap_bytes()).to_string())
+                    .unwrap_or_else(|_| v4.to_owned()),
+                other => other.to_owned(),
+            });
         }
     }
     found
