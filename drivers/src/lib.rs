@@ -23,6 +23,7 @@ mod sqlx_pg;
 mod versions;
 
 use std::fmt;
+use std::path::Path;
 use std::time::Duration;
 
 pub use direct::{CONNECT_TIMEOUT, DirectConn, simple_query_rows};
@@ -400,6 +401,26 @@ pub trait Pool: Send + Sync {
         let _ = within;
     }
 
+    /// Kills the process the pool lives in with SIGKILL and returns once it
+    /// has exited: a crashed application process, whose every connection
+    /// the kernel closes (no Terminate message). Only a pool built by a
+    /// driver from [`Driver::in_own_process`] has a process of its own.
+    ///
+    /// # Errors
+    /// [`DriverError::Unsupported`] for a pool in the harness's process (the
+    /// default); the signal or the wait failing otherwise.
+    async fn crash(&self) -> Result<(), DriverError> {
+        Err(DriverError::Unsupported(
+            "the pool lives in the harness's own process".into(),
+        ))
+    }
+
+    /// The OS pid of the process the pool lives in, when it is not the
+    /// harness's own.
+    fn process_id(&self) -> Option<u32> {
+        None
+    }
+
     /// Closes the pool and every idle connection in it.
     async fn close(&self);
 }
@@ -415,6 +436,16 @@ pub trait Driver: Send + Sync {
     /// # Errors
     /// [`DriverError`] when the pool cannot be built or its first connection fails.
     async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError>;
+
+    /// This configuration with each pool in a process of its own, which
+    /// [`Pool::crash`] can kill with SIGKILL. `host` is the program that
+    /// serves a Rust driver over the driver protocol as `host pool-adapter
+    /// ID` (the `locklab` binary; [`external::serve`]). The default hosts
+    /// this driver there ([`external::ExternalDriver::hosting`]); an
+    /// out-of-process driver starts an adapter per pool. `None`: not possible.
+    fn in_own_process(&self, host: &Path) -> Option<Box<dyn Driver>> {
+        Some(Box::new(external::ExternalDriver::hosting(self.info(), host)))
+    }
 }
 
 /// Every driver configuration, in report column order: the Rust ones, then

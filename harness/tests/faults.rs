@@ -1,8 +1,10 @@
-//! The harness under faults (README, "Faults"): a server that dies in the
+//! The harness under faults (README, "Faults"): a server that dies (its
+//! postmaster or its container killed) in the
 //! middle of a matrix fails the cells in flight and after it with a message
 //! that says so, nothing hangs, and nothing is left; a run with crashed
-//! children, cut connections and a restarted cluster of its own leaves no
-//! child process, network namespace, veth pair or cluster behind. Waiting is bounded; the server and the
+//! children, a crashed pool, cut connections and a restarted cluster of its
+//! own leaves no child process, pool adapter, network namespace, veth pair
+//! or cluster behind. Waiting is bounded; the server and the
 //! kernel are observed, never slept on.
 
 mod common;
@@ -23,11 +25,10 @@ fn shipped(names: &[&str]) -> Vec<Scenario> {
         .collect()
 }
 
-#[test]
-fn the_server_dying_mid_matrix_fails_the_cells_that_follow_and_nothing_hangs_or_remains() {
-    let server = Server::start(&ServerOptions::new(BackendChoice::Local, 17)).unwrap();
-    let postmaster = server.postmaster_pid().unwrap();
-    let dir = server.data_dir().unwrap().to_path_buf();
+/// Runs twelve cells two at a time on `server`, calls `kill` after the
+/// third, and checks that the cells after it fail saying the server is gone,
+/// within a bound, and that the cells before it passed.
+fn matrix_outlives_its_server(server: Server, kill: impl FnOnce(&Server)) {
     let scenarios = shipped(&[
         "xact-lock-competition",
         "session-released-by-unlock",
@@ -38,6 +39,7 @@ fn the_server_dying_mid_matrix_fails_the_cells_that_follow_and_nothing_hangs_or_
         .map(|d| locklab_drivers::find(d).unwrap())
         .collect();
     let servers = [server];
+    let mut kill = Some(kill);
     let mut done = 0;
     let began = Instant::now();
     let results = common::block_on_multi(locklab::matrix::run_all(
@@ -48,9 +50,10 @@ fn the_server_dying_mid_matrix_fails_the_cells_that_follow_and_nothing_hangs_or_
         1,
         |_, _| {
             done += 1;
-            if done == 3 {
-                // SIGKILL: no shutdown, the backends are orphaned.
-                kill(Pid::from_raw(postmaster as i32), Signal::SIGKILL).unwrap();
+            if done == 3
+                && let Some(k) = kill.take()
+            {
+                k(&servers[0]);
             }
         },
     ));
@@ -63,7 +66,7 @@ fn the_server_dying_mid_matrix_fails_the_cells_that_follow_and_nothing_hangs_or_
     let failed: Vec<&str> = results.iter().filter_map(|r| r.failure.as_deref()).collect();
     // Two cells run at a time and the kill comes after the third: at least
     // the last of the twelve cells starts after it.
-    assert!(!failed.is_empty(), "no cell failed after the postmaster was killed");
+    assert!(!failed.is_empty(), "no cell failed after the server was killed");
     for f in &failed {
         assert!(
             f.contains("the server does not answer any more") || f.contains("cannot connect to the server"),
@@ -74,7 +77,17 @@ fn the_server_dying_mid_matrix_fails_the_cells_that_follow_and_nothing_hangs_or_
         results.iter().filter(|r| r.passed()).count() >= 2,
         "the cells before the kill passed"
     );
-    drop(servers);
+}
+
+#[test]
+fn the_server_dying_mid_matrix_fails_the_cells_that_follow_and_nothing_hangs_or_remains() {
+    let server = Server::start(&ServerOptions::new(BackendChoice::Local, 17)).unwrap();
+    let postmaster = server.postmaster_pid().unwrap();
+    let dir = server.data_dir().unwrap().to_path_buf();
+    // SIGKILL: no shutdown, the backends are orphaned.
+    matrix_outlives_its_server(server, |_| {
+        kill(Pid::from_raw(postmaster as i32), Signal::SIGKILL).unwrap();
+    });
     let deadline = Instant::now() + Duration::from_secs(30);
     while dir.exists() {
         assert!(
@@ -83,6 +96,33 @@ fn the_server_dying_mid_matrix_fails_the_cells_that_follow_and_nothing_hangs_or_
             dir.display()
         );
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(locklab_docker),
+    ignore = "needs Docker: no Docker engine answered when the tests were built"
+)]
+fn a_container_killed_mid_matrix_fails_the_cells_that_follow_and_nothing_remains() {
+    let server = Server::start(&ServerOptions::new(BackendChoice::Container, 17)).unwrap();
+    let id = server.container_id().unwrap().to_owned();
+    matrix_outlives_its_server(server, |_| {
+        let out = Command::new("docker").args(["kill", &id]).output().unwrap();
+        assert!(out.status.success(), "docker kill: {}", String::from_utf8_lossy(&out.stderr));
+    });
+    // Dropped with the matrix: the killed container is removed too.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = Command::new("docker")
+            .args(["ps", "-aq", "--no-trunc", "--filter", &format!("id={id}")])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&out.stdout).trim().is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "container {id} still exists 30 s after the drop");
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -102,7 +142,7 @@ fn network_mentions(needle: &str) -> Vec<String> {
 }
 
 #[test]
-fn a_run_of_crashes_partitions_and_restarts_leaves_no_child_namespace_or_cluster() {
+fn a_run_of_crashes_partitions_and_restarts_leaves_no_child_adapter_namespace_or_cluster() {
     if !nix::unistd::Uid::effective().is_root() {
         eprintln!("skipped: a network namespace needs root");
         return;
@@ -120,6 +160,8 @@ fn a_run_of_crashes_partitions_and_restarts_leaves_no_child_namespace_or_cluster
             "partition-session-holder[case=idle-session-timeout-2s]",
             "-s",
             "restart-under-pool[mode=immediate]",
+            "-s",
+            "crash-pooled-holder[lock=pg_advisory_xact_lock]",
         ])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -134,7 +176,7 @@ fn a_run_of_crashes_partitions_and_restarts_leaves_no_child_namespace_or_cluster
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("3 passed"), "{stdout}");
+    assert!(stdout.contains("4 passed"), "{stdout}");
     // Removed by their watchdogs once the process is gone.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -155,7 +197,10 @@ fn a_run_of_crashes_partitions_and_restarts_leaves_no_child_namespace_or_cluster
             .flatten()
             .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
             .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-            .filter(|c| c.contains(&format!("locklab {}", locklab::faults::child::COMMAND)))
+            .filter(|c| {
+                c.contains(&format!("locklab {}", locklab::faults::child::COMMAND))
+                    || c.contains(&format!("locklab {}", locklab::faults::host::COMMAND))
+            })
             .collect();
         if net.is_empty() && clusters.is_empty() && children.is_empty() {
             break;

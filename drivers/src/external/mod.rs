@@ -9,7 +9,10 @@
 //! serves every pool of that column for the life of this process.
 
 mod adapter;
+mod host;
 pub mod protocol;
+
+pub use host::serve;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -135,25 +138,52 @@ fn described() -> &'static Mutex<HashMap<String, Described>> {
 /// An out-of-process column: its adapter serves the pools.
 pub struct ExternalDriver {
     spec: AdapterSpec,
+    /// Each pool in an adapter started for it alone, which [`Pool::crash`]
+    /// kills; otherwise one adapter per column and server serves them all.
+    own_process: bool,
+    /// The hosted Rust driver's identity ([`ExternalDriver::hosting`]).
+    hosted: Option<DriverInfo>,
 }
+
+/// The hidden command of the `locklab` binary that serves a Rust driver's
+/// pools over the driver protocol ([`serve`]).
+pub const HOST_COMMAND: &str = "pool-adapter";
 
 impl ExternalDriver {
     /// The column `spec` declares.
     pub fn new(spec: AdapterSpec) -> ExternalDriver {
-        ExternalDriver { spec }
+        ExternalDriver {
+            spec,
+            own_process: false,
+            hosted: None,
+        }
     }
 
-    /// The running adapter for `server` (`host:port`), started (and
-    /// installed) if there is none or the last one died.
-    async fn adapter(&self, server: &str) -> Result<Arc<Adapter>, DriverError> {
-        static RUNNING: OnceLock<Mutex<HashMap<String, Arc<Adapter>>>> = OnceLock::new();
-        let running = RUNNING.get_or_init(Default::default);
-        let key = format!("{} {server}", self.spec.id);
-        if let Some(a) = running.lock().unwrap_or_else(|p| p.into_inner()).get(&key)
-            && !a.is_dead()
-        {
-            return Ok(a.clone());
+    /// The Rust driver `info` describes, with each pool in a process of its
+    /// own: `host pool-adapter ID` ([`HOST_COMMAND`], served by [`serve`]),
+    /// which [`Pool::crash`] kills with SIGKILL. The column keeps its
+    /// identity, PgBouncer mode included.
+    pub fn hosting(info: DriverInfo, host: &Path) -> ExternalDriver {
+        ExternalDriver {
+            spec: AdapterSpec {
+                id: info.id.to_owned(),
+                package: info.crate_name.to_owned(),
+                version: info.crate_version.clone(),
+                configuration: info.configuration.to_owned(),
+                install: Vec::new(),
+                command: vec![
+                    host.to_string_lossy().into_owned(),
+                    HOST_COMMAND.to_owned(),
+                    info.id.to_owned(),
+                ],
+            },
+            own_process: true,
+            hosted: Some(info),
         }
+    }
+
+    /// A new adapter, installed first if it needs to be, its `hello` read.
+    async fn start_adapter(&self) -> Result<Arc<Adapter>, DriverError> {
         let spec = self.spec.clone();
         let command = tokio::task::spawn_blocking(move || install(&spec))
             .await
@@ -167,14 +197,31 @@ impl ExternalDriver {
             (v, d) if d.is_empty() => Some(v),
             (v, d) => Some(format!("{v} ({d})")),
         };
-        described().lock().unwrap_or_else(|p| p.into_inner()).insert(
-            self.spec.id.clone(),
-            Described {
-                version,
-                cancel: hello.get("cancel").and_then(Value::as_bool).unwrap_or(false),
-                no_cancel: leak(&text("no_cancel_reason")),
-            },
-        );
+        if self.hosted.is_none() {
+            described().lock().unwrap_or_else(|p| p.into_inner()).insert(
+                self.spec.id.clone(),
+                Described {
+                    version,
+                    cancel: hello.get("cancel").and_then(Value::as_bool).unwrap_or(false),
+                    no_cancel: leak(&text("no_cancel_reason")),
+                },
+            );
+        }
+        Ok(a)
+    }
+
+    /// The running adapter for `server` (`host:port`), started (and
+    /// installed) if there is none or the last one died.
+    async fn adapter(&self, server: &str) -> Result<Arc<Adapter>, DriverError> {
+        static RUNNING: OnceLock<Mutex<HashMap<String, Arc<Adapter>>>> = OnceLock::new();
+        let running = RUNNING.get_or_init(Default::default);
+        let key = format!("{} {server}", self.spec.id);
+        if let Some(a) = running.lock().unwrap_or_else(|p| p.into_inner()).get(&key)
+            && !a.is_dead()
+        {
+            return Ok(a.clone());
+        }
+        let a = self.start_adapter().await?;
         let mut map = running.lock().unwrap_or_else(|p| p.into_inner());
         // Two cells may have started one at once: keep the first, end ours.
         if let Some(first) = map.get(&key)
@@ -239,6 +286,9 @@ fn install(spec: &AdapterSpec) -> Result<Vec<String>, String> {
 #[async_trait::async_trait]
 impl Driver for ExternalDriver {
     fn info(&self) -> DriverInfo {
+        if let Some(info) = &self.hosted {
+            return info.clone();
+        }
         let seen = described()
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -256,7 +306,11 @@ impl Driver for ExternalDriver {
 
     async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
         static POOLS: AtomicU64 = AtomicU64::new(1);
-        let adapter = self.adapter(&format!("{}:{}", spec.host, spec.port)).await?;
+        let adapter = if self.own_process {
+            self.start_adapter().await?
+        } else {
+            self.adapter(&format!("{}:{}", spec.host, spec.port)).await?
+        };
         let id = format!("p{}", POOLS.fetch_add(1, Ordering::Relaxed));
         let within = Duration::from_secs(POOL_TIMEOUT_S);
         let request = json!({
@@ -268,15 +322,30 @@ impl Driver for ExternalDriver {
             "max_size": opts.max_size,
             "checkout_timeout_ms": opts.checkout_timeout.as_millis() as u64,
         });
-        tokio::time::timeout(within, adapter.call("open_pool", request))
+        let opened = tokio::time::timeout(within, adapter.call("open_pool", request))
             .await
-            .map_err(|_| adapter.stalled_error("open_pool", within))??
-            .ok_value()?;
+            .map_err(|_| adapter.stalled_error("open_pool", within))
+            .and_then(|r| r?.ok_value());
+        if let Err(e) = opened {
+            if self.own_process {
+                adapter.kill("its pool could not be opened".into());
+            }
+            return Err(e);
+        }
         Ok(Box::new(ExternalPool {
             adapter,
             id,
             checkout_timeout_ms: opts.checkout_timeout.as_millis() as u64,
             driver: self.spec.id.clone(),
+            own_process: self.own_process,
+        }))
+    }
+
+    fn in_own_process(&self, _host: &Path) -> Option<Box<dyn Driver>> {
+        Some(Box::new(ExternalDriver {
+            spec: self.spec.clone(),
+            own_process: true,
+            hosted: self.hosted.clone(),
         }))
     }
 }
@@ -287,6 +356,9 @@ struct ExternalPool {
     id: String,
     checkout_timeout_ms: u64,
     driver: String,
+    /// The adapter serves this pool alone: closing the pool ends it, and
+    /// [`Pool::crash`] kills it.
+    own_process: bool,
 }
 
 impl ExternalPool {
@@ -307,13 +379,19 @@ impl ExternalPool {
             .get(&self.driver)
             .cloned()
             .unwrap_or_default();
+        // A hosted Rust driver says per connection (sqlx has no cancel API).
+        let cancel = ok.get("cancel").and_then(Value::as_bool).unwrap_or(d.cancel);
+        let no_cancel = ok
+            .get("no_cancel_reason")
+            .and_then(Value::as_str)
+            .map_or(d.no_cancel, leak);
         Ok(Some(Box::new(ExternalConn {
             adapter: self.adapter.clone(),
             id: conn,
             last_elapsed: None,
             given_back: false,
-            cancel: d.cancel,
-            no_cancel: d.no_cancel,
+            cancel,
+            no_cancel,
         })))
     }
 }
@@ -330,7 +408,27 @@ impl Pool for ExternalPool {
         self.checkout_bounded(Some(bound)).await.transpose()
     }
 
+    async fn crash(&self) -> Result<(), DriverError> {
+        if !self.own_process {
+            return Err(DriverError::Unsupported(format!(
+                "adapter '{}' serves other pools too: a crash needs a pool in a process of its own",
+                self.adapter.name
+            )));
+        }
+        let adapter = self.adapter.clone();
+        tokio::task::spawn_blocking(move || adapter.kill("the scenario crashed it (SIGKILL)".into()))
+            .await
+            .map_err(|e| DriverError::Client(e.to_string()))
+    }
+
+    fn process_id(&self) -> Option<u32> {
+        Some(self.adapter.pid)
+    }
+
     async fn close(&self) {
+        if self.own_process && self.adapter.is_dead() {
+            return;
+        }
         // An adapter whose event loop no longer answers is ended here, so that
         // a hung one does not outlive the cell that found it.
         let ping = Duration::from_secs(PING_TIMEOUT_S);
@@ -346,6 +444,10 @@ impl Pool for ExternalPool {
         let closed = tokio::time::timeout(within, self.adapter.call("close_pool", json!({"pool": self.id}))).await;
         if !matches!(closed, Ok(Ok(_))) {
             tracing::warn!(adapter = %self.adapter.name, "close_pool did not finish: {}", self.adapter.stderr_tail());
+        }
+        if self.own_process {
+            let adapter = self.adapter.clone();
+            let _ = tokio::task::spawn_blocking(move || adapter.kill("its pool is closed".into())).await;
         }
     }
 
@@ -477,6 +579,7 @@ impl Conn for ExternalConn {
 fn returned(ok: Result<Value, DriverError>) -> Returned {
     match ok {
         Ok(v) if v.get("returned").and_then(Value::as_str) == Some("to_pool") => Returned::ToPool,
+        Ok(v) if v.get("returned").and_then(Value::as_str) == Some("to_pooler") => Returned::ToPooler,
         Ok(_) => Returned::Closed,
         Err(e) => {
             tracing::warn!("return through the adapter failed: {e}");

@@ -10,7 +10,7 @@ use super::{StepError, StepResult};
 use crate::faults::netns::Namespace;
 use crate::observe::{Polled, poll_until};
 use crate::outcome::Value;
-use crate::scenario::Step;
+use crate::scenario::{Step, Via};
 use crate::scenario::step::Fault;
 
 impl Run<'_> {
@@ -21,10 +21,31 @@ impl Run<'_> {
         step: &Step,
         actor: usize,
         fault: Fault,
+        pool: &dyn locklab_drivers::Pool,
         monitor: &mut DirectConn,
     ) -> StepResult {
         let name = self.scenario.actors[actor].name.clone();
         match fault {
+            Fault::Crash if self.scenario.actors[actor].via == Via::Pool => {
+                self.fault_at = Some(Instant::now());
+                pool.crash()
+                    .await
+                    .map_err(|e| StepError::Harness(format!("cannot crash the pool under test: {e}")))?;
+                // Every connection of the pool died with its process: the
+                // connection objects (idle, or in a background step's task)
+                // only hold the adapter's ids.
+                for (i, a) in self.scenario.actors.iter().enumerate() {
+                    if a.via == Via::Pool {
+                        match std::mem::replace(&mut self.slots[i], Slot::Empty) {
+                            Slot::Busy { handle, .. } => handle.abort(),
+                            Slot::Ready(c) => drop(c),
+                            Slot::Empty | Slot::Lost(_) => {}
+                        }
+                        self.pids.remove(&i);
+                    }
+                }
+                Ok(())
+            }
             Fault::Crash => {
                 let child = self
                     .children

@@ -78,6 +78,33 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
         );
         return result;
     }
+    // A pool that a step crashes lives in a process of its own.
+    let hosted;
+    let driver = if scenario.pool_process == crate::scenario::Process::Child {
+        let program = match crate::faults::child::program() {
+            Ok(p) => p,
+            Err(e) => {
+                result.failure = Some(cell_error(server, scenario, info.id, &e));
+                return result;
+            }
+        };
+        match driver.in_own_process(&program) {
+            Some(d) => {
+                hosted = d;
+                hosted.as_ref()
+            }
+            None => {
+                phases::not_applicable(
+                    scenario,
+                    &mut result,
+                    format!("driver '{}' cannot host its pool in a process of its own", info.id),
+                );
+                return result;
+            }
+        }
+    } else {
+        driver
+    };
     // A cell that restarts the server gets a local cluster of its own,
     // removed once the cell is over: a restart must not hit other cells.
     let own = if scenario.needs_own_cluster() {

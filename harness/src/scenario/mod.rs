@@ -105,6 +105,10 @@ pub struct Scenario {
     pub pool_max_size: u32,
     /// Connection settings of every pooled connection.
     pub pool_settings: Settings,
+    /// Where the pool under test lives: `Harness` (in the harness's own
+    /// process) or `Child` (`pool.process: child`: in a process of its own,
+    /// which `do: crash` on a pool actor kills with SIGKILL).
+    pub pool_process: Process,
     /// `ALTER DATABASE … SET` settings of the run's database.
     pub server_settings: Settings,
     /// SQL run before the actors connect, each with its place in the file.

@@ -117,6 +117,12 @@ pub(crate) struct RawPool {
     #[serde(default)]
     #[schemars(with = "IndexMap<String, Setting>")]
     pub(crate) settings: Option<Spanned<IndexMap<String, Setting>>>,
+    /// Where the pool lives: `harness` (default: in the harness's process) or
+    /// `child` (in a process of its own, which `do: crash` on a pool actor
+    /// kills with SIGKILL: a Rust pool in `locklab pool-adapter`, an
+    /// out-of-process pool in an adapter started for it alone).
+    #[serde(default)]
+    pub(crate) process: Process,
 }
 
 /// An invariant over one trial's recorded observations.

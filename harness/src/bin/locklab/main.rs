@@ -37,6 +37,13 @@ fn main() -> ExitCode {
     {
         return locklab::faults::child::serve_main();
     }
+    // A Rust pool in a process of its own (`pool.process: child`).
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == locklab::faults::host::COMMAND)
+    {
+        return locklab::faults::host::host_main();
+    }
     // sqlx warns (and r2d2 logs errors) about connections the harness terminates or restarts on purpose, and about
     // statements that wait on a lock for over a second: both expected here.
     let filter = tracing_subscriber::EnvFilter::try_from_env("LOCKLAB_LOG")

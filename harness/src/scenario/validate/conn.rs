@@ -30,6 +30,25 @@ impl Validator<'_> {
                 walk.background.insert(b, Some(ABANDONED));
                 walk.state[actor] = Conn::None;
             }
+            (Kind::Do(Action::Crash), _) if via == Via::Pool && walk.pool_process != Process::Child => {
+                self.err(
+                    pos,
+                    format!("step {n}: 'crash' on pool actor '{an}' kills the process the pool under test lives in; give the pool 'process: child'"),
+                );
+            }
+            (Kind::Do(Action::Crash), _) if via == Via::Pool => {
+                // Every connection of the pool dies with its process, and
+                // every background step on one is never awaited.
+                for (i, a) in walk.actors.iter().enumerate() {
+                    if a.via == Via::Pool {
+                        if let Conn::Busy(b) = walk.state[i] {
+                            walk.background.insert(b, Some(ABANDONED));
+                        }
+                        walk.state[i] = Conn::None;
+                    }
+                }
+                walk.pool_crashed.get_or_insert(n);
+            }
             (Kind::Do(Action::Crash), _) if walk.actors[actor].process != Process::Child => {
                 self.err(
                     pos,
@@ -75,6 +94,15 @@ impl Validator<'_> {
                     pos,
                     format!(
                         "step {n}: '{an}' is a direct actor, connected for the whole run; 'checkout' is for pool actors"
+                    ),
+                );
+            }
+            (Kind::Do(Action::Checkout), _) if walk.pool_crashed.is_some() => {
+                self.err(
+                    pos,
+                    format!(
+                        "step {n}: the pool under test was crashed at step {}; no checkout can follow",
+                        walk.pool_crashed.unwrap_or_default()
                     ),
                 );
             }

@@ -81,7 +81,8 @@ impl Validator<'_> {
         self.actor_count(&actors, actors_pos);
         let random = self.random(raw.random.as_ref(), raw.trials.is_some());
         let preset: Vec<String> = random.iter().map(|r| r.name.clone()).collect();
-        let steps = self.steps(raw.steps, &actors, step_deadline, &preset, raw.trials.is_some());
+        let pool_process = raw.pool.process;
+        let steps = self.steps(raw.steps, &actors, step_deadline, &preset, raw.trials.is_some(), pool_process);
         let trials = self.trials(raw.trials.as_ref(), random, raw.invariants, &actors, &steps);
         let instance = if self.params.is_empty() {
             name.clone()
@@ -104,6 +105,7 @@ impl Validator<'_> {
             source: raw.source,
             file: self.file.to_owned(),
             pool_max_size,
+            pool_process,
             actors,
             steps,
             trials,
@@ -134,7 +136,7 @@ impl Validator<'_> {
             if a.via == Via::Pool && (a.process != Process::Harness || a.network != Network::Loopback) {
                 self.err(
                     apos,
-                    format!("actor '{n}': 'process' and 'network' apply to direct actors (a pool actor's connection is the pool's)"),
+                    format!("actor '{n}': 'process' and 'network' apply to direct actors (a pool actor's connection is the pool's; 'pool: {{ process: child }}' puts the pool in a process of its own)"),
                 );
             }
             if a.process == Process::Child && a.network == Network::Namespace {

@@ -9,7 +9,7 @@ use super::Validator;
 use super::conn::Conn;
 use crate::keys::AdvisoryKey;
 use crate::scenario::params::is_identifier;
-use crate::scenario::raw::{Action, GuardEndRaw, RawStep, Via};
+use crate::scenario::raw::{Action, GuardEndRaw, Process, RawStep, Via};
 use crate::scenario::step::{
     AwaitStep, ClientBound, Fault, ObserveStep, SqlStep, Step, StepKind, Transaction, TransactionStep,
 };
@@ -57,6 +57,10 @@ pub(super) struct Walk<'s> {
     faulted: bool,
     /// `partition` steps (indices) not healed since.
     partitioned: Vec<usize>,
+    /// Where the pool under test lives (`pool.process`).
+    pub(super) pool_process: Process,
+    /// The step (1-based) that crashed the pool under test, if one did.
+    pub(super) pool_crashed: Option<usize>,
 }
 
 impl Validator<'_> {
@@ -68,6 +72,7 @@ impl Validator<'_> {
         step_deadline: u64,
         preset: &[String],
         trials: bool,
+        pool_process: Process,
     ) -> Vec<Step> {
         if raw.value.is_empty() {
             self.err(Pos::of(&raw.referenced), "a scenario needs at least one step");
@@ -86,6 +91,8 @@ impl Validator<'_> {
             step_deadline,
             faulted: false,
             partitioned: Vec::new(),
+            pool_process,
+            pool_crashed: None,
         };
         let mut steps = Vec::new();
         for (index, spanned) in raw.value.into_iter().enumerate() {
@@ -101,6 +108,14 @@ impl Validator<'_> {
                 self.err(
                     pos,
                     "with 'trials', each trial must end as it began: this 'partition' is never healed (add a 'do: heal')",
+                );
+            }
+            if let Some(c) = walk.pool_crashed
+                && let Some(s) = steps.iter().find(|s| s.index + 1 == c)
+            {
+                self.err(
+                    s.pos,
+                    "with 'trials', each trial must end as it began: a 'crash' of the pool leaves no pool for the next trial",
                 );
             }
             if let Some(r) = steps.iter().find(|s| matches!(s.kind, StepKind::Restart { .. })) {
