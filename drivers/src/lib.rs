@@ -81,6 +81,32 @@ impl ConnectSpec {
             .join(" ")
     }
 
+    /// The spec as the driver protocol's `spec` object (README, "Driver
+    /// protocol"): `host`, `port`, `user`, `password` (null without one),
+    /// `dbname`, `application_name`, `options` as `[[name, value], …]`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "host": self.host, "port": self.port, "user": self.user, "password": self.password,
+            "dbname": self.dbname, "application_name": self.application_name, "options": self.options,
+        })
+    }
+
+    /// The spec from [`ConnectSpec::to_json`]'s object; a missing field is
+    /// empty (port: 5432), never an error: the other end connects and
+    /// reports what the server says.
+    pub fn from_json(v: &serde_json::Value) -> ConnectSpec {
+        let text = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
+        ConnectSpec {
+            host: text("host"),
+            port: v["port"].as_u64().and_then(|p| u16::try_from(p).ok()).unwrap_or(5432),
+            user: text("user"),
+            password: v["password"].as_str().map(str::to_owned),
+            dbname: text("dbname"),
+            application_name: text("application_name"),
+            options: serde_json::from_value(v["options"].clone()).unwrap_or_default(),
+        }
+    }
+
     /// `host:port/dbname as user`, without the password, for messages.
     pub fn redacted(&self) -> String {
         format!("{}@{}:{}/{}", self.user, self.host, self.port, self.dbname)

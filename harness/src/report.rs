@@ -305,12 +305,19 @@ impl Report {
                         .strip_prefix(&root)
                         .map(Path::to_path_buf)
                         .unwrap_or_else(|_| s.file.clone()),
-                    observations: s.steps.iter().filter_map(|st| st.record.clone()).collect(),
+                    // Then one row per invariant of a race scenario.
+                    observations: s
+                        .steps
+                        .iter()
+                        .filter_map(|st| st.record.clone())
+                        .chain(invariants(s).map(|i| crate::outcome::trials::row_name(&i.name)))
+                        .collect(),
                     observation_steps: s
                         .steps
                         .iter()
                         .filter(|st| st.record.is_some())
                         .map(|st| st.label(&s.actors, &s.steps))
+                        .chain(invariants(s).map(crate::scenario::Invariant::describe))
                         .collect(),
                 })
                 .collect(),
@@ -366,3 +373,8 @@ impl Report {
 }
 
 pub use crate::outcome::describe_locks_left;
+
+/// The invariants of `s`'s trials, in file order (none without `trials`).
+fn invariants(s: &Scenario) -> impl Iterator<Item = &crate::scenario::Invariant> {
+    s.trials.iter().flat_map(|t| t.invariants.iter())
+}

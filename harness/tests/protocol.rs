@@ -5,6 +5,12 @@
 //! the request and the end of its stderr, within the step's deadline, and
 //! leave no adapter process running. Against the shared local cluster (the
 //! adapter never connects to it; the runner's own connections do).
+//!
+//! And the protocol's adapter end for Rust pools (`locklab pool-adapter`,
+//! `pool.process: child`): a Rust pool hosted in a process of its own must
+//! behave as the in-process one does, scenario by scenario, through
+//! checkout, return, transactions, client-side bounds, cancel requests,
+//! abandoned calls and the advisory-lock guard.
 
 mod common;
 
@@ -29,14 +35,59 @@ fn main() {
         ));
     }
     let no_python = std::process::Command::new("python3").arg("--version").output().is_err();
-    let trials = common::ignore_when(
+    let mut trials = common::ignore_when(
         trials,
         |_| true,
         "needs python3",
         no_python.then_some("no python3 on PATH"),
         &args,
     );
+    for family in HOSTED_SCENARIOS {
+        for driver in HOSTED_DRIVERS {
+            trials.push(common::trial(
+                format!("a_hosted_rust_pool_behaves_as_in_process::{family}::{driver}"),
+                move || a_hosted_rust_pool_behaves_as_in_process(family, driver),
+            ));
+        }
+    }
     libtest_mimic::run(&args, trials).exit();
+}
+
+/// Scenarios whose steps use every request of the protocol.
+const HOSTED_SCENARIOS: [&str; 6] = [
+    "session-lock-pool-return",
+    "xact-released-by-rollback",
+    "cancel-timeout-session-lock",
+    "cancel-drop-connection-mid-call",
+    "lock-guard-api",
+    "lock-timeout-200ms",
+];
+
+/// Rust pools of different kinds: async with a cancel API, sqlx (guard API,
+/// no cancel), a synchronous pool.
+const HOSTED_DRIVERS: [&str; 3] = ["deadpool-fast", "sqlx", "r2d2"];
+
+fn a_hosted_rust_pool_behaves_as_in_process(family: &str, driver: &str) {
+    let server = common::server();
+    let file = common::root().join(format!("scenarios/{family}.yaml"));
+    let instances = scenario::load_file(&file).unwrap_or_else(|e| panic!("{e:?}"));
+    let d = locklab_drivers::find(driver).unwrap();
+    for s in instances {
+        let in_process = common::block_on_multi(runner::run(server, &s, d.as_ref()));
+        let mut hosted_scenario = s.clone();
+        hosted_scenario.pool_process = scenario::Process::Child;
+        let hosted = common::block_on_multi(runner::run(server, &hosted_scenario, d.as_ref()));
+        let (a, b) = (in_process.outcome(), hosted.outcome());
+        let changes = locklab::compare::diff(&a, &b, None);
+        assert!(
+            changes.is_empty(),
+            "{} through {driver}: hosted in 'locklab pool-adapter' it differs from in-process:\n{}\nin-process failure: {:?}\nhosted failure: {:?}",
+            s.name,
+            changes.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"),
+            in_process.failure,
+            hosted.failure,
+        );
+    }
 }
 
 fn a_broken_adapter_fails_the_cell_clearly(mode: &str) {

@@ -222,17 +222,7 @@ impl Host {
             })),
             "ping" => Ok(json!({})),
             "open_pool" => {
-                let s = &req["spec"];
-                let text = |k: &str| s[k].as_str().unwrap_or_default().to_owned();
-                let spec = ConnectSpec {
-                    host: text("host"),
-                    port: s["port"].as_u64().and_then(|p| u16::try_from(p).ok()).unwrap_or(5432),
-                    user: text("user"),
-                    password: s["password"].as_str().map(str::to_owned),
-                    dbname: text("dbname"),
-                    application_name: text("application_name"),
-                    options: serde_json::from_value(s["options"].clone()).unwrap_or_default(),
-                };
+                let spec = ConnectSpec::from_json(&req["spec"]);
                 let opts = PoolOptions {
                     max_size: req["max_size"].as_u64().and_then(|m| u32::try_from(m).ok()).unwrap_or(1),
                     checkout_timeout: Duration::from_millis(req["checkout_timeout_ms"].as_u64().unwrap_or(10_000)),

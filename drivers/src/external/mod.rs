@@ -315,10 +315,7 @@ impl Driver for ExternalDriver {
         let within = Duration::from_secs(POOL_TIMEOUT_S);
         let request = json!({
             "pool": id,
-            "spec": {
-                "host": spec.host, "port": spec.port, "user": spec.user, "password": spec.password,
-                "dbname": spec.dbname, "application_name": spec.application_name, "options": spec.options,
-            },
+            "spec": spec.to_json(),
             "max_size": opts.max_size,
             "checkout_timeout_ms": opts.checkout_timeout.as_millis() as u64,
         });

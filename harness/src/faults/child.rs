@@ -129,15 +129,7 @@ impl ChildConn {
             stdout,
             last_id: 0,
         };
-        let hello = json!({
-            "host": spec.host,
-            "port": spec.port,
-            "user": spec.user,
-            "password": spec.password,
-            "dbname": spec.dbname,
-            "application_name": spec.application_name,
-            "options": spec.options,
-        });
+        let hello = spec.to_json();
         let answer = tokio::time::timeout(Duration::from_secs(START_TIMEOUT_S), conn.call(&hello))
             .await
             .map_err(|_| {
@@ -273,16 +265,7 @@ async fn serve() -> std::process::ExitCode {
         eprintln!("locklab {COMMAND}: the first line is not a connection spec");
         return std::process::ExitCode::from(2);
     };
-    let text = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
-    let spec = ConnectSpec {
-        host: text("host"),
-        port: v["port"].as_u64().and_then(|p| u16::try_from(p).ok()).unwrap_or(5432),
-        user: text("user"),
-        password: v["password"].as_str().map(str::to_owned),
-        dbname: text("dbname"),
-        application_name: text("application_name"),
-        options: serde_json::from_value(v["options"].clone()).unwrap_or_default(),
-    };
+    let spec = ConnectSpec::from_json(&v);
     let mut conn = match DirectConn::connect(&spec).await {
         Ok(c) => c,
         Err(e) => {

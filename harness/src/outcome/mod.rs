@@ -249,7 +249,6 @@ impl Observation {
         }
     }
 
-    /// The timing shown next to the value: `201.2 ms`, or for an `await` step
     /// What the report's cell shows: the value; for a race cell's
     /// observation, each value's share of the trials
     /// (`55P03 51% · true 49% (1000 trials)`).

@@ -34,14 +34,9 @@ impl Run<'_> {
                 // Every connection of the pool died with its process: the
                 // connection objects (idle, or in a background step's task)
                 // only hold the adapter's ids.
-                for (i, a) in self.scenario.actors.iter().enumerate() {
-                    if a.via == Via::Pool {
-                        match std::mem::replace(&mut self.slots[i], Slot::Empty) {
-                            Slot::Busy { handle, .. } => handle.abort(),
-                            Slot::Ready(c) => drop(c),
-                            Slot::Empty | Slot::Lost(_) => {}
-                        }
-                        self.pids.remove(&i);
+                for i in 0..self.scenario.actors.len() {
+                    if self.scenario.actors[i].via == Via::Pool {
+                        self.lose_connection(i);
                     }
                 }
                 Ok(())
@@ -56,12 +51,7 @@ impl Run<'_> {
                 child.crash().await.map_err(StepError::Harness)?;
                 // The connection object (idle, or inside the background
                 // step's task) goes with it: its pipes are closed.
-                match std::mem::replace(&mut self.slots[actor], Slot::Empty) {
-                    Slot::Busy { handle, .. } => handle.abort(),
-                    Slot::Ready(c) => drop(c),
-                    Slot::Empty | Slot::Lost(_) => {}
-                }
-                self.pids.remove(&actor);
+                self.lose_connection(actor);
                 Ok(())
             }
             Fault::Terminate => {
@@ -143,6 +133,17 @@ impl Run<'_> {
                 }
             }
         }
+    }
+
+    /// Drops `actor`'s connection object, whose process was killed (idle,
+    /// or inside a background step's task, which is aborted).
+    fn lose_connection(&mut self, actor: usize) {
+        match std::mem::replace(&mut self.slots[actor], Slot::Empty) {
+            Slot::Busy { handle, .. } => handle.abort(),
+            Slot::Ready(c) => drop(c),
+            Slot::Empty | Slot::Lost(_) => {}
+        }
+        self.pids.remove(&actor);
     }
 
     /// Restarts the cell's own server, then opens a new connection for the

@@ -43,6 +43,26 @@ pub struct Invariant {
     pub finding: bool,
 }
 
+impl Invariant {
+    /// What it checks, for the report's row: `checked on every trial: no
+    /// advisory lock held by 'waiter' in snapshot 'after' (trials where
+    /// 'lock' failed); a violation is the finding`.
+    pub fn describe(&self) -> String {
+        let check = match &self.check {
+            InvariantCheck::NotHeldBy(actor) => format!("no advisory lock held by '{actor}'"),
+            InvariantCheck::MaxHolders(n) => format!("at most {n} holder(s)"),
+        };
+        let mut t = format!("checked on every trial: {check} in snapshot '{}'", self.observe);
+        if let Some(e) = &self.if_error {
+            t.push_str(&format!(" (trials where '{e}' failed)"));
+        }
+        if self.finding {
+            t.push_str("; a violation is the finding");
+        }
+        t
+    }
+}
+
 /// What an invariant's snapshot must show.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InvariantCheck {
