@@ -244,28 +244,18 @@ impl Namespace {
 
 /// [`run`] without blocking the runtime's thread.
 async fn run_async(args: &[&str]) -> Result<String, String> {
-    let out = tokio::process::Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .await
-        .map_err(|e| format!("cannot run {}: {e}", args[0]))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "`{}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
+    let out = tokio::process::Command::new(args[0]).args(&args[1..]).output().await;
+    stdout_of(args, out)
 }
 
 /// Runs a command; its stdout, or its stderr as the error.
 fn run(args: &[&str]) -> Result<String, String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", args[0]))?;
+    stdout_of(args, Command::new(args[0]).args(&args[1..]).output())
+}
+
+/// The stdout of command `args` that ended as `out`; else why not.
+fn stdout_of(args: &[&str], out: std::io::Result<std::process::Output>) -> Result<String, String> {
+    let out = out.map_err(|e| format!("cannot run {}: {e}", args[0]))?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {

@@ -167,45 +167,29 @@ impl Run<'_> {
         // yet": asked again until the step's deadline.
         let until = Instant::now() + Duration::from_millis(step.deadline_ms);
         let name = self.scenario.actors[observer].name.clone();
-        let conn = loop {
-            match self.connect_direct(observer).await {
-                Ok(c) => break c,
-                Err(e) if e.sqlstate() == Some("57P03") && Instant::now() < until => {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                Err(e) => {
-                    return Err(StepError::Driver(format!(
-                        "cannot reconnect '{name}' after the restart: {e}"
-                    )));
-                }
-            }
-        };
+        let conn = while_starting(until, async || self.connect_direct(observer).await)
+            .await
+            .map_err(|e| StepError::Driver(format!("cannot reconnect '{name}' after the restart: {e}")))?;
         self.slots[observer] = Slot::Ready(conn);
         self.learn_pid(observer, Duration::from_millis(step.deadline_ms)).await;
-        *monitor = loop {
-            match DirectConn::connect(&self.server.spec(self.db, "locklab-monitor")).await {
-                Ok(c) => break c,
-                Err(e) if e.sqlstate() == Some("57P03") && Instant::now() < until => {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                Err(e) => {
-                    return Err(StepError::Driver(format!(
-                        "cannot reopen the monitor connection after the restart: {e}"
-                    )));
-                }
-            }
-        };
+        let spec = self.server.spec(self.db, "locklab-monitor");
+        *monitor = while_starting(until, async || DirectConn::connect(&spec).await)
+            .await
+            .map_err(|e| StepError::Driver(format!("cannot reopen the monitor connection after the restart: {e}")))?;
         Ok(())
     }
 
-    /// Waits until `target`'s background lock call no longer waits (seen by
-    /// the server: `pg_blocking_pids` empty, or the call has finished), at
-    /// most the step's deadline after the last fault; records `released` with
-    /// the time since the fault, or `still held at N s`.
+    /// Waits until `target`'s background lock call no longer waits, at most
+    /// the step's deadline after the last fault; records `released` with the
+    /// time since the fault, or `still held at N s`. No longer waiting means
+    /// the call has finished, or the server shows it blocked and then not
+    /// (`pg_blocking_pids` empty): a call not yet seen blocked may not have
+    /// reached the server, so its not being blocked says nothing.
     pub(super) async fn granted(&mut self, step: &Step, observer: usize, target: usize) -> StepResult {
         let pid = self.pid_of(target)?;
         let since = self.fault_at.unwrap_or_else(Instant::now);
         let until = since + Duration::from_millis(step.deadline_ms);
+        let mut seen_blocked = false;
         let polled = poll_until(until, async || {
             if let Slot::Busy { handle, .. } = &self.slots[target]
                 && handle.is_finished()
@@ -216,7 +200,8 @@ impl Run<'_> {
             let blocked = crate::observe::is_blocked(conn.as_mut(), pid)
                 .await
                 .map_err(|e| StepError::Driver(e.to_string()))?;
-            Ok::<_, StepError>((!blocked).then_some(()))
+            seen_blocked |= blocked;
+            Ok::<_, StepError>((seen_blocked && !blocked).then_some(()))
         })
         .await?;
         let took = since.elapsed();
@@ -225,5 +210,24 @@ impl Run<'_> {
             Polled::TimedOut => self.record_note(step, Value::StillHeld(step.deadline_ms), Some(took)),
         }
         Ok(())
+    }
+}
+
+/// `connect`, asked again every 20 ms while the server answers 57P03
+/// (cannot_connect_now: starting up, shutting down), until `until`.
+///
+/// # Errors
+/// The last attempt's error.
+async fn while_starting<T>(
+    until: Instant,
+    mut connect: impl AsyncFnMut() -> Result<T, locklab_drivers::DriverError>,
+) -> Result<T, locklab_drivers::DriverError> {
+    loop {
+        match connect().await {
+            Err(e) if e.sqlstate() == Some("57P03") && Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => return other,
+        }
     }
 }

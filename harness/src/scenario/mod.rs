@@ -11,6 +11,7 @@
 
 mod params;
 pub mod raw;
+mod scalar;
 pub mod step;
 pub mod template;
 pub mod trials;

@@ -2,15 +2,14 @@
 //! The JSON Schema shipped as `scenarios/scenario.schema.json` is generated
 //! from these types ([`json_schema`]), so editors and `locklab validate` agree.
 
-use std::fmt;
-
 use indexmap::IndexMap;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde::de::{self, Deserializer, Visitor};
 use serde_saphyr::Spanned;
 
 use crate::keys::AdvisoryKey;
+pub use crate::scenario::scalar::Scalar;
+pub(crate) use crate::scenario::scalar::present;
 
 /// A locklab scenario file: actors (connections) and the steps they run.
 #[derive(Deserialize, JsonSchema)]
@@ -142,7 +141,7 @@ pub(crate) struct RawInvariant {
     pub(crate) max_holders: Option<u32>,
     /// A violation is the finding being measured: reported, but the cell does not fail.
     #[serde(default)]
-    #[schemars(with = "BoolOrParam")]
+    #[schemars(with = "OrParam<bool>")]
     pub(crate) finding: bool,
 }
 
@@ -394,7 +393,7 @@ pub(crate) struct RawStep {
     /// connection once the server accepts connections again. Such a scenario
     /// runs on a local cluster of its own per cell.
     #[serde(default)]
-    #[schemars(with = "Option<RestartModeOrParam>")]
+    #[schemars(with = "Option<OrParam<RestartMode>>")]
     pub(crate) restart: Option<RestartMode>,
     /// Wait for the background step with this id to finish; its `expect` and `record` go here.
     #[serde(default, rename = "await")]
@@ -413,7 +412,7 @@ pub(crate) struct RawStep {
     pub(crate) lock_guard: Option<Spanned<i64>>,
     /// For `lock_guard`: `release_now`, `drop` or `leak`.
     #[serde(default)]
-    #[schemars(with = "Option<GuardEndOrParam>")]
+    #[schemars(with = "Option<OrParam<GuardEndRaw>>")]
     pub(crate) end: Option<GuardEndRaw>,
     /// Start the `sql` step and go on; finish it with an `await` step.
     #[serde(default)]
@@ -428,7 +427,7 @@ pub(crate) struct RawStep {
     pub(crate) client_timeout_ms: Option<Spanned<i64>>,
     /// What `client_timeout_ms` does when it elapses: `drop` (default) or `cancel`.
     #[serde(default)]
-    #[schemars(with = "Option<OnTimeoutOrParam>")]
+    #[schemars(with = "Option<OrParam<OnTimeout>>")]
     pub(crate) on_timeout: Option<OnTimeout>,
     /// For `observe`: first wait (within the deadline) until no other backend
     /// of the run's database is running a statement other than a lock wait
@@ -476,47 +475,17 @@ pub(crate) enum MsOrParam {
     Param(#[schemars(regex(pattern = r"^\s*\$\{[A-Za-z_][A-Za-z0-9_]*\}\s*$"))] String),
 }
 
-/// The schema of a flag (an invariant's `finding`), which a parameter may give.
+/// The schema of a field that a parameter may give: a `T` (a flag such as
+/// an invariant's `finding`, a `restart` mode, an `on_timeout`, an `end`), or
+/// `"${name}"`.
 #[derive(JsonSchema)]
 #[serde(untagged)]
+#[schemars(rename = "{T}OrParam")]
 #[allow(dead_code)]
-pub(crate) enum BoolOrParam {
-    /// `true` or `false`.
-    Value(bool),
-    /// A parameter (`"${finding}"`) that expands to one.
-    Param(#[schemars(regex(pattern = r"^\s*\$\{[A-Za-z_][A-Za-z0-9_]*\}\s*$"))] String),
-}
-
-/// The schema of `restart`, which a parameter may give.
-#[derive(JsonSchema)]
-#[serde(untagged)]
-#[allow(dead_code)]
-pub(crate) enum RestartModeOrParam {
-    /// `fast` or `immediate`.
-    Value(RestartMode),
-    /// A parameter (`"${mode}"`) that expands to one.
-    Param(#[schemars(regex(pattern = r"^\s*\$\{[A-Za-z_][A-Za-z0-9_]*\}\s*$"))] String),
-}
-
-/// The schema of `on_timeout`, which a parameter may give.
-#[derive(JsonSchema)]
-#[serde(untagged)]
-#[allow(dead_code)]
-pub(crate) enum OnTimeoutOrParam {
-    /// `drop` or `cancel`.
-    Value(OnTimeout),
-    /// A parameter (`"${on_timeout}"`) that expands to one.
-    Param(#[schemars(regex(pattern = r"^\s*\$\{[A-Za-z_][A-Za-z0-9_]*\}\s*$"))] String),
-}
-
-/// The schema of `end`, which a parameter may give.
-#[derive(JsonSchema)]
-#[serde(untagged)]
-#[allow(dead_code)]
-pub(crate) enum GuardEndOrParam {
-    /// `release_now`, `drop` or `leak`.
-    Value(GuardEndRaw),
-    /// A parameter (`"${end}"`) that expands to one.
+pub(crate) enum OrParam<T> {
+    /// The value itself.
+    Value(T),
+    /// A parameter (`"${name}"`) that expands to one.
     Param(#[schemars(regex(pattern = r"^\s*\$\{[A-Za-z_][A-Za-z0-9_]*\}\s*$"))] String),
 }
 
@@ -600,116 +569,6 @@ pub struct Bounds {
     /// Upper bound in ms (default: none).
     #[serde(default)]
     pub max: Option<f64>,
-}
-
-/// An expected scalar: the first column of the first row, compared with
-/// PostgreSQL's text output (`true` ↔ `t`, numbers as decimal, `null` ↔ SQL NULL).
-#[derive(Clone, Debug, PartialEq)]
-pub enum Scalar {
-    /// SQL NULL.
-    Null,
-    /// A boolean (`t`/`f` on the wire).
-    Bool(bool),
-    /// An integer.
-    Int(i128),
-    /// A floating-point number, compared numerically.
-    Float(f64),
-    /// Text, compared exactly.
-    Text(String),
-}
-
-impl Scalar {
-    /// Whether the server's text value `actual` (`None` for NULL) equals this.
-    pub fn matches(&self, actual: Option<&str>) -> bool {
-        match (self, actual) {
-            (Scalar::Null, None) => true,
-            (_, None) | (Scalar::Null, Some(_)) => false,
-            (Scalar::Bool(b), Some(a)) => a == if *b { "t" } else { "f" },
-            (Scalar::Int(i), Some(a)) => a.parse::<i128>() == Ok(*i),
-            (Scalar::Float(f), Some(a)) => a.parse::<f64>().is_ok_and(|x| x == *f),
-            (Scalar::Text(t), Some(a)) => a == t,
-        }
-    }
-}
-
-impl fmt::Display for Scalar {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Scalar::Null => f.write_str("NULL"),
-            Scalar::Bool(b) => write!(f, "{b}"),
-            Scalar::Int(i) => write!(f, "{i}"),
-            Scalar::Float(x) => write!(f, "{x}"),
-            Scalar::Text(t) => write!(f, "{t:?}"),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Scalar {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Scalar;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a scalar (null, boolean, number or string)")
-            }
-            fn visit_unit<E>(self) -> Result<Scalar, E> {
-                Ok(Scalar::Null)
-            }
-            fn visit_none<E>(self) -> Result<Scalar, E> {
-                Ok(Scalar::Null)
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<Scalar, E> {
-                Ok(Scalar::Bool(v))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<Scalar, E> {
-                Ok(Scalar::Int(v.into()))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Scalar, E> {
-                Ok(Scalar::Int(v.into()))
-            }
-            fn visit_i128<E>(self, v: i128) -> Result<Scalar, E> {
-                Ok(Scalar::Int(v))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<Scalar, E> {
-                Ok(Scalar::Float(v))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Scalar, E> {
-                Ok(Scalar::Text(v.to_owned()))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-impl JsonSchema for Scalar {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Scalar".into()
-    }
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "description": "A value: null, boolean, number or string (compared with PostgreSQL's text output)",
-            "type": ["null", "boolean", "number", "string"]
-        })
-    }
-}
-
-impl Scalar {
-    /// The value as PostgreSQL text: what `${name}` expands to and what a setting sends
-    /// (`true` → `true`, numbers in decimal, `null` → `NULL`).
-    pub fn text(&self) -> String {
-        match self {
-            Scalar::Null => "NULL".into(),
-            Scalar::Bool(b) => b.to_string(),
-            Scalar::Int(i) => i.to_string(),
-            Scalar::Float(x) => x.to_string(),
-            Scalar::Text(t) => t.clone(),
-        }
-    }
-}
-
-/// `value:` present (even as `null`) → `Some`, absent → `None` (via `#[serde(default)]`).
-pub(crate) fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Scalar>, D::Error> {
-    Scalar::deserialize(d).map(Some)
 }
 
 /// The JSON Schema of the scenario format, generated from the types the
