@@ -441,12 +441,6 @@ pub trait Pool: Send + Sync {
         ))
     }
 
-    /// The OS pid of the process the pool lives in, when it is not the
-    /// harness's own.
-    fn process_id(&self) -> Option<u32> {
-        None
-    }
-
     /// Closes the pool and every idle connection in it.
     async fn close(&self);
 }

@@ -212,3 +212,45 @@ fn a_run_of_crashes_partitions_and_restarts_leaves_no_child_adapter_namespace_or
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Processes whose parent is this test process and whose command line
+/// contains `needle`.
+fn children_running(needle: &str) -> Vec<String> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("stat"))
+                .ok()
+                .and_then(|st| st.rsplit(')').next().map(|r| r.split_whitespace().nth(1) == Some(me.as_str())))
+                .unwrap_or(false)
+        })
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(needle))
+        .collect()
+}
+
+#[test]
+fn a_pool_in_a_process_of_its_own_ends_with_its_cell_crashed_or_not() {
+    // In this process (not a `locklab` child, whose end would take its
+    // adapters with it): each cell's pool adapter must be gone when the
+    // cell is over, not only when the harness exits.
+    let server = Server::start(&ServerOptions::new(BackendChoice::Local, 17)).unwrap();
+    let mut crashed = shipped(&["crash-pooled-holder"]);
+    // The same pool hosted without a crash: closed with the cell.
+    let mut closed = shipped(&["session-lock-pool-return"]);
+    closed[0].pool_process = scenario::Process::Child;
+    crashed.truncate(1);
+    let needle = format!("locklab {}", locklab::faults::host::COMMAND);
+    for s in crashed.iter().chain(&closed) {
+        for d in ["deadpool-fast", "sqlx"] {
+            let driver = locklab_drivers::find(d).unwrap();
+            let r = common::block_on_multi(locklab::runner::run(&server, s, driver.as_ref()));
+            assert!(r.passed(), "{} × {d}: {:?}", s.name, r.failure);
+            let left = children_running(&needle);
+            assert!(left.is_empty(), "after {} × {d}: {left:?}", s.name);
+        }
+    }
+}

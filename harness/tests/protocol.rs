@@ -77,6 +77,9 @@ fn a_hosted_rust_pool_behaves_as_in_process(family: &str, driver: &str) {
         let mut hosted_scenario = s.clone();
         hosted_scenario.pool_process = scenario::Process::Child;
         let hosted = common::block_on_multi(runner::run(server, &hosted_scenario, d.as_ref()));
+        for (how, r) in [("in-process", &in_process), ("hosted", &hosted)] {
+            assert!(r.passed(), "{} through {driver}, {how}: {:?}", s.name, r.failure);
+        }
         let (a, b) = (in_process.outcome(), hosted.outcome());
         let changes = locklab::compare::diff(&a, &b, None);
         assert!(

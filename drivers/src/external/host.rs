@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use futures::future::{AbortHandle, Abortable};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -83,9 +84,11 @@ fn protocol(message: String) -> Failure {
     }
 }
 
-/// Serves `driver`'s pools until stdin ends, then closes every pool.
-/// Requests run concurrently, each in a task of its own; answers are written
-/// in the order they finish.
+/// Serves `driver`'s pools until stdin ends; then gives up on every call
+/// still running (as the harness's end would drop them), closes every pool
+/// (5 s each at most) and returns. Requests run concurrently, each in a task
+/// of its own; answers are written in the order they finish. A driver call
+/// that panics is answered as a `client` error saying so.
 pub async fn serve(driver: Box<dyn Driver>) {
     let (out, mut lines_out) = mpsc::unbounded_channel::<String>();
     let writer = tokio::spawn(async move {
@@ -112,12 +115,16 @@ pub async fn serve(driver: Box<dyn Driver>) {
         };
         host.start(req);
     }
+    let running: Vec<u64> = host.lock().inflight.keys().copied().collect();
+    for id in running {
+        host.give_up(id).await;
+    }
     let pools: Vec<Arc<dyn Pool>> = host.lock().pools.drain().map(|(_, p)| p).collect();
     for p in pools {
         let _ = tokio::time::timeout(Duration::from_secs(5), p.close()).await;
     }
     drop(host);
-    let _ = writer.await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
 }
 
 impl Host {
@@ -140,15 +147,24 @@ impl Host {
             let mut st = self.lock();
             st.inflight.insert(id, InFlight { abort, done });
             if let Some(c) = &conn
-                && matches!(op.as_str(), "query" | "begin" | "commit" | "rollback")
+                && matches!(op.as_str(), "query" | "begin" | "commit" | "rollback" | "guard")
             {
                 st.conn_call.insert(c.clone(), id);
             }
         }
         let host = self.clone();
         tokio::spawn(async move {
-            let answer = match Abortable::new(host.handle(&op, &req), registration).await {
-                Ok(Ok(ok)) => {
+            let call = std::panic::AssertUnwindSafe(host.handle(&op, &req)).catch_unwind();
+            let answer = match Abortable::new(call, registration).await {
+                Ok(Err(panic)) => {
+                    let why = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a panic".into());
+                    json!({"id": id, "error": {"kind": "client", "message": format!("the driver panicked: {why}")}})
+                }
+                Ok(Ok(Ok(ok))) => {
                     let elapsed = ok.get("elapsed_ms").cloned();
                     let mut a = json!({"id": id, "ok": ok});
                     if let Some(e) = elapsed {
@@ -156,7 +172,7 @@ impl Host {
                     }
                     a
                 }
-                Ok(Err((f, elapsed))) => {
+                Ok(Ok(Err((f, elapsed)))) => {
                     let mut a = json!({"id": id, "error": {"kind": f.kind, "message": f.message}});
                     if let Some(s) = f.sqlstate {
                         a["error"]["sqlstate"] = json!(s);

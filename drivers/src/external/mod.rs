@@ -36,6 +36,10 @@ const HELLO_TIMEOUT_S: u64 = 20;
 /// up to `max_size` connections), in s; steps have their own deadlines.
 const POOL_TIMEOUT_S: u64 = 30;
 
+/// How long `close_pool` may take in an adapter of the pool's own, in s:
+/// it is killed afterwards, whatever happened.
+const OWN_CLOSE_TIMEOUT_S: u64 = 5;
+
 /// How long an adapter may take to answer `ping` before it is taken for
 /// hung and ended, in s.
 const PING_TIMEOUT_S: u64 = 3;
@@ -418,10 +422,6 @@ impl Pool for ExternalPool {
             .map_err(|e| DriverError::Client(e.to_string()))
     }
 
-    fn process_id(&self) -> Option<u32> {
-        Some(self.adapter.pid)
-    }
-
     async fn close(&self) {
         if self.own_process && self.adapter.is_dead() {
             return;
@@ -437,7 +437,9 @@ impl Pool for ExternalPool {
                 .kill(format!("it did not answer a ping within {} s", PING_TIMEOUT_S));
             return;
         }
-        let within = Duration::from_secs(POOL_TIMEOUT_S);
+        // An adapter of the pool's own is killed after it, within the
+        // runner's bound on the close (10 s).
+        let within = Duration::from_secs(if self.own_process { OWN_CLOSE_TIMEOUT_S } else { POOL_TIMEOUT_S });
         let closed = tokio::time::timeout(within, self.adapter.call("close_pool", json!({"pool": self.id}))).await;
         if !matches!(closed, Ok(Ok(_))) {
             tracing::warn!(adapter = %self.adapter.name, "close_pool did not finish: {}", self.adapter.stderr_tail());
@@ -581,6 +583,16 @@ fn returned(ok: Result<Value, DriverError>) -> Returned {
         Err(e) => {
             tracing::warn!("return through the adapter failed: {e}");
             Returned::Closed
+        }
+    }
+}
+
+impl Drop for ExternalPool {
+    fn drop(&mut self) {
+        // An adapter of this pool's own ends with it, however the close went
+        // (cut short by the runner's bound, or never reached).
+        if self.own_process && !self.adapter.is_dead() {
+            self.adapter.kill("its pool is gone".into());
         }
     }
 }

@@ -14,6 +14,11 @@ pub use locklab_drivers::external::HOST_COMMAND as COMMAND;
 pub fn host_main() -> ExitCode {
     #[cfg(target_os = "linux")]
     let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    // The harness died before the request for SIGKILL took effect: orphaned
+    // (adopted by init), nobody to serve.
+    if nix::unistd::getppid() == nix::unistd::Pid::from_raw(1) {
+        return ExitCode::from(2);
+    }
     let Some(id) = std::env::args().nth(2) else {
         eprintln!("usage: locklab {COMMAND} DRIVER_ID");
         return ExitCode::from(2);
@@ -37,5 +42,7 @@ pub fn host_main() -> ExitCode {
         }
     };
     runtime.block_on(locklab_drivers::external::serve(driver));
+    // A synchronous pool's blocking calls (r2d2) are not waited for.
+    runtime.shutdown_background();
     ExitCode::SUCCESS
 }

@@ -228,7 +228,9 @@ pub enum Action {
     /// gets the connection back with the statement still running).
     Abandon,
     /// Kill the process that holds a `process: child` actor's connection with
-    /// SIGKILL (its kernel closes the socket; no Terminate message is sent).
+    /// SIGKILL (its kernel closes the socket; no Terminate message is sent);
+    /// for a pool actor, the process the pool under test lives in
+    /// (`pool.process: child`), with every connection of the pool.
     Crash,
     /// End the actor's backend from the harness with `pg_terminate_backend`
     /// (a pool actor without a connection: the backend it last had, e.g. an

@@ -36,6 +36,15 @@ impl Validator<'_> {
                     format!("step {n}: 'crash' on pool actor '{an}' kills the process the pool under test lives in; give the pool 'process: child'"),
                 );
             }
+            (Kind::Do(Action::Crash), _) if via == Via::Pool && walk.pool_crashed.is_some() => {
+                self.err(
+                    pos,
+                    format!(
+                        "step {n}: the pool under test was already crashed at step {}",
+                        walk.pool_crashed.unwrap_or_default()
+                    ),
+                );
+            }
             (Kind::Do(Action::Crash), _) if via == Via::Pool => {
                 // Every connection of the pool dies with its process, and
                 // every background step on one is never awaited.
@@ -123,6 +132,15 @@ impl Validator<'_> {
                 );
             }
             (Kind::Do(Action::Return | Action::Disconnect), Conn::Ready) => walk.state[actor] = Conn::None,
+            (_, Conn::None) if via == Via::Pool && walk.pool_crashed.is_some() => {
+                self.err(
+                    pos,
+                    format!(
+                        "step {n}: pool actor '{an}' lost its connection when the pool under test was crashed at step {}",
+                        walk.pool_crashed.unwrap_or_default()
+                    ),
+                );
+            }
             (_, Conn::None) => {
                 let msg = if via == Via::Direct {
                     format!("step {n}: actor '{an}' was disconnected by an earlier step")
