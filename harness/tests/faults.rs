@@ -109,7 +109,11 @@ fn a_container_killed_mid_matrix_fails_the_cells_that_follow_and_nothing_remains
     let id = server.container_id().unwrap().to_owned();
     matrix_outlives_its_server(server, |_| {
         let out = Command::new("docker").args(["kill", &id]).output().unwrap();
-        assert!(out.status.success(), "docker kill: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "docker kill: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     });
     // Dropped with the matrix: the killed container is removed too.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -121,7 +125,10 @@ fn a_container_killed_mid_matrix_fails_the_cells_that_follow_and_nothing_remains
         if String::from_utf8_lossy(&out.stdout).trim().is_empty() {
             break;
         }
-        assert!(Instant::now() < deadline, "container {id} still exists 30 s after the drop");
+        assert!(
+            Instant::now() < deadline,
+            "container {id} still exists 30 s after the drop"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -223,7 +230,11 @@ fn children_running(needle: &str) -> Vec<String> {
         .filter(|e| {
             std::fs::read_to_string(e.path().join("stat"))
                 .ok()
-                .and_then(|st| st.rsplit(')').next().map(|r| r.split_whitespace().nth(1) == Some(me.as_str())))
+                .and_then(|st| {
+                    st.rsplit(')')
+                        .next()
+                        .map(|r| r.split_whitespace().nth(1) == Some(me.as_str()))
+                })
                 .unwrap_or(false)
         })
         .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())

@@ -240,7 +240,10 @@ impl Host {
             "open_pool" => {
                 let spec = ConnectSpec::from_json(&req["spec"]);
                 let opts = PoolOptions {
-                    max_size: req["max_size"].as_u64().and_then(|m| u32::try_from(m).ok()).unwrap_or(1),
+                    max_size: req["max_size"]
+                        .as_u64()
+                        .and_then(|m| u32::try_from(m).ok())
+                        .unwrap_or(1),
                     checkout_timeout: Duration::from_millis(req["checkout_timeout_ms"].as_u64().unwrap_or(10_000)),
                 };
                 let pool = self.driver.pool(&spec, opts).await.map_err(|e| plain(e.into()))?;
@@ -298,11 +301,7 @@ impl Host {
                     ("query", None) => Some(conn.simple_query(sql).await),
                     (action, _) => Some(conn.transaction(tx_control(action)).await),
                 };
-                let elapsed_ms = conn
-                    .last_elapsed()
-                    .unwrap_or_else(|| t0.elapsed())
-                    .as_secs_f64()
-                    * 1e3;
+                let elapsed_ms = conn.last_elapsed().unwrap_or_else(|| t0.elapsed()).as_secs_f64() * 1e3;
                 self.lock().cancellers.remove(&id);
                 match outcome {
                     None => Ok(json!({"gave_up": true, "elapsed_ms": elapsed_ms})),

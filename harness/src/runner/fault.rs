@@ -10,8 +10,8 @@ use super::{StepError, StepResult};
 use crate::faults::netns::Namespace;
 use crate::observe::{Polled, poll_until};
 use crate::outcome::Value;
-use crate::scenario::{Step, Via};
 use crate::scenario::step::Fault;
+use crate::scenario::{Step, Via};
 
 impl Run<'_> {
     /// Injects `fault` into `actor`'s connection and notes when, for a later

@@ -83,7 +83,14 @@ impl Validator<'_> {
         let random = self.random(raw.random.as_ref(), raw.trials.is_some());
         let preset: Vec<String> = random.iter().map(|r| r.name.clone()).collect();
         let pool_process = raw.pool.process;
-        let steps = self.steps(raw.steps, &actors, step_deadline, &preset, raw.trials.is_some(), pool_process);
+        let steps = self.steps(
+            raw.steps,
+            &actors,
+            step_deadline,
+            &preset,
+            raw.trials.is_some(),
+            pool_process,
+        );
         let trials = self.trials(raw.trials.as_ref(), random, raw.invariants, &actors, &steps);
         let instance = if self.params.is_empty() {
             name.clone()

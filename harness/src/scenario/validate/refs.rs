@@ -13,7 +13,12 @@ use crate::scenario::raw::{Action, RawStep, Via};
 
 impl Validator<'_> {
     /// The actors a `blocked` step waits for: each with a background step in flight.
-    pub(super) fn blocked(&mut self, walk: &Walk, n: usize, b: &Spanned<crate::scenario::raw::OneOrMany>) -> Option<Vec<usize>> {
+    pub(super) fn blocked(
+        &mut self,
+        walk: &Walk,
+        n: usize,
+        b: &Spanned<crate::scenario::raw::OneOrMany>,
+    ) -> Option<Vec<usize>> {
         let bpos = Pos::of(&b.referenced);
         let names = b.value.clone().into_vec();
         if names.is_empty() {
