@@ -184,7 +184,10 @@ impl Run<'_> {
     /// time since the fault, or `still held at N s`. No longer waiting means
     /// the call has finished, or the server shows it blocked and then not
     /// (`pg_blocking_pids` empty): a call not yet seen blocked may not have
-    /// reached the server, so its not being blocked says nothing.
+    /// reached the server, so its not being blocked says nothing. (A call
+    /// that keeps running once granted, other than the lock call itself, and
+    /// was never seen blocked, reads `still held`: the shipped waiters are
+    /// single lock calls, which finish once granted.)
     pub(super) async fn granted(&mut self, step: &Step, observer: usize, target: usize) -> StepResult {
         let pid = self.pid_of(target)?;
         let since = self.fault_at.unwrap_or_else(Instant::now);
