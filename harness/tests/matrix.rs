@@ -250,7 +250,13 @@ fn all_drivers(backend: Backend, s: &Scenario) -> Result<(), Failed> {
     // before their cut). On the shared server, where the other test
     // thread's cells run too: six, so that the pools' connections stay well
     // under its max_connections (300; a pool opens up to ten).
-    let jobs = if s.needs_own_cluster() || s.needs_fault_server() {
+    // A pool in a process of its own (a crash of the pool): three, since
+    // each cell starts that process (a Python interpreter importing its
+    // library, on a fresh clone compiling it first), and six at once stalled
+    // the others' clients by over a second.
+    let jobs = if s.pool_process == locklab::scenario::Process::Child {
+        3
+    } else if s.needs_own_cluster() || s.needs_fault_server() {
         4
     } else {
         6

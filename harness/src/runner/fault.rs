@@ -182,9 +182,10 @@ impl Run<'_> {
     /// Waits until `target`'s background lock call no longer waits, at most
     /// the step's deadline after the last fault; records `released` with the
     /// time since the fault, or `still held at N s`. No longer waiting means
-    /// the call has finished, or the server shows it blocked and then not
-    /// (`pg_blocking_pids` empty): a call not yet seen blocked may not have
-    /// reached the server, so its not being blocked says nothing. (A call
+    /// the call has finished, or the server shows it not blocked
+    /// (`pg_blocking_pids` empty) once it has been seen blocked (by this
+    /// step, or by a `blocked` step before): a call not yet seen blocked may
+    /// not have reached the server, so its not being blocked says nothing. (A call
     /// that keeps running once granted, other than the lock call itself, and
     /// was never seen blocked, reads `still held`: the shipped waiters are
     /// single lock calls, which finish once granted.)
@@ -192,7 +193,11 @@ impl Run<'_> {
         let pid = self.pid_of(target)?;
         let since = self.fault_at.unwrap_or_else(Instant::now);
         let until = since + Duration::from_millis(step.deadline_ms);
-        let mut seen_blocked = false;
+        // Seen blocked by a `blocked` step before the fault, or here.
+        let mut seen_blocked = matches!(
+            (&self.slots[target], self.seen_blocked.get(&target)),
+            (Slot::Busy { started, .. }, Some(seen)) if started == seen
+        );
         let polled = poll_until(until, async || {
             if let Slot::Busy { handle, .. } = &self.slots[target]
                 && handle.is_finished()

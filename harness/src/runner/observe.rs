@@ -180,7 +180,14 @@ impl Run<'_> {
         })
         .await?;
         match polled {
-            Polled::Done(()) => Ok(()),
+            Polled::Done(()) => {
+                for (t, _) in &pids {
+                    if let Slot::Busy { started, .. } = &self.slots[*t] {
+                        self.seen_blocked.insert(*t, *started);
+                    }
+                }
+                Ok(())
+            }
             Polled::TimedOut => {
                 let names: Vec<String> = pids
                     .iter()

@@ -66,6 +66,10 @@ pub(super) struct Run<'a> {
     pub(super) ns_ports: HashMap<usize, u16>,
     /// When the last fault step (crash, terminate, partition) struck.
     pub(super) fault_at: Option<Instant>,
+    /// Per actor, the background step (by when it started) that a `blocked`
+    /// step saw blocked on the server: a later `granted` knows it reached
+    /// the server.
+    pub(super) seen_blocked: HashMap<usize, Instant>,
 }
 
 /// How long a failed run waits for what its dropped calls set going in the
@@ -97,6 +101,7 @@ impl<'a> Run<'a> {
             children: HashMap::new(),
             ns_ports: HashMap::new(),
             fault_at: None,
+            seen_blocked: HashMap::new(),
         }
     }
 
