@@ -194,14 +194,18 @@ fn the_html_report_renders_the_matrix_in_chromium() {
     }
     let observations: usize = scenarios()
         .iter()
-        .map(|s| s.steps.iter().filter(|st| st.record.is_some()).count())
+        .map(|s| {
+            // The recorded steps, then one row per invariant of a race scenario.
+            s.steps.iter().filter(|st| st.record.is_some()).count()
+                + s.trials.as_ref().map_or(0, |t| t.invariants.len())
+        })
         .sum();
     let detail_cells: usize = dom
         .split("class=\"matrix detail\"")
         .skip(1)
         .map(|t| t.split("</table>").next().unwrap().matches("\" title=\"").count())
         .sum();
-    // per file: its observations' rows, "locks left after run" and "expectations"
+    // per file: its observations' and invariants' rows, "locks left after run" and "expectations"
     assert_eq!(detail_cells, (observations + 2 * families.len()) * columns);
     assert!(dom.contains("<svg"), "no timing chart");
     let png = dir.path().join("index.png");
