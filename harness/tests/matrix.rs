@@ -397,6 +397,12 @@ fn assert_observations_well_formed(s: &Scenario, r: &RunResult, pooled: bool) {
                 };
                 assert_eq!(got.len(), ids.len(), "{name}: {got:?}");
             }
+            StepKind::Await(a) if timed_by_granted(s, a, step.index) => {
+                assert!(
+                    o.elapsed_ms.is_none(),
+                    "{name}: a call a `granted` step timed has a time of its own"
+                );
+            }
             _ if matches!(o.value, Value::NoConnection(_) | Value::Unsupported(_)) => {
                 assert!(o.elapsed_ms.is_none(), "{name}: {:?}", o.value);
             }
@@ -412,6 +418,14 @@ fn assert_observations_well_formed(s: &Scenario, r: &RunResult, pooled: bool) {
             }
         }
     }
+}
+
+/// Whether a `granted` step between the awaited background step and its
+/// `await` (step `at`) timed the call: the runner then records no time.
+fn timed_by_granted(s: &Scenario, a: &locklab::scenario::AwaitStep, at: usize) -> bool {
+    s.steps[a.target + 1..at]
+        .iter()
+        .any(|st| matches!(st.kind, StepKind::Granted { target, .. } if target == a.actor))
 }
 
 /// Parses `text` (reported as `inline.yaml`) and runs it through `driver` on

@@ -65,7 +65,17 @@ impl Run<'_> {
         self.slots[a.actor] = Slot::Ready(conn);
         self.finished.insert(a.target, done);
         let waited = done.saturating_duration_since(await_began);
-        self.finish_sql(step, a.actor, a.expect.as_ref(), None, outcome, Some(waited))
+        let timed_elsewhere = self.timed_by_granted.get(&a.actor) == Some(&started);
+        self.finish_sql(step, a.actor, a.expect.as_ref(), None, outcome, Some(waited))?;
+        if timed_elsewhere && step.record.is_some() {
+            // A `granted` step timed this call's end (from the fault); its
+            // own time, from its start, measures the harness's steps between.
+            if let Some(o) = self.result.observations.last_mut() {
+                o.elapsed_ms = None;
+                o.waited_ms = None;
+            }
+        }
+        Ok(())
     }
 
     /// Drops the task, and with it the statement's future and the connection

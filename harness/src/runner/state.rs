@@ -70,6 +70,11 @@ pub(super) struct Run<'a> {
     /// step saw blocked on the server: a later `granted` knows it reached
     /// the server.
     pub(super) seen_blocked: HashMap<usize, Instant>,
+    /// Per actor, the background step (by when it started) that a `granted`
+    /// step timed: its `await` records the value alone, since the time from
+    /// its start spans the harness's own steps (seeing it blocked, killing a
+    /// child process) and the time that matters is the `granted` step's.
+    pub(super) timed_by_granted: HashMap<usize, Instant>,
 }
 
 /// How long a failed run waits for what its dropped calls set going in the
@@ -102,6 +107,7 @@ impl<'a> Run<'a> {
             ns_ports: HashMap::new(),
             fault_at: None,
             seen_blocked: HashMap::new(),
+            timed_by_granted: HashMap::new(),
         }
     }
 
