@@ -16,6 +16,7 @@ pub mod compare;
 pub mod faults;
 pub mod holders;
 pub mod keys;
+pub mod load;
 pub mod matrix;
 pub mod observe;
 pub mod outcome;
