@@ -89,17 +89,27 @@ fn main() {
     // Fault scenarios mostly wait (for keepalives, a check interval, a
     // bound of seconds, a restart): all drivers of one together, in one
     // trial; those on a server of their own (the fault server, or a cluster
-    // per cell), the same whatever the backend, once.
+    // per cell), the same whatever the backend, once. Spread evenly among
+    // the single cells, not after them: at the end, six of these at once
+    // (each running four to six cells, with child processes, adapters and
+    // clusters of their own) loaded the machine so that a crash cell's time
+    // to release grew past a second.
+    let mut faults = Vec::new();
     for s in scenarios.iter().filter(|s| waits_for_faults(s)) {
         for (backend, label) in BACKENDS {
             if (s.needs_fault_server() || s.needs_own_cluster()) && backend == Backend::Container {
                 continue;
             }
             let s = Arc::clone(s);
-            trials.push(Trial::test(format!("{}::all-drivers::{label}", s.name), move || {
+            faults.push(Trial::test(format!("{}::all-drivers::{label}", s.name), move || {
                 all_drivers(backend, &s)
             }));
         }
+    }
+    let every = trials.len() / (faults.len() + 1) + 1;
+    for (n, t) in faults.into_iter().enumerate() {
+        let at = ((n + 1) * every).min(trials.len());
+        trials.insert(at, t);
     }
     for id in &ids {
         let id = *id;
