@@ -193,10 +193,10 @@ impl Run<'_> {
         let pid = self.pid_of(target)?;
         let since = self.fault_at.unwrap_or_else(Instant::now);
         let until = since + Duration::from_millis(step.deadline_ms);
-        // Seen blocked by a `blocked` step before the fault, or here.
         if let Slot::Busy { started, .. } = &self.slots[target] {
             self.timed_by_granted.insert(target, *started);
         }
+        // Seen blocked by a `blocked` step before the fault, or here.
         let mut seen_blocked = matches!(
             (&self.slots[target], self.seen_blocked.get(&target)),
             (Slot::Busy { started, .. }, Some(seen)) if started == seen
