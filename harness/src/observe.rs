@@ -104,6 +104,20 @@ pub async fn backend_gone(observer: &mut dyn Conn, pid: i32) -> Result<bool, Dri
     Ok(first_is_true(&rows))
 }
 
+/// Whether backend `pid` is running a statement (`pg_stat_activity.state` is
+/// `active`): a statement sent in the background has reached the server.
+///
+/// # Errors
+/// A failed query.
+pub async fn is_active(observer: &mut dyn Conn, pid: i32) -> Result<bool, DriverError> {
+    let rows = observer
+        .simple_query(&format!(
+            "select exists (select 1 from pg_stat_activity where pid = {pid} and state = 'active')"
+        ))
+        .await?;
+    Ok(first_is_true(&rows))
+}
+
 fn first_is_true(rows: &Rows) -> bool {
     rows.first_value().flatten() == Some("t")
 }

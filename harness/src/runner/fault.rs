@@ -47,6 +47,7 @@ impl Run<'_> {
                     .get(&actor)
                     .cloned()
                     .ok_or_else(|| StepError::Harness(format!("actor '{name}' has no child process to crash")))?;
+                self.wait_statement_arrived(actor, monitor).await?;
                 self.fault_at = Some(Instant::now());
                 child.crash().await.map_err(StepError::Harness)?;
                 // The connection object (idle, or inside the background
@@ -126,12 +127,43 @@ impl Run<'_> {
                             )));
                         }
                     }
+                    self.wait_statement_arrived(actor, monitor).await?;
                     self.fault_at = Some(Instant::now());
                     ns.cut(port).await.map_err(StepError::Harness)
                 } else {
                     ns.heal(port).await.map_err(StepError::Harness)
                 }
             }
+        }
+    }
+
+    /// With a background step in flight on `actor`, waits (up to 1 s) until
+    /// its backend runs the statement (`state = 'active'`): a statement still
+    /// in a pipe or a socket buffer when the fault strikes would leave an idle
+    /// backend, which sees the closed connection at once, and the cell would
+    /// measure the harness's timing instead of the fault.
+    ///
+    /// # Errors
+    /// The statement had not reached the server within 1 s, or a failed query.
+    async fn wait_statement_arrived(&self, actor: usize, monitor: &mut DirectConn) -> StepResult {
+        if !matches!(self.slots[actor], Slot::Busy { .. }) {
+            return Ok(());
+        }
+        let Some(&pid) = self.pids.get(&actor) else {
+            return Ok(());
+        };
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let polled = poll_until(deadline, async || {
+            crate::observe::is_active(monitor, pid).await.map(|a| a.then_some(()))
+        })
+        .await
+        .map_err(|e| StepError::Driver(e.to_string()))?;
+        match polled {
+            Polled::Done(()) => Ok(()),
+            Polled::TimedOut => Err(StepError::Harness(format!(
+                "the background statement of '{}' had not reached its backend {pid} within 1 s",
+                self.scenario.actors[actor].name
+            ))),
         }
     }
 
