@@ -27,6 +27,11 @@ impl Run<'_> {
         let name = self.scenario.actors[actor].name.clone();
         match fault {
             Fault::Crash if self.scenario.actors[actor].via == Via::Pool => {
+                for i in 0..self.scenario.actors.len() {
+                    if self.scenario.actors[i].via == Via::Pool {
+                        self.wait_statement_arrived(i, monitor).await?;
+                    }
+                }
                 self.fault_at = Some(Instant::now());
                 pool.crash()
                     .await
