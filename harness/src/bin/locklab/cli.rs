@@ -62,6 +62,10 @@ pub enum Command {
     /// verdict per lock (leaked, stuck, waiting, expected); or serve them as
     /// Prometheus metrics (`holders serve`). Read-only; never ends a backend.
     Holders(crate::holders::HoldersArgs),
+    /// A load run: W workers contending for K keys through each driver's pool
+    /// (and pgbench with the same SQL) on a local cluster of its own; every
+    /// critical section is checked for overlaps and lost updates afterwards.
+    Stress(crate::stress::StressArgs),
 }
 
 /// `locklab report`'s arguments.

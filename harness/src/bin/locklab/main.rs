@@ -19,6 +19,7 @@ mod selection;
 mod servers;
 mod signals;
 mod soak;
+mod stress;
 mod validate;
 
 use std::io::IsTerminal;
@@ -87,5 +88,6 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Soak(args) => soak::soak(&dir, args),
         Command::Check(args) => check::check(&dir, given, args),
         Command::Holders(args) => holders::holders(args),
+        Command::Stress(args) => stress::stress(args),
     }
 }
