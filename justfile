@@ -40,6 +40,14 @@ baseline *args:
 report-versions:
     cargo run --release --quiet -p locklab -- report --pg 14,15,16,17,18 --out reports/versions
 
+# The load report into reports/load/ (load.md, load.json, curve-keys-*.svg): W workers contending through tokio-postgres, deadpool, bb8 and sqlx next to pgbench with the same SQL, every critical section checked; about eight minutes (e.g. just load --seconds 5).
+load *args:
+    cargo run --release --quiet -p locklab -- load-report {{args}}
+
+# One load run per driver next to pgbench, printed as a table (e.g. just stress -w 64 -k 1 --pattern xact-try -d bb8).
+stress *args:
+    cargo run --release --quiet -p locklab -- stress {{args}}
+
 # Who holds and who awaits advisory locks on a running server, with a verdict per lock (LOCKLAB_DSN or --dsn; e.g. just holders --fail-on leaked, just holders serve). See the README's "In production".
 holders *args:
     cargo run --release --quiet -p locklab -- holders {{args}}

@@ -362,6 +362,16 @@ pub trait Conn: Send {
     /// (some pools finish a return in a background task: this waits for it).
     async fn give_back(self: Box<Self>) -> Returned;
 
+    /// Gives the connection back the way application code does, by
+    /// dropping it, without waiting for a return that the pool finishes in
+    /// a task of its own (sqlx, mobc), so a load run does not count the
+    /// harness's wait as the pool's cost. The matrix uses
+    /// [`Conn::give_back`], whose wait makes the next step see the return
+    /// done. Default: [`Conn::give_back`].
+    async fn release(self: Box<Self>) {
+        self.give_back().await;
+    }
+
     /// [`Conn::give_back`] bounded by `bound` on the client side (as
     /// [`Conn::simple_query_within`]): `None` when it had not finished.
     async fn give_back_within(self: Box<Self>, bound: Duration) -> Option<Returned> {

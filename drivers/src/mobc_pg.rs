@@ -41,6 +41,10 @@ impl Conn for MobcConn {
         simple_query_rows(&self.conn, sql).await
     }
 
+    async fn release(self: Box<Self>) {
+        drop(self);
+    }
+
     async fn give_back(self: Box<Self>) -> Returned {
         let MobcConn { conn, pool } = *self;
         let before = pool.state().await;

@@ -89,6 +89,10 @@ impl Conn for SqlxConn {
         Ok(out)
     }
 
+    async fn release(self: Box<Self>) {
+        drop(self);
+    }
+
     async fn give_back(self: Box<Self>) -> Returned {
         let SqlxConn { conn, pool } = *self;
         let idle_before = pool.num_idle();

@@ -17,6 +17,7 @@ fn spec(pattern: Pattern, workers: u32, keys: u32, count: u64) -> LoadSpec {
         seconds: 0,
         count: Some(count),
         lock_timeout_ms: 2000,
+        hold_us: 0,
     }
 }
 
@@ -88,6 +89,7 @@ fn wrong_pattern_is_caught_with_evidence() {
     let mut s = spec(Pattern::SessionAcrossCheckouts, 6, 1, 0);
     s.count = None;
     s.seconds = 2;
+    s.hold_us = 1000;
     let r = run(Some("tokio-postgres"), &s);
     assert!(r.sections > 0, "{r:?}");
     assert!(

@@ -15,7 +15,9 @@
 
 pub mod history;
 pub mod pgbench;
+pub mod render;
 pub mod sql;
+pub mod suite;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -88,6 +90,10 @@ pub struct LoadSpec {
     pub count: Option<u64>,
     /// `lock_timeout` of every connection, in ms (bounds the blocking lock calls).
     pub lock_timeout_ms: u32,
+    /// Work inside each section, in µs, between its read and its write
+    /// (server-side `pg_sleep`; 0: none).
+    #[serde(default)]
+    pub hold_us: u32,
 }
 
 /// Latency percentiles of the attempts, in ms (client clock; for pgbench,
@@ -439,7 +445,7 @@ impl Worker {
             tally.latencies_us.push(t.elapsed().as_micros() as u64);
         }
         if let Some(c) = kept {
-            c.give_back().await;
+            c.release().await;
         }
         tally
     }
@@ -448,7 +454,7 @@ impl Worker {
     /// or on a connection checked out for the attempt (the wrong pattern:
     /// for each statement).
     async fn attempt(&self, k: i64, kept: &mut Option<Box<dyn Conn>>, tally: &mut Tally) {
-        let statements = sql::attempt(self.spec.pattern, self.w, k);
+        let statements = sql::attempt(self.spec.pattern, self.w, k, self.spec.hold_us);
         let per_statement = self.spec.pattern == Pattern::SessionAcrossCheckouts;
         let mut conn = match kept.take() {
             Some(c) => c,
@@ -460,7 +466,7 @@ impl Worker {
         let mut broken = false;
         for (i, sql) in statements.iter().enumerate() {
             if per_statement && i > 0 {
-                conn.give_back().await;
+                conn.release().await;
                 conn = match self.pool.checkout().await {
                     Ok(c) => c,
                     Err(e) => return tally.error(&e),
@@ -496,7 +502,7 @@ impl Worker {
         if self.keep && !broken {
             *kept = Some(conn);
         } else {
-            conn.give_back().await;
+            conn.release().await;
         }
     }
 }

@@ -25,7 +25,7 @@ use super::{LoadSpec, Tally, sql};
 /// The pattern has no pgbench script (it needs a pool), pgbench is not in
 /// `bin` or cannot start, or its output has no transaction count.
 pub async fn run(bin: &Path, spec: &ConnectSpec, load: &LoadSpec) -> Result<Tally> {
-    let script = sql::pgbench_script(load.pattern).ok_or_else(|| {
+    let script = sql::pgbench_script(load.pattern, load.hold_us).ok_or_else(|| {
         anyhow!(
             "pgbench cannot run {}: it keeps one connection per client",
             load.pattern.name()

@@ -26,6 +26,7 @@ pub fn schema(keys: u32, jobs: u64) -> String {
            t1 timestamptz not null, read bigint not null); \
          create unlogged table locklab_job (id bigint primary key, done boolean not null default false); \
          insert into locklab_job (id) select generate_series(1, {jobs}); \
+         create index on locklab_job (id) where not done; \
          create unlogged table locklab_claim (job bigint not null, worker int not null, \
            pid int not null, at timestamptz not null); \
          analyze locklab_counter, locklab_job"
@@ -33,11 +34,22 @@ pub fn schema(keys: u32, jobs: u64) -> String {
 }
 
 /// The critical section on key `k` by worker `w` (one statement). `k` and
-/// `w` are SQL text: numbers, or pgbench's `:k` and `:client_id`.
-pub fn section(w: &str, k: &str) -> String {
+/// `w` are SQL text: numbers, or pgbench's `:k` and `:client_id`. With
+/// `hold_us` > 0 the section does that much work between its read and its
+/// write (`pg_sleep`, on the server: the work a real section does while it
+/// holds the lock).
+pub fn section(w: &str, k: &str, hold_us: u32) -> String {
+    let (hold, from) = if hold_us > 0 {
+        (
+            format!("h as (select r.*, pg_sleep({hold_us} / 1e6) from r), "),
+            "h as r",
+        )
+    } else {
+        (String::new(), "r")
+    };
     format!(
-        "with r as (select n, clock_timestamp() as t0 from locklab_counter where key = {k}), \
-         u as (update locklab_counter c set n = r.n + 1 from r where c.key = {k} returning r.n, r.t0) \
+        "with r as (select n, clock_timestamp() as t0 from locklab_counter where key = {k}), {hold}\
+         u as (update locklab_counter c set n = r.n + 1 from {from} where c.key = {k} returning r.n, r.t0) \
          insert into locklab_section select {w}, {k}, pg_backend_pid(), now(), u.t0, clock_timestamp(), u.n from u"
     )
 }
@@ -57,9 +69,9 @@ pub fn claim(w: &str) -> String {
 /// The statements one attempt sends, as the harness's workers send them
 /// (simple query protocol, one round trip per entry). `Try` sends its
 /// second entry only when the first returned 1, else [`TRY_BUSY`].
-pub fn attempt(pattern: Pattern, w: u32, k: i64) -> Vec<String> {
+pub fn attempt(pattern: Pattern, w: u32, k: i64, hold_us: u32) -> Vec<String> {
     let (w, k) = (w.to_string(), k.to_string());
-    let section = section(&w, &k);
+    let section = section(&w, &k, hold_us);
     match pattern {
         Pattern::XactTry => vec![
             format!("begin; select pg_try_advisory_xact_lock({k})::int"),
@@ -85,8 +97,8 @@ pub const TRY_BUSY: &str = "commit";
 /// one round trip, as the harness's workers send them), with `keys` given
 /// as `-D keys=K`. `None`: the pattern needs a pool (pgbench keeps one
 /// connection per client).
-pub fn pgbench_script(pattern: Pattern) -> Option<String> {
-    let section = section(":client_id", ":k");
+pub fn pgbench_script(pattern: Pattern, hold_us: u32) -> Option<String> {
+    let section = section(":client_id", ":k", hold_us);
     let pick = "\\set k random(1, :keys)\n";
     Some(match pattern {
         Pattern::XactTry => format!(

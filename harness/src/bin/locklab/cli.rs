@@ -66,6 +66,10 @@ pub enum Command {
     /// (and pgbench with the same SQL) on a local cluster of its own; every
     /// critical section is checked for overlaps and lost updates afterwards.
     Stress(crate::stress::StressArgs),
+    /// The load report (reports/load/: load.md, load.json, the curves' SVG
+    /// charts): throughput next to pgbench, every pattern checked, and the
+    /// contention curves; about eight minutes.
+    LoadReport(crate::stress::LoadReportArgs),
 }
 
 /// `locklab report`'s arguments.

@@ -89,5 +89,6 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Check(args) => check::check(&dir, given, args),
         Command::Holders(args) => holders::holders(args),
         Command::Stress(args) => stress::stress(args),
+        Command::LoadReport(args) => stress::load_report(args),
     }
 }

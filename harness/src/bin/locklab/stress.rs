@@ -36,6 +36,9 @@ pub struct StressArgs {
     /// `lock_timeout` of every connection, ms.
     #[arg(long, default_value_t = 1000)]
     pub lock_timeout_ms: u32,
+    /// Work inside each critical section, µs (server-side pg_sleep between its read and its write).
+    #[arg(long, default_value_t = 0)]
+    pub hold_us: u32,
     /// PostgreSQL major version of the run's local cluster.
     #[arg(long = "pg", default_value_t = locklab::server::DEFAULT_PG_MAJOR)]
     pub pg: u32,
@@ -77,6 +80,7 @@ pub fn stress(args: &StressArgs) -> Result<ExitCode> {
         seconds: args.seconds,
         count: args.count,
         lock_timeout_ms: args.lock_timeout_ms,
+        hold_us: args.hold_us,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let mut interrupts = {
@@ -102,7 +106,7 @@ pub fn stress(args: &StressArgs) -> Result<ExitCode> {
                 );
                 results.push(load::run(&server, Client::Driver(*d), &spec).await?);
             }
-            if !args.no_pgbench && load::sql::pgbench_script(spec.pattern).is_some() {
+            if !args.no_pgbench && load::sql::pgbench_script(spec.pattern, spec.hold_us).is_some() {
                 eprintln!("locklab: stress: pgbench × {} clients", spec.workers);
                 results.push(load::run(&server, Client::Pgbench(bin.clone()), &spec).await?);
             }
@@ -200,4 +204,95 @@ pub fn table(results: &[LoadResult]) -> String {
         }
     );
     text
+}
+
+/// `locklab load-report`'s arguments.
+#[derive(Args, Clone)]
+pub struct LoadReportArgs {
+    /// Where to write load.json, load.md and the charts (default: reports/load of this repository).
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+    /// Seconds per point of the curves (the headline runs take at least 5, the patterns' 3).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=60))]
+    pub seconds: u32,
+    /// PostgreSQL major version of the run's local cluster.
+    #[arg(long = "pg", default_value_t = locklab::server::DEFAULT_PG_MAJOR)]
+    pub pg: u32,
+}
+
+/// Runs the load report's suite ([`locklab::load::suite`]) and writes it.
+/// Exit 1 when a right pattern showed a violation.
+///
+/// # Errors
+/// The server cannot start, a run cannot be made, a file cannot be written;
+/// SIGINT/SIGTERM (after the server is removed).
+pub fn load_report(args: &LoadReportArgs) -> Result<ExitCode> {
+    use locklab::load::suite;
+    let durations = suite::Durations {
+        headline: args.seconds.max(5),
+        pattern: args.seconds.max(3),
+        curve: args.seconds,
+    };
+    let (total, secs) = durations.plan();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let mut interrupts = {
+        let _guard = rt.enter();
+        Interrupts::install()
+    };
+    let server = load::start_server(args.pg, *suite::CURVE_WORKERS.last().unwrap_or(&64))?;
+    eprintln!("locklab: load-report: {}", server.describe());
+    eprintln!(
+        "locklab: load-report: {total} runs, about {} min",
+        (secs + total as u64 / 2).div_ceil(60)
+    );
+    let bin = locklab::server::resolve_binaries(&locklab::server::ServerOptions::new(
+        locklab::server::BackendChoice::Local,
+        args.pg,
+    ))?;
+    let mut done = 0;
+    let progress = |r: &LoadResult| {
+        done += 1;
+        eprintln!(
+            "[{done}/{total}] {} × {} × {} workers × {} keys: {:.0} sections/s, p99 {:.2} ms, {} violation(s)",
+            r.client,
+            r.spec.pattern.name(),
+            r.spec.workers,
+            r.spec.keys,
+            r.throughput,
+            r.latency_ms.p99,
+            r.violations()
+        );
+    };
+    let runs = rt.block_on(async {
+        tokio::select! {
+            r = suite::run(&server, &bin, durations, progress) => r,
+            signal = interrupts.next() => Err(anyhow::Error::new(signal)),
+        }
+    });
+    let description = server.describe();
+    drop(rt);
+    drop(server);
+    let (headline, patterns, curves) = runs?;
+    let env = locklab::report::Environment::current();
+    let report = suite::LoadReport {
+        server: description,
+        written_at: jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        commit: env.git_commit.map(|c| c.chars().take(12).collect()),
+        headline,
+        patterns,
+        curves,
+    };
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| locklab::server::workspace_root().join("reports/load"));
+    locklab::load::render::write(&report, &out)?;
+    eprintln!("locklab: load-report: wrote {}", out.join("load.md").display());
+    let bad = report
+        .headline
+        .iter()
+        .chain(&report.patterns)
+        .chain(&report.curves)
+        .any(|r| r.spec.pattern.is_right() && r.violations() > 0);
+    Ok(if bad { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
