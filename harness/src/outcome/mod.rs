@@ -203,6 +203,16 @@ pub struct RunResult {
     pub skipped: Option<String>,
     /// Wall time of the whole run in ms, database creation and drop included.
     pub elapsed_ms: f64,
+    /// Where that time went, ms per phase in the order they ran:
+    /// `create_database` (with the scenario's server settings), `open` (the
+    /// pool, the monitor connection, `setup`), `actors` (the direct actors'
+    /// connections), `steps` (or the trials), `verify` (the Verify step and
+    /// the end of leftovers), `close` (connections, background steps, the
+    /// pool), `teardown`, `leak_guard` (PgBouncer told to close, then the
+    /// guard), `drop_database`. A phase a run did not reach is missing. With
+    /// repeats, the first run's.
+    #[serde(skip_serializing_if = "indexmap::IndexMap::is_empty")]
+    pub phases_ms: indexmap::IndexMap<&'static str, f64>,
     /// How many times the cell ran (`--repeat`, 1 by default). With more than
     /// one, the fields above are the first run's, or the first failing run's
     /// if any failed, and the timings' spread is in `*_stats`.
@@ -321,10 +331,20 @@ impl RunResult {
             ran_on: None,
             trials: None,
             elapsed_ms: 0.0,
+            phases_ms: indexmap::IndexMap::new(),
             repeats: 1,
             elapsed_stats: None,
             unstable: Vec::new(),
         }
+    }
+
+    /// Records phase `name` as the time since `since` (ms) and returns now,
+    /// the start of the next phase.
+    pub fn phase(&mut self, name: &'static str, since: std::time::Instant) -> std::time::Instant {
+        let now = std::time::Instant::now();
+        self.phases_ms
+            .insert(name, (now.duration_since(since).as_secs_f64() * 1e6).round() / 1e3);
+        now
     }
 
     /// Whether the run passed (an unstable cell has a `failure`).

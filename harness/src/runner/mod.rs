@@ -188,6 +188,7 @@ async fn run_on(
     let db = database_name(&scenario.name, info.id);
     let fail = |what: String| cell_error(server, scenario, info.id, &what);
 
+    let t = Instant::now();
     let admin = match phases::create_database(server, &db).await {
         Ok(admin) => admin,
         Err(e) => {
@@ -195,7 +196,9 @@ async fn run_on(
             return result;
         }
     };
-    if let Err(e) = phases::apply_server_settings(&admin, scenario, &db).await {
+    let settings = phases::apply_server_settings(&admin, scenario, &db).await;
+    result.phase("create_database", t);
+    if let Err(e) = settings {
         result.failure = Some(fail(e));
     } else {
         let mut run = Run::new(server, scenario, &info, &db, &mut result);
@@ -240,13 +243,17 @@ async fn run_on(
     } else {
         admin
     };
+    let t = Instant::now();
     if let Some(mode) = info.pooler
         && let Err(e) = server.pooler_close_database(mode, &db).await
     {
         result.failure.get_or_insert_with(|| fail(format!("{e:#}")));
     }
     phases::guard_leaks(&admin, &db, &mut result, &fail).await;
-    if let Err(e) = phases::drop_database(&admin, &db).await {
+    let t = result.phase("leak_guard", t);
+    let dropped = phases::drop_database(&admin, &db).await;
+    result.phase("drop_database", t);
+    if let Err(e) = dropped {
         result.failure.get_or_insert_with(|| fail(e));
     }
     admin.close().await;

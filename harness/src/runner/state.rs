@@ -114,23 +114,30 @@ impl<'a> Run<'a> {
     /// Phases 2 to 6, then `teardown` whatever happened.
     pub(super) async fn execute(&mut self, driver: &dyn Driver) -> StepResult {
         let outcome = self.execute_steps(driver).await;
+        let t = Instant::now();
         let teardown = self
             .run_sql_list(&self.scenario.teardown, "teardown")
             .await
             .map_err(StepError::Harness);
+        self.result.phase("teardown", t);
         outcome.and(teardown)
     }
 
     /// Pool and monitor, actors, steps, verify, leftovers, close.
     async fn execute_steps(&mut self, driver: &dyn Driver) -> StepResult {
-        let (pool, mut monitor) = self.open(driver).await?;
+        let t = Instant::now();
+        let opened = self.open(driver).await;
+        let t = self.result.phase("open", t);
+        let (pool, mut monitor) = opened?;
         let mut outcome = self.connect_actors().await;
+        let t = self.result.phase("actors", t);
         if outcome.is_ok() {
             outcome = match &self.scenario.trials {
                 Some(trials) => self.run_trials(trials, pool.as_ref(), &mut monitor).await,
                 None => self.run_steps(pool.as_ref(), &mut monitor).await,
             };
         }
+        let t = self.result.phase("steps", t);
         let stuck = if outcome.is_err() {
             // What the failed step's dropped calls set going in the driver
             // (an adapter's library cancelling its statement) first.
@@ -141,7 +148,9 @@ impl<'a> Run<'a> {
         };
         outcome = self.verify(outcome, &mut monitor).await;
         outcome = self.end_leftovers(outcome, stuck, &mut monitor).await;
+        let t = self.result.phase("verify", t);
         self.close(pool, monitor).await;
+        self.result.phase("close", t);
         outcome
     }
 
