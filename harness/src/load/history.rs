@@ -97,6 +97,19 @@ pub struct Overlap {
     pub second: Section,
 }
 
+impl std::fmt::Display for Overlap {
+    /// `on key K: worker A (backend P) from X to Y µs and worker B (backend
+    /// Q) from X to Y µs` (server clock, µs since the Unix epoch).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (a, b) = (&self.first, &self.second);
+        write!(
+            f,
+            "on key {}: worker {} (backend {}) from {} to {} µs and worker {} (backend {}) from {} to {} µs",
+            a.key, a.worker, a.backend_pid, a.start_us, a.end_us, b.worker, b.backend_pid, b.start_us, b.end_us
+        )
+    }
+}
+
 /// Mutual exclusion: no two sections on one key overlap. Sections are
 /// compared by the server's clock; one that begins exactly when another ends
 /// does not overlap it (the clock's resolution is 1 µs, and a release and

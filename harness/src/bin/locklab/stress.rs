@@ -177,20 +177,7 @@ pub fn table(results: &[LoadResult]) -> String {
             let _ = writeln!(text, "{}: first error: {e}", r.client);
         }
         if let Some(o) = r.mutual_exclusion.evidence.first() {
-            let _ = writeln!(
-                text,
-                "{}: overlapping sections on key {}: worker {} (backend {}) {}–{} µs and worker {} (backend {}) {}–{} µs",
-                r.client,
-                o.first.key,
-                o.first.worker,
-                o.first.backend_pid,
-                o.first.start_us,
-                o.first.end_us,
-                o.second.worker,
-                o.second.backend_pid,
-                o.second.start_us,
-                o.second.end_us
-            );
+            let _ = writeln!(text, "{}: overlapping sections {o}", r.client);
         }
     }
     let _ = writeln!(
