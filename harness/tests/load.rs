@@ -54,7 +54,7 @@ fn right_patterns_keep_mutual_exclusion(
     let r = run(Some(driver), &spec(pattern, 6, 3, 600));
     assert_eq!(r.attempts, 600, "{r:?}");
     assert!(r.sections >= 30, "too few sections to check: {r:?}");
-    assert_eq!(r.errors, 0, "{:?}", r.first_error);
+    assert_eq!(r.counts.errors, 0, "{:?}", r.counts.first_error);
     assert_eq!(r.violations(), 0, "{pattern:?} through {driver}: {r:#?}");
     if pattern == Pattern::SkipLocked {
         assert_eq!(r.double_claims.as_ref().map(|v| v.checked), Some(r.sections));
@@ -71,7 +71,7 @@ fn pgbench_runs_the_same_sections(
     let r = run(None, &spec(pattern, 4, 3, 400));
     assert_eq!(r.attempts, 400, "pgbench's -t 100 per client: {r:?}");
     assert!(r.sections >= 20, "{r:?}");
-    assert_eq!(r.errors, 0, "{:?}", r.first_error);
+    assert_eq!(r.counts.errors, 0, "{:?}", r.counts.first_error);
     assert_eq!(r.violations(), 0, "{r:#?}");
     assert!(
         r.latency_ms.p50 > 0.0 && r.latency_ms.p50 <= r.latency_ms.p99,

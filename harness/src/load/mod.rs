@@ -153,14 +153,9 @@ pub struct LoadResult {
     /// the patterns without a blocking lock call in the section's
     /// transaction (try-lock, the queue, the wrong pattern).
     pub lock_waits: Option<u64>,
-    /// Try-lock attempts that found the key taken.
-    pub busy: u64,
-    /// Lock calls ended by `lock_timeout` (SQLSTATE 55P03).
-    pub timeouts: u64,
-    /// Other errors; the first one's text in `first_error`.
-    pub errors: u64,
-    /// The first error other than a timeout.
-    pub first_error: Option<String>,
+    /// Busy try-locks, timeouts and errors.
+    #[serde(flatten)]
+    pub counts: Counts,
     /// No two sections on one key overlapped.
     pub mutual_exclusion: Verdict<Overlap>,
     /// Each key's counter equals its number of sections.
@@ -302,9 +297,9 @@ async fn run_in(server: &Server, db: &str, client: Client<'_>, spec: &LoadSpec) 
     // pgbench does not count the try-locks that found the key taken: every
     // transaction without a section is one.
     let busy = if name == "pgbench" && spec.pattern == Pattern::XactTry {
-        tally.attempts.saturating_sub(done + tally.errors)
+        tally.attempts.saturating_sub(done + tally.counts.errors)
     } else {
-        tally.busy
+        tally.counts.busy
     };
     let sections: Vec<Section> = sections.into_iter().map(|(s, _)| s).collect();
     let mut latencies = tally.latencies_us;
@@ -321,10 +316,7 @@ async fn run_in(server: &Server, db: &str, client: Client<'_>, spec: &LoadSpec) 
         },
         latency_ms: Latency::of(&mut latencies),
         lock_waits,
-        busy,
-        timeouts: tally.timeouts,
-        errors: tally.errors,
-        first_error: tally.first_error,
+        counts: Counts { busy, ..tally.counts },
         mutual_exclusion: history::mutual_exclusion(&sections),
         lost_updates: history::lost_updates(&sections, &counters),
         double_claims: claims.as_deref().map(history::double_claims),
@@ -340,13 +332,20 @@ pub struct Tally {
     pub attempts: u64,
     /// Each attempt's latency, µs.
     pub latencies_us: Vec<u64>,
+    /// Busy try-locks, timeouts and errors.
+    pub counts: Counts,
+}
+
+/// How attempts ended other than with a section.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Counts {
     /// Try-lock attempts that found the key taken.
     pub busy: u64,
-    /// Lock calls ended by `lock_timeout`.
+    /// Lock calls ended by `lock_timeout` (SQLSTATE 55P03).
     pub timeouts: u64,
-    /// Other errors.
+    /// Other errors; the first one's text in `first_error`.
     pub errors: u64,
-    /// The first other error.
+    /// The first error other than a timeout.
     pub first_error: Option<String>,
 }
 
@@ -354,21 +353,23 @@ impl Tally {
     fn merge(&mut self, other: Tally) {
         self.attempts += other.attempts;
         self.latencies_us.extend(other.latencies_us);
-        self.busy += other.busy;
-        self.timeouts += other.timeouts;
-        self.errors += other.errors;
-        if self.first_error.is_none() {
-            self.first_error = other.first_error;
+        let (c, o) = (&mut self.counts, other.counts);
+        c.busy += o.busy;
+        c.timeouts += o.timeouts;
+        c.errors += o.errors;
+        if c.first_error.is_none() {
+            c.first_error = o.first_error;
         }
     }
 
     fn error(&mut self, e: &DriverError) {
+        let c = &mut self.counts;
         if e.sqlstate() == Some("55P03") {
-            self.timeouts += 1;
+            c.timeouts += 1;
         } else {
-            self.errors += 1;
-            if self.first_error.is_none() {
-                self.first_error = Some(e.to_string());
+            c.errors += 1;
+            if c.first_error.is_none() {
+                c.first_error = Some(e.to_string());
             }
         }
     }
@@ -399,8 +400,9 @@ async fn drive(pool: Arc<dyn Pool>, kind: DriverKind, spec: &LoadSpec) -> Tally 
         match t {
             Ok(t) => tally.merge(t),
             Err(e) => {
-                tally.errors += 1;
+                tally.counts.errors += 1;
                 tally
+                    .counts
                     .first_error
                     .get_or_insert_with(|| format!("a worker panicked: {e}"));
             }
@@ -475,7 +477,7 @@ impl Worker {
             match conn.simple_query(sql).await {
                 Ok(rows) => match self.spec.pattern {
                     Pattern::XactTry if i == 0 && rows.first_value().flatten() != Some("1") => {
-                        tally.busy += 1;
+                        tally.counts.busy += 1;
                         if let Err(e) = conn.simple_query(sql::TRY_BUSY).await {
                             tally.error(&e);
                             broken = matches!(e, DriverError::Client(_));

@@ -92,8 +92,8 @@ pub async fn run(bin: &Path, spec: &ConnectSpec, load: &LoadSpec) -> Result<Tall
     }
     let aborted = stderr.lines().filter(|l| l.contains("aborted in command")).count() as u64;
     if aborted > 0 {
-        tally.errors = aborted;
-        tally.first_error = stderr
+        tally.counts.errors = aborted;
+        tally.counts.first_error = stderr
             .lines()
             .find(|l| l.contains("ERROR") || l.contains("aborted"))
             .map(str::to_owned);

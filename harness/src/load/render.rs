@@ -102,7 +102,7 @@ pub fn markdown(report: &LoadReport) -> String {
                     r.client,
                     r.spec.pattern.name(),
                     r.sections,
-                    r.timeouts
+                    r.counts.timeouts
                 );
             }
         }
@@ -187,9 +187,9 @@ fn table(md: &mut String, rows: &[LoadResult], all: &[LoadResult]) {
             r.latency_ms.p95,
             r.latency_ms.p99,
             opt(r.lock_waits),
-            r.busy,
-            r.timeouts,
-            r.errors,
+            r.counts.busy,
+            r.counts.timeouts,
+            r.counts.errors,
             r.mutual_exclusion.violations,
             r.lost_updates.violations,
             opt(r.double_claims.as_ref().map(|v| v.violations)),

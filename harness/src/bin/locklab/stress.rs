@@ -161,9 +161,9 @@ pub fn table(results: &[LoadResult]) -> String {
             format!("{:.2}", r.latency_ms.p95),
             format!("{:.2}", r.latency_ms.p99),
             r.lock_waits.map_or("-".into(), |n| n.to_string()),
-            r.busy.to_string(),
-            r.timeouts.to_string(),
-            r.errors.to_string(),
+            r.counts.busy.to_string(),
+            r.counts.timeouts.to_string(),
+            r.counts.errors.to_string(),
             r.mutual_exclusion.violations.to_string(),
             r.lost_updates.violations.to_string(),
             r.double_claims
@@ -173,7 +173,7 @@ pub fn table(results: &[LoadResult]) -> String {
     }
     let mut text = format!("{t}\n");
     for r in results {
-        if let Some(e) = &r.first_error {
+        if let Some(e) = &r.counts.first_error {
             let _ = writeln!(text, "{}: first error: {e}", r.client);
         }
         if let Some(o) = r.mutual_exclusion.evidence.first() {
