@@ -6,7 +6,9 @@
 //! throughput and the curves belong to `just load`.
 
 use locklab::load::{self, Client, LoadResult, LoadSpec, Pattern};
-use locklab::server::{BackendChoice, DEFAULT_PG_MAJOR, ServerOptions};
+use std::sync::OnceLock;
+
+use locklab::server::{BackendChoice, DEFAULT_PG_MAJOR, Server, ServerOptions};
 use rstest::rstest;
 
 fn spec(pattern: Pattern, workers: u32, keys: u32, count: u64) -> LoadSpec {
@@ -21,8 +23,26 @@ fn spec(pattern: Pattern, workers: u32, keys: u32, count: u64) -> LoadSpec {
     }
 }
 
+/// The most workers a test here runs.
+const MAX_TEST_WORKERS: u32 = 6;
+
+/// How many tests here may run at once (the test threads): the server's
+/// connections are sized for that many runs of [`MAX_TEST_WORKERS`], each
+/// with its harness connection and pgbench's or a pool's extra one.
+const MAX_PARALLEL_RUNS: u32 = 16;
+
+/// One load server for this test binary (each run has a database of its
+/// own on it); the local backend's watchdog removes it when the process ends.
+fn server() -> &'static Server {
+    static SERVER: OnceLock<Server> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        load::start_server(DEFAULT_PG_MAJOR, MAX_PARALLEL_RUNS * (MAX_TEST_WORKERS + 2)).expect("load server")
+    })
+}
+
 fn run(driver: Option<&str>, spec: &LoadSpec) -> LoadResult {
-    let server = load::start_server(DEFAULT_PG_MAJOR, spec.workers).expect("load server");
+    assert!(spec.workers <= MAX_TEST_WORKERS);
+    let server = server();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -37,10 +57,7 @@ fn run(driver: Option<&str>, spec: &LoadSpec) -> LoadResult {
             locklab::server::resolve_binaries(&ServerOptions::new(BackendChoice::Local, DEFAULT_PG_MAJOR)).unwrap(),
         ),
     };
-    let r = rt.block_on(load::run(&server, client, spec)).expect("load run");
-    drop(rt);
-    drop(server);
-    r
+    rt.block_on(load::run(server, client, spec)).expect("load run")
 }
 
 /// Every right pattern, through a pool and through the direct driver: no

@@ -509,80 +509,68 @@ impl Worker {
     }
 }
 
-/// Each section with its lock wait (µs, server clock).
-async fn read_sections(conn: &mut DirectConn) -> Result<Vec<(Section, i64)>> {
+/// The rows of `query` (every column a number), for `what` in errors.
+async fn numbers(conn: &mut DirectConn, query: &str, what: &str) -> Result<Vec<Vec<i64>>> {
     let rows = conn
         .client()
-        .simple_query(sql::SECTIONS)
+        .simple_query(query)
         .await
-        .context("cannot read the sections")?;
+        .with_context(|| format!("cannot read the {what}"))?;
     let mut out = Vec::new();
     for m in rows {
         if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
-            let n = |i: usize| -> Result<i64> {
-                r.get(i)
-                    .and_then(|v| v.parse().ok())
-                    .ok_or_else(|| anyhow!("section row: column {i} is not a number"))
-            };
-            let began = n(3)?;
-            let s = Section {
-                worker: u32::try_from(n(0)?)?,
-                key: n(1)?,
-                backend_pid: i32::try_from(n(2)?)?,
-                start_us: n(4)?,
-                end_us: n(5)?,
-                read: n(6)?,
-            };
-            out.push((s.clone(), s.start_us - began));
+            let row = (0..r.len())
+                .map(|i| {
+                    r.get(i)
+                        .and_then(|v| v.parse().ok())
+                        .ok_or_else(|| anyhow!("{what}: column {i} is not a number"))
+                })
+                .collect::<Result<Vec<i64>>>()?;
+            out.push(row);
         }
     }
     Ok(out)
+}
+
+/// Each section with its lock wait (µs, server clock).
+async fn read_sections(conn: &mut DirectConn) -> Result<Vec<(Section, i64)>> {
+    numbers(conn, sql::SECTIONS, "sections")
+        .await?
+        .into_iter()
+        .map(|n| {
+            let s = Section {
+                worker: u32::try_from(n[0])?,
+                key: n[1],
+                backend_pid: i32::try_from(n[2])?,
+                start_us: n[4],
+                end_us: n[5],
+                read: n[6],
+            };
+            let waited = s.start_us - n[3];
+            Ok((s, waited))
+        })
+        .collect()
 }
 
 async fn read_counters(conn: &mut DirectConn) -> Result<BTreeMap<i64, i64>> {
-    let rows = conn
-        .client()
-        .simple_query(sql::COUNTERS)
-        .await
-        .context("cannot read the counters")?;
-    let mut out = BTreeMap::new();
-    for m in rows {
-        if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
-            let key = r
-                .get(0)
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(|| anyhow!("bad counter row"))?;
-            let n = r
-                .get(1)
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(|| anyhow!("bad counter row"))?;
-            out.insert(key, n);
-        }
-    }
-    Ok(out)
+    Ok(numbers(conn, sql::COUNTERS, "counters")
+        .await?
+        .into_iter()
+        .map(|n| (n[0], n[1]))
+        .collect())
 }
 
 async fn read_claims(conn: &mut DirectConn) -> Result<Vec<Claim>> {
-    let rows = conn
-        .client()
-        .simple_query(sql::CLAIMS)
-        .await
-        .context("cannot read the claims")?;
-    let mut out = Vec::new();
-    for m in rows {
-        if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
-            let n = |i: usize| -> Result<i64> {
-                r.get(i)
-                    .and_then(|v| v.parse().ok())
-                    .ok_or_else(|| anyhow!("claim row: column {i} is not a number"))
-            };
-            out.push(Claim {
-                job: n(0)?,
-                worker: u32::try_from(n(1)?)?,
-                backend_pid: i32::try_from(n(2)?)?,
-                at_us: n(3)?,
-            });
-        }
-    }
-    Ok(out)
+    numbers(conn, sql::CLAIMS, "claims")
+        .await?
+        .into_iter()
+        .map(|n| {
+            Ok(Claim {
+                job: n[0],
+                worker: u32::try_from(n[1])?,
+                backend_pid: i32::try_from(n[2])?,
+                at_us: n[3],
+            })
+        })
+        .collect()
 }

@@ -50,6 +50,18 @@ fn ratio(r: &LoadResult, all: &[LoadResult]) -> Option<f64> {
     (p > 0.0).then(|| r.throughput / p)
 }
 
+/// The curve of `keys` keys: its points, and its clients in first-run order.
+fn curve(report: &LoadReport, keys: u32) -> (Vec<&LoadResult>, Vec<&str>) {
+    let points: Vec<&LoadResult> = report.curves.iter().filter(|r| r.spec.keys == keys).collect();
+    let mut clients: Vec<&str> = Vec::new();
+    for p in &points {
+        if !clients.contains(&p.client.as_str()) {
+            clients.push(&p.client);
+        }
+    }
+    (points, clients)
+}
+
 fn opt(n: Option<u64>) -> String {
     n.map_or("–".into(), |n| n.to_string())
 }
@@ -109,13 +121,7 @@ pub fn markdown(report: &LoadReport) -> String {
     }
     let _ = writeln!(md, "\n## Contention curves (xact-wait, sections per second)\n");
     for keys in CURVE_KEYS {
-        let points: Vec<&LoadResult> = report.curves.iter().filter(|r| r.spec.keys == keys).collect();
-        let mut clients: Vec<&str> = Vec::new();
-        for p in &points {
-            if !clients.contains(&p.client.as_str()) {
-                clients.push(&p.client);
-            }
-        }
+        let (points, clients) = curve(report, keys);
         let _ = writeln!(
             md,
             "### {keys} key(s)\n\n![sections per second, {keys} key(s)](curve-keys-{keys}.svg)\n"
@@ -207,13 +213,7 @@ pub fn chart(report: &LoadReport, keys: u32) -> Result<String, String> {
 }
 
 fn draw(report: &LoadReport, keys: u32) -> Result<String, String> {
-    let points: Vec<&LoadResult> = report.curves.iter().filter(|r| r.spec.keys == keys).collect();
-    let mut clients: Vec<&str> = Vec::new();
-    for p in &points {
-        if !clients.contains(&p.client.as_str()) {
-            clients.push(&p.client);
-        }
-    }
+    let (points, clients) = curve(report, keys);
     let top = points.iter().map(|p| p.throughput).fold(0.0_f64, f64::max).max(1.0) * 1.1;
     let last = (CURVE_WORKERS.len() - 1) as f64;
     let index = |w: u32| CURVE_WORKERS.iter().position(|x| *x == w).unwrap_or(0) as f64;
@@ -271,4 +271,26 @@ fn draw(report: &LoadReport, keys: u32) -> Result<String, String> {
         root.present().map_err(|e| e.to_string())?;
     }
     Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The committed load report reads back and renders: its tables and one
+    /// chart per key count.
+    #[test]
+    fn committed_load_report_renders() {
+        let path = crate::server::workspace_root().join("reports/load/load.json");
+        let text = std::fs::read_to_string(&path).expect("reports/load/load.json");
+        let report: LoadReport = serde_json::from_str(&text).expect("a LoadReport");
+        let md = markdown(&report);
+        assert!(
+            md.contains("## Contention curves") && md.contains("| pgbench | xact-wait | 8 | 1000 |"),
+            "{md}"
+        );
+        for keys in CURVE_KEYS {
+            assert!(chart(&report, keys).expect("chart").starts_with("<svg"));
+        }
+    }
 }

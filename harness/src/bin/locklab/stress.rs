@@ -113,13 +113,13 @@ pub fn stress(args: &StressArgs) -> Result<ExitCode> {
             anyhow::Ok(results)
         };
         tokio::select! {
-            r = all => r.map_err(|e| (e, false)),
-            signal = interrupts.next() => Err((anyhow::Error::new(signal), true)),
+            r = all => r,
+            signal = interrupts.next() => Err(anyhow::Error::new(signal)),
         }
     });
     drop(rt);
     drop(server);
-    let results = results.map_err(|(e, _)| e)?;
+    let results = results?;
     if args.json {
         emit(&serde_json::to_string_pretty(&results)?)?;
     } else {
