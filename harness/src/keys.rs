@@ -53,6 +53,18 @@ pub fn namespaced_key(namespace: &str, id: &str) -> i64 {
     i64::from_be_bytes(first)
 }
 
+impl AdvisoryKey {
+    /// Reads a key back from its text as [`Display`](fmt::Display) writes it
+    /// (`7`, `(1, 2)`), e.g. from `matrix.json`; `None` for anything else.
+    pub fn from_text(t: &str) -> Option<AdvisoryKey> {
+        if let Some(pair) = t.strip_prefix('(').and_then(|t| t.strip_suffix(')')) {
+            let (a, b) = pair.split_once(',')?;
+            return Some(AdvisoryKey::Pair(a.trim().parse().ok()?, b.trim().parse().ok()?));
+        }
+        t.parse().ok().map(AdvisoryKey::Big)
+    }
+}
+
 impl fmt::Display for AdvisoryKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

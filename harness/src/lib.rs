@@ -24,3 +24,4 @@ pub mod report;
 pub mod runner;
 pub mod scenario;
 pub mod server;
+pub mod shard;

@@ -10,6 +10,7 @@ use crate::outcome::{Outcome, RunResult, Stats};
 use crate::runner;
 use crate::scenario::Scenario;
 use crate::server::Server;
+use crate::shard::Shard;
 
 /// Default number of runs in flight at once.
 pub const DEFAULT_JOBS: usize = 8;
@@ -25,13 +26,41 @@ pub async fn run_all(
     drivers: &[Box<dyn Driver>],
     jobs: usize,
     repeat: usize,
-    mut on_done: impl FnMut(usize, &RunResult),
+    on_done: impl FnMut(usize, &RunResult),
 ) -> Vec<RunResult> {
-    let triples: Vec<(&Server, &Scenario, &dyn Driver)> = servers
+    run_shard(servers, scenarios, drivers, Shard::ALL, jobs, repeat, on_done).await
+}
+
+/// The cells of `shard` (see [`crate::shard`]) of servers × scenarios ×
+/// drivers, in run order: server-major, then scenario, then driver.
+pub fn cells<'a>(
+    servers: &'a [Server],
+    scenarios: &'a [Scenario],
+    drivers: &'a [Box<dyn Driver>],
+    shard: Shard,
+) -> Vec<(&'a Server, &'a Scenario, &'a dyn Driver)> {
+    servers
         .iter()
         .flat_map(|v| scenarios.iter().map(move |s| (v, s)))
         .flat_map(|(v, s)| drivers.iter().map(move |d| (v, s, d.as_ref())))
-        .collect();
+        .enumerate()
+        .filter(|(p, _)| shard.contains(*p))
+        .map(|(_, cell)| cell)
+        .collect()
+}
+
+/// [`run_all`] for the cells of one `shard` only ([`cells`]); returns their
+/// results in run order.
+pub async fn run_shard(
+    servers: &[Server],
+    scenarios: &[Scenario],
+    drivers: &[Box<dyn Driver>],
+    shard: Shard,
+    jobs: usize,
+    repeat: usize,
+    mut on_done: impl FnMut(usize, &RunResult),
+) -> Vec<RunResult> {
+    let triples = cells(servers, scenarios, drivers, shard);
     let mut cells: Vec<Vec<RunResult>> = triples.iter().map(|_| Vec::new()).collect();
     for round in 1..=repeat.max(1) {
         // A cell with `trials` runs once: its trials are its repeats.

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use locklab_drivers::{Conn, DriverError, Rows};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::keys::AdvisoryKey;
 
@@ -14,10 +14,10 @@ use crate::keys::AdvisoryKey;
 pub const POLL_INTERVAL_MS: u64 = 2;
 
 /// One advisory lock row of the run's database.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockRow {
     /// The decoded key: i64 for `objsubid = 1`, (i32, i32) for `objsubid = 2`.
-    #[serde(serialize_with = "key_text")]
+    #[serde(serialize_with = "key_text", deserialize_with = "key_from_text")]
     pub key: AdvisoryKey,
     /// `ExclusiveLock` or `ShareLock`.
     pub mode: String,
@@ -34,6 +34,12 @@ pub struct LockRow {
 /// Serialises a key as its text: `7`, `(1, 2)`.
 pub(crate) fn key_text<S: serde::Serializer>(k: &AdvisoryKey, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(k)
+}
+
+/// Reads a key written by [`key_text`] (`7`, `(1, 2)`), e.g. from `matrix.json`.
+pub(crate) fn key_from_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<AdvisoryKey, D::Error> {
+    let text = String::deserialize(d)?;
+    AdvisoryKey::from_text(&text).ok_or_else(|| serde::de::Error::custom(format!("not an advisory lock key: {text:?}")))
 }
 
 /// Advisory locks in the current database, pg_locks joined to pg_stat_activity.

@@ -11,6 +11,9 @@
 //! `matrix.json`, schema version 6:
 //! - `schema_version` (6), `generated_at` (RFC 3339), `locklab_version`, `repeat`
 //!   (runs per cell, `--repeat`)
+//! - `shard` (`"2/4"`): present only in a shard's file (`--shard I/N`): the
+//!   part of the matrix its `runs` hold (the header lists the whole
+//!   selection); `locklab merge` puts the shards together
 //! - `environment`: `os` (`/etc/os-release` PRETTY_NAME, else the Rust target OS),
 //!   `kernel`, `arch`, `cpus` (available parallelism), `git_commit` (HEAD of the
 //!   workspace when the report was written, null outside a git checkout),
@@ -39,7 +42,8 @@
 //!   `notices` when the server sent any, `elapsed_stats`/`waited_stats`:
 //!   `{n, min, p50, p95, max}` over the repeats),
 //!   `steps[]` (failed runs only: `step`, `label`, `elapsed_ms`, `outcome`), `locks_left[]` (`key`, `mode`,
-//!   `granted`, `pid`, `state`, `application_name`), `elapsed_ms`, `repeats`,
+//!   `granted`, `pid`, `state`, `application_name`), `elapsed_ms`, `phases_ms` (phase → ms),
+//!   `trials` and `ran_on` (race and fault cells), `repeats`,
 //!   `elapsed_stats`, `unstable` (what the repeats disagreed on; absent when they agreed)
 //! - `summary`: `runs` (cells), `passed` (including `deviated` and `not_applicable`), `deviated`,
 //!   `not_applicable`, `failed` (including `unstable`), `unstable`, `elapsed_ms`
@@ -62,7 +66,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use locklab_drivers::Driver;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::outcome::RunResult;
 use crate::scenario::Scenario;
@@ -72,7 +76,7 @@ use crate::server::Server;
 pub const SCHEMA_VERSION: u32 = 6;
 
 /// Everything one `locklab report` produced.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Report {
     /// [`SCHEMA_VERSION`].
     pub schema_version: u32,
@@ -82,6 +86,10 @@ pub struct Report {
     pub locklab_version: String,
     /// Runs per cell (`--repeat`).
     pub repeat: usize,
+    /// The part of the matrix this report holds (`--shard I/N`); `None` for
+    /// the whole matrix (also after [`crate::shard::merge`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<crate::shard::Shard>,
     /// Where the report was made.
     pub environment: Environment,
     /// The servers the runs used, one per PostgreSQL version (column groups).
@@ -97,7 +105,7 @@ pub struct Report {
 }
 
 /// The machine and checkout a report was made on.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Environment {
     /// Operating system: `/etc/os-release` PRETTY_NAME, else the Rust target OS.
     pub os: String,
@@ -163,7 +171,7 @@ pub enum Format {
 }
 
 /// A server (column group) in the report header.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct ServerInfo {
     /// Column-group id, e.g. `pg17`.
     pub id: String,
@@ -200,7 +208,7 @@ impl ServerInfo {
 }
 
 /// A driver column.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct DriverColumn {
     /// Column id.
     pub id: String,
@@ -218,7 +226,7 @@ pub struct DriverColumn {
 }
 
 /// A scenario (one parameter set of a file).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct ScenarioInfo {
     /// Name, with the parameter set for a parameterised file: `extreme-keys[key=-1,fn=…]`.
     pub name: String,
@@ -240,7 +248,7 @@ pub struct ScenarioInfo {
 }
 
 /// Totals.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Summary {
     /// Number of runs.
     pub runs: usize,
@@ -260,6 +268,22 @@ pub struct Summary {
     pub elapsed_ms: f64,
 }
 
+impl Summary {
+    /// The totals of `runs`; `elapsed_ms` is the wall time of the whole matrix.
+    pub fn of(runs: &[RunResult], elapsed_ms: f64) -> Summary {
+        let passed = runs.iter().filter(|r| r.passed()).count();
+        Summary {
+            runs: runs.len(),
+            passed,
+            deviated: runs.iter().filter(|r| r.passed() && r.deviation.is_some()).count(),
+            not_applicable: runs.iter().filter(|r| r.passed() && r.skipped.is_some()).count(),
+            failed: runs.len() - passed,
+            unstable: runs.iter().filter(|r| !r.unstable.is_empty()).count(),
+            elapsed_ms,
+        }
+    }
+}
+
 impl Report {
     /// Assembles a report. `elapsed_ms` is the wall time of the whole matrix.
     pub fn new(
@@ -270,12 +294,12 @@ impl Report {
         elapsed_ms: f64,
     ) -> Report {
         let root = crate::server::workspace_root();
-        let passed = runs.iter().filter(|r| r.passed()).count();
         Report {
             schema_version: SCHEMA_VERSION,
             generated_at: jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
             locklab_version: env!("CARGO_PKG_VERSION").to_owned(),
             repeat: runs.iter().map(|r| r.repeats).max().unwrap_or(1),
+            shard: None,
             environment: Environment::current(),
             servers: servers.iter().map(ServerInfo::of).collect(),
             drivers: drivers
@@ -321,15 +345,7 @@ impl Report {
                         .collect(),
                 })
                 .collect(),
-            summary: Summary {
-                runs: runs.len(),
-                passed,
-                deviated: runs.iter().filter(|r| r.passed() && r.deviation.is_some()).count(),
-                not_applicable: runs.iter().filter(|r| r.passed() && r.skipped.is_some()).count(),
-                failed: runs.len() - passed,
-                unstable: runs.iter().filter(|r| !r.unstable.is_empty()).count(),
-                elapsed_ms,
-            },
+            summary: Summary::of(&runs, elapsed_ms),
             runs,
         }
     }

@@ -19,9 +19,12 @@ use std::sync::OnceLock;
 
 use common::{root, server};
 use libtest_mimic::Trial;
+use locklab::baseline::{self, Baseline, Tolerance};
 use locklab::browser::{self, Availability};
+use locklab::outcome::RunResult;
 use locklab::report::{Format, Report};
 use locklab::scenario::{self, Scenario};
+use locklab::shard::Shard;
 
 /// The report's columns: no pool, a pool, and transaction pooling (whose
 /// deviations and `n/a` cells the report shows differently).
@@ -46,6 +49,14 @@ fn main() {
         ),
         common::trial("the_committed_html_report_renders", the_committed_html_report_renders),
         common::trial("check_names_the_cell_that_changed", check_names_the_cell_that_changed),
+        common::trial(
+            "a_sharded_matrix_merges_into_the_unsharded_one",
+            a_sharded_matrix_merges_into_the_unsharded_one,
+        ),
+        common::trial(
+            "check_of_a_shard_compares_its_cells",
+            check_of_a_shard_compares_its_cells,
+        ),
     ];
     let needs_chromium = |t: &Trial| BROWSER_TESTS.contains(&t.name());
     // Chromium is installed on first use where it can be (as root, with
@@ -304,4 +315,157 @@ fn check_names_the_cell_that_changed() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The scenario files the shard test splits: plain cells, a parameterised
+/// file, a timing, and locks left after the run. (Not a race: two short runs
+/// of 12 trials may each see a value the other did not, by nature; the
+/// race cells' round trip through a shard file is the unit test's on the
+/// committed report.)
+const SHARDED: [&str; 5] = [
+    "xact-lock-competition",
+    "session-lock-pool-return",
+    "lock-timeout-200ms",
+    "extreme-keys",
+    "unlock-all",
+];
+
+/// The cells of `SHARDED` run in three shards and put together by `locklab
+/// merge` are the unsharded run's: the same cells in the same order, equal
+/// under the comparison `check` makes (values, SQLSTATEs, locks left; timings
+/// within its tolerance), and each the shard file's cell unchanged. And a
+/// merge that lacks a shard is refused, naming it.
+fn a_sharded_matrix_merges_into_the_unsharded_one() {
+    let whole = report();
+    let chosen: Vec<Scenario> = scenarios()
+        .iter()
+        .filter(|s| SHARDED.contains(&s.family.as_str()))
+        .cloned()
+        .collect();
+    assert!(chosen.len() > SHARDED.len(), "extreme-keys has several parameter sets");
+    let drivers = drivers();
+    let servers = std::slice::from_ref(server());
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for index in 1..=3 {
+        let shard = Shard { index, count: 3 };
+        let runs = common::block_on_multi(locklab::matrix::run_shard(
+            servers,
+            &chosen,
+            &drivers,
+            shard,
+            locklab::matrix::DEFAULT_JOBS,
+            1,
+            |_, _| {},
+        ));
+        assert!(
+            runs.len() >= chosen.len() * drivers.len() / 3,
+            "shard {shard}: {} cells",
+            runs.len()
+        );
+        let mut part = Report::new(servers, &chosen, &drivers, runs, 0.0);
+        part.shard = Some(shard);
+        let out = dir.path().join(format!("shard-{index}"));
+        part.write(&out, &[Format::Json]).unwrap();
+        files.push(out.join("matrix.json"));
+    }
+    let merge = |files: &[std::path::PathBuf], out: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_locklab"))
+            .arg("merge")
+            .args(files)
+            .arg("--out")
+            .arg(out)
+            .output()
+            .unwrap()
+    };
+    let out = merge(&files[..2], &dir.path().join("partial"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("shard(s) 3/3 missing"), "{stderr}");
+
+    let merged_dir = dir.path().join("merged");
+    let out = merge(&files, &merged_dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let unsharded_runs: Vec<RunResult> = whole
+        .runs
+        .iter()
+        .filter(|r| chosen.iter().any(|s| s.name == r.scenario))
+        .cloned()
+        .collect();
+    let unsharded = Report::new(servers, &chosen, &drivers, unsharded_runs, 0.0);
+    let all_passed = unsharded.runs.iter().all(RunResult::passed);
+    assert_eq!(
+        out.status.success(),
+        all_passed,
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("merged 3 shard(s)"), "{stdout}");
+    for f in ["matrix.json", "matrix.md", "index.html"] {
+        assert!(merged_dir.join(f).is_file(), "no {f}");
+    }
+    let merged = locklab::shard::load(&merged_dir.join("matrix.json")).unwrap();
+    assert_eq!(merged.shard, None);
+    let cell = |r: &RunResult| format!("{} × {} × {}", r.server, r.scenario, r.driver);
+    assert_eq!(
+        merged.runs.iter().map(cell).collect::<Vec<_>>(),
+        unsharded.runs.iter().map(cell).collect::<Vec<_>>()
+    );
+    let before = Baseline::from_report(&unsharded).unwrap();
+    let after = Baseline::from_report(&merged).unwrap();
+    let comparison = baseline::compare(&before, &after, Tolerance::default(), &|_| true);
+    assert!(
+        comparison.is_clean(),
+        "{}",
+        comparison.render(&before, Path::new("unsharded"), "merged", None)
+    );
+    // And the merge changed no cell of the shards' files.
+    let cells_of = |path: &Path| -> Vec<serde_json::Value> {
+        let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        json["runs"].as_array().unwrap().clone()
+    };
+    let mut from_shards: Vec<serde_json::Value> = files.iter().flat_map(|f| cells_of(f)).collect();
+    let key = |c: &serde_json::Value| format!("{}|{}|{}", c["server"], c["scenario"], c["driver"]);
+    from_shards.sort_by_key(key);
+    let mut merged_cells = cells_of(&merged_dir.join("matrix.json"));
+    merged_cells.sort_by_key(key);
+    assert!(
+        from_shards == merged_cells,
+        "the merge changed a cell of the shard files"
+    );
+    let counts = |r: &Report| {
+        let s = &r.summary;
+        (s.runs, s.passed, s.deviated, s.not_applicable, s.failed)
+    };
+    assert_eq!(counts(&merged), counts(&unsharded));
+}
+
+/// `check --shard` compares the shard's cells with the baseline and counts
+/// the others as not run (not as missing).
+fn check_of_a_shard_compares_its_cells() {
+    let out = Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args([
+            "check",
+            "--backend",
+            "local",
+            "-s",
+            "xact-lock-competition",
+            "-d",
+            "tokio-postgres",
+            "-d",
+            "deadpool-fast",
+            "-d",
+            "sqlx",
+            "--shard",
+            "2/3",
+        ])
+        .env_remove("LOCKLAB_DSN")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("1 cell(s)"), "{stdout}");
 }

@@ -2,7 +2,7 @@
 //! baseline, the report writers) reads. The runner produces these values; the
 //! report turns them into text and HTML.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub mod trials;
 mod value;
@@ -64,7 +64,9 @@ pub fn describe_locks_left(locks: &[LockRow]) -> String {
 }
 
 /// One recorded observation: a row of the matrix, for one driver column.
-#[derive(Clone, Debug, Serialize)]
+/// Read back from `matrix.json` through [`Value::from_report`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(try_from = "ObservationFile")]
 pub struct Observation {
     /// The `record:` name.
     pub name: String,
@@ -100,6 +102,59 @@ pub struct Observation {
     /// ([`trials`]); `elapsed_stats` is over the trials.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub distribution: Option<std::collections::BTreeMap<String, u64>>,
+}
+
+/// An [`Observation`] as `matrix.json` has it: the value as JSON, read
+/// into a [`Value`] with the help of the displayed text.
+#[derive(Deserialize)]
+struct ObservationFile {
+    name: String,
+    step: usize,
+    value: serde_json::Value,
+    display: String,
+    sqlstate: Option<String>,
+    elapsed_ms: Option<f64>,
+    #[serde(default)]
+    waited_ms: Option<f64>,
+    #[serde(default)]
+    notices: Vec<String>,
+    #[serde(default)]
+    elapsed_stats: Option<Stats>,
+    #[serde(default)]
+    waited_stats: Option<Stats>,
+    #[serde(default)]
+    distribution: Option<std::collections::BTreeMap<String, u64>>,
+}
+
+impl TryFrom<ObservationFile> for Observation {
+    type Error = String;
+
+    fn try_from(o: ObservationFile) -> Result<Observation, String> {
+        // The value's own text, without the ` + SEVERITY` of a first notice.
+        let severity = o
+            .notices
+            .first()
+            .map(|n| format!(" + {}", n.split(':').next().unwrap_or_default()));
+        let shown = severity
+            .as_deref()
+            .and_then(|s| o.display.strip_suffix(s))
+            .unwrap_or(&o.display);
+        let value = Value::from_report(&o.value, shown, o.sqlstate.as_deref())
+            .map_err(|e| format!("observation `{}` of step {}: {e}", o.name, o.step))?;
+        Ok(Observation {
+            name: o.name,
+            step: o.step,
+            value,
+            display: o.display,
+            sqlstate: o.sqlstate,
+            elapsed_ms: o.elapsed_ms,
+            waited_ms: o.waited_ms,
+            notices: o.notices,
+            elapsed_stats: o.elapsed_stats,
+            waited_stats: o.waited_stats,
+            distribution: o.distribution,
+        })
+    }
 }
 
 /// min / p50 / p95 / max of one timing over a cell's repeats, in ms
@@ -138,7 +193,7 @@ impl Stats {
 }
 
 /// How a step went.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct StepReport {
     /// 1-based step number.
     pub step: usize,
@@ -150,8 +205,9 @@ pub struct StepReport {
     pub outcome: String,
 }
 
-/// The result of one scenario × driver run.
-#[derive(Clone, Debug, Serialize)]
+/// The result of one scenario × driver run. `matrix.json` keeps `steps`
+/// for failed runs only; one read back without them has none.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunResult {
     /// Server column group ([`crate::server::Server::id`], e.g. `pg17`).
     pub server: String,
@@ -165,6 +221,7 @@ pub struct RunResult {
     /// Recorded observations in step order.
     pub observations: Vec<Observation>,
     /// Every step.
+    #[serde(default)]
     pub steps: Vec<StepReport>,
     /// Advisory locks held in the run's database (granted rows of `pg_locks`):
     /// for a passed run, after the last step once every pool actor has returned
@@ -174,7 +231,7 @@ pub struct RunResult {
     /// Backends the harness ended after the run because they still held or
     /// waited for an advisory lock in the run's database (a ghost lock, a
     /// leak), so that nothing carries over into the next run.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cleaned_backends: Vec<i32>,
     /// The leak guard: what was still in the run's database once the run was
     /// over (its pool closed, its connections dropped, PgBouncer told to close
@@ -182,12 +239,12 @@ pub struct RunResult {
     /// state)` and advisory locks as `lock KEY (pid N)`, after waiting up to
     /// 5 s for them to go. The harness ends them before the next run, and
     /// a leak fails the cell; empty when nothing was left.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backends_left: Vec<String>,
     /// For a configuration behind transaction pooling: the expectation that
     /// did not hold (the run stops there, as a failure would), recorded as
     /// the measured behaviour rather than a failure.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deviation: Option<String>,
     /// For a cell with `trials`: how many ran, the distribution of their
     /// outcomes and each invariant's result.
@@ -199,7 +256,7 @@ pub struct RunResult {
     pub ran_on: Option<String>,
     /// Why the run was not made (e.g. a configuration that cannot carry the
     /// scenario's connection settings); its observations are `n/a`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
     /// Wall time of the whole run in ms, database creation and drop included.
     pub elapsed_ms: f64,
@@ -211,19 +268,19 @@ pub struct RunResult {
     /// pool), `teardown`, `leak_guard` (PgBouncer told to close, then the
     /// guard), `drop_database`. A phase a run did not reach is missing. With
     /// repeats, the first run's.
-    #[serde(skip_serializing_if = "indexmap::IndexMap::is_empty")]
-    pub phases_ms: indexmap::IndexMap<&'static str, f64>,
+    #[serde(default, skip_serializing_if = "indexmap::IndexMap::is_empty")]
+    pub phases_ms: indexmap::IndexMap<String, f64>,
     /// How many times the cell ran (`--repeat`, 1 by default). With more than
     /// one, the fields above are the first run's, or the first failing run's
     /// if any failed, and the timings' spread is in `*_stats`.
     pub repeats: usize,
     /// Spread of `elapsed_ms` over the repeats, in ms.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elapsed_stats: Option<Stats>,
     /// What differed between the repeats' [`Outcome`]s, one line per item
     /// (`` `held`: true ×19, false ×1 ``); empty when every repeat agreed.
     /// An unstable cell counts as failed.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unstable: Vec<String>,
 }
 
@@ -342,8 +399,10 @@ impl RunResult {
     /// the start of the next phase.
     pub fn phase(&mut self, name: &'static str, since: std::time::Instant) -> std::time::Instant {
         let now = std::time::Instant::now();
-        self.phases_ms
-            .insert(name, (now.duration_since(since).as_secs_f64() * 1e6).round() / 1e3);
+        self.phases_ms.insert(
+            name.to_owned(),
+            (now.duration_since(since).as_secs_f64() * 1e6).round() / 1e3,
+        );
         now
     }
 

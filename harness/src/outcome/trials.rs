@@ -39,7 +39,7 @@ pub const FULL_TRIALS: u64 = 100;
 pub const SHARE_TOLERANCE: f64 = 0.25;
 
 /// What the trials of one cell came to.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct TrialsSummary {
     /// How many trials ran.
     pub n: u64,
@@ -51,7 +51,7 @@ pub struct TrialsSummary {
 }
 
 /// One invariant over the trials.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct InvariantResult {
     /// Its name.
     pub name: String,
@@ -71,7 +71,7 @@ pub struct InvariantResult {
     pub finding: bool,
     /// The first violating trial: its number, its recorded values and the
     /// snapshot's `pg_locks` rows.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_violation: Option<String>,
 }
 

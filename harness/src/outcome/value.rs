@@ -5,8 +5,8 @@
 
 use std::fmt;
 
-use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
 
 use crate::keys::AdvisoryKey;
 
@@ -137,7 +137,7 @@ impl GuardEnded {
 }
 
 /// What an `observe` step saw: the granted and awaited advisory locks.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LockSnapshot {
     /// Whether any granted advisory lock matched.
     pub held: bool,
@@ -148,7 +148,7 @@ pub struct LockSnapshot {
 }
 
 /// One holder or waiter of an advisory lock.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LockHolder {
     /// The actor that last used the backend (`server connection` behind
     /// transaction pooling), `None` for a backend no actor used.
@@ -158,7 +158,10 @@ pub struct LockHolder {
     /// `pg_stat_activity.state` of the backend.
     pub state: Option<String>,
     /// The key: an i64, or (i32, i32) (serialised as text: `7`, `(1, 2)`).
-    #[serde(serialize_with = "crate::observe::key_text")]
+    #[serde(
+        serialize_with = "crate::observe::key_text",
+        deserialize_with = "crate::observe::key_from_text"
+    )]
     pub key: AdvisoryKey,
     /// `ExclusiveLock` or `ShareLock`.
     pub mode: String,
@@ -238,6 +241,119 @@ impl fmt::Display for Value {
             Value::StillHeld(ms) if ms % 1000 == 0 => write!(f, "still held at {} s", ms / 1000),
             Value::StillHeld(ms) => write!(f, "still held at {ms} ms"),
         }
+    }
+}
+
+impl Value {
+    /// Reads a value back from `matrix.json` (`locklab merge`): `json` as
+    /// [`Serialize`] wrote it, and `display`, the cell text the report
+    /// recorded with it (without a notice's ` + SEVERITY`), for what the
+    /// JSON leaves out: which kind of `null`, a number's written form, the
+    /// ms of a bound, why no cancel request was sent. Serialising the result
+    /// gives `json` again, and for a value whose cell shows the value itself
+    /// (not a race's distribution), displaying it gives `display`.
+    ///
+    /// # Errors
+    /// A JSON shape no [`Value`] serialises to, named.
+    pub fn from_report(json: &serde_json::Value, display: &str, sqlstate: Option<&str>) -> Result<Value, String> {
+        use serde_json::Value as J;
+        // The first number in a text such as "dropped at 200 ms", else 0.
+        let ms_in = |t: &str| -> u64 {
+            t.split(|c: char| !c.is_ascii_digit())
+                .find(|w| !w.is_empty())
+                .and_then(|w| w.parse().ok())
+                .unwrap_or(0)
+        };
+        let text = |key: &str| json.get(key).and_then(J::as_str).map(str::to_owned);
+        Ok(match json {
+            J::Null => match display {
+                "(no rows)" => Value::NoRows,
+                "n/a" => Value::NotApplicable,
+                "n/a (settings cannot pass PgBouncer)" => Value::SettingsCannotPassPgBouncer,
+                _ => Value::Null,
+            },
+            J::Bool(b) => Value::Bool(*b),
+            J::Number(n) => {
+                let n = n.as_i64().ok_or_else(|| format!("not a bigint: {n}"))?;
+                if display == n.to_string() || display.parse::<i64>().ok() != Some(n) {
+                    Value::Int(n)
+                } else {
+                    Value::Number(n, display.to_owned())
+                }
+            }
+            J::String(t) => Value::Text(t.clone()),
+            J::Array(ids) => Value::Order(
+                ids.iter()
+                    .map(|i| {
+                        i.as_str()
+                            .map(str::to_owned)
+                            .ok_or_else(|| format!("not a step id: {i}"))
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+            J::Object(m) if m.contains_key("held") => {
+                Value::Locks(LockSnapshot::deserialize(json).map_err(|e| format!("a lock snapshot: {e}"))?)
+            }
+            J::Object(m) if m.contains_key("checkout") => {
+                Value::Checkout(match (text("checkout").as_deref(), m.len()) {
+                    (Some("ok"), 1) => Checkout::Ok,
+                    (Some("ok"), _) => Checkout::NoAnswer(ms_in(display)),
+                    (Some("dropped"), _) => Checkout::Dropped(ms_in(display)),
+                    (Some("failed"), _) => Checkout::Failed(text("error").unwrap_or_default()),
+                    (other, _) => return Err(format!("an unknown checkout: {other:?}")),
+                })
+            }
+            J::Object(m) if m.contains_key("error") => Value::Error(StatementError {
+                message: text("error").unwrap_or_default(),
+                sqlstate: sqlstate.map(str::to_owned),
+                from_server: display != "client error",
+            }),
+            J::Object(m) if m.contains_key("return") => Value::Return(match text("return").as_deref() {
+                Some("to pool") => Return::ToPool,
+                Some("closed") => Return::Closed,
+                Some("closed, server connection to the pooler") => Return::ToPooler,
+                Some("unfinished") => Return::Unfinished(ms_in(display)),
+                other => return Err(format!("an unknown return: {other:?}")),
+            }),
+            J::Object(m) if m.contains_key("dropped_at_ms") => Value::Dropped {
+                at_ms: m["dropped_at_ms"].as_u64().ok_or("dropped_at_ms is not a number")?,
+                cancel: match text("cancel").as_deref() {
+                    Some("none") => Cancel::None,
+                    Some("not sent") => Cancel::NotSent(
+                        display
+                            .strip_prefix("no cancel request sent (")
+                            .and_then(|t| t.rsplit_once("); dropped at "))
+                            .map_or_else(String::new, |(why, _)| why.to_owned()),
+                    ),
+                    Some("sent, no effect") => Cancel::NoEffect(u128::from(ms_in(display))),
+                    other => return Err(format!("an unknown cancel: {other:?}")),
+                },
+            },
+            J::Object(m) if m.contains_key("guard") => Value::Guard(
+                [GuardEnded::ReleaseNow, GuardEnded::Dropped, GuardEnded::Leaked]
+                    .into_iter()
+                    .find(|g| text("guard").as_deref() == Some(g.text()))
+                    .ok_or_else(|| format!("an unknown guard end: {:?}", text("guard")))?,
+            ),
+            J::Object(m) if m.contains_key("unsupported") => {
+                Value::Unsupported(text("unsupported").unwrap_or_default())
+            }
+            J::Object(m) if m.contains_key("no_connection") => {
+                Value::NoConnection(text("no_connection").unwrap_or_default())
+            }
+            J::Object(m) if m.contains_key("released") => Value::Released,
+            J::Object(m) if m.contains_key("still_held_at_ms") => Value::StillHeld(
+                m["still_held_at_ms"]
+                    .as_u64()
+                    .ok_or("still_held_at_ms is not a number")?,
+            ),
+            J::Object(m) => {
+                return Err(format!(
+                    "an object with keys {:?}, which no value has",
+                    m.keys().collect::<Vec<_>>()
+                ));
+            }
+        })
     }
 }
 

@@ -242,6 +242,7 @@ mod tests {
             generated_at: "2026-11-30T00:00:00Z".into(),
             locklab_version: "0.1.0".into(),
             repeat: 2,
+            shard: None,
             environment: Environment {
                 os: evil.into(),
                 kernel: None,

@@ -498,6 +498,7 @@ mod tests {
             generated_at: String::new(),
             locklab_version: String::new(),
             repeat: 1,
+            shard: None,
             environment: Environment {
                 os: String::new(),
                 kernel: None,

@@ -57,7 +57,7 @@ pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<E
             .baseline
             .clone()
             .unwrap_or_else(|| server::workspace_root().join("reports").join("baseline.json")),
-        partial: !run.scenario.is_empty() || !run.driver.is_empty() || !default_dir,
+        partial: !run.scenario.is_empty() || !run.driver.is_empty() || !default_dir || run.shard.is_some(),
         default_dir,
         explicit,
         tolerance: Tolerance {
@@ -68,7 +68,7 @@ pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<E
     };
     if args.update && plan.partial && !explicit {
         bail!(
-            "`check --update` with --scenario, --driver or another scenario directory would replace \
+            "`check --update` with --scenario, --driver, --shard or another scenario directory would replace \
              the full baseline with a partial one; give --baseline FILE"
         );
     }
@@ -164,12 +164,19 @@ fn compare(plan: &CheckPlan, report: &Report, before: &Baseline, fresh: &Baselin
         );
     }
     // A baseline cell is expected in this run unless the selection left out
-    // its scenario (-s, or another scenario directory) or its driver (-d).
+    // its scenario (-s, or another scenario directory) or its driver (-d), or
+    // it is in another shard than this run's (--shard: the run's cells are its shard's).
     let ran: Vec<&str> = report.scenarios.iter().map(|s| s.name.as_str()).collect();
     let scenarios_partial = !run.scenario.is_empty() || !plan.default_dir;
+    let in_shard: std::collections::HashSet<(&str, &str)> = report
+        .runs
+        .iter()
+        .map(|r| (r.scenario.as_str(), r.driver.as_str()))
+        .collect();
     let expected = |cell: &baseline::BaselineCell| {
         (!scenarios_partial || ran.contains(&cell.scenario.as_str()))
             && (run.driver.is_empty() || run.driver.contains(&cell.driver))
+            && (run.shard.is_none() || in_shard.contains(&(cell.scenario.as_str(), cell.driver.as_str())))
     };
     let comparison = baseline::compare(before, fresh, plan.tolerance, &expected);
     let mut text = comparison.render(before, path, &server_label(report), plan.max_lines);

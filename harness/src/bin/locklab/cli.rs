@@ -13,6 +13,7 @@ use locklab::baseline::Tolerance;
 use locklab::matrix::DEFAULT_JOBS;
 use locklab::report::Format;
 use locklab::server::{self, BackendChoice, DEFAULT_START_TIMEOUT};
+use locklab::shard::Shard;
 
 /// `locklab`'s arguments.
 #[derive(Parser)]
@@ -58,6 +59,9 @@ pub enum Command {
     /// Run scenarios × drivers and compare the outcomes with the committed
     /// baseline (reports/baseline.json); exit 1 with a per-cell diff on any change.
     Check(CheckArgs),
+    /// Put the matrix.json files of `--shard 1/N` … `N/N` runs together into
+    /// the report one unsharded run would have written (all N must be given).
+    Merge(MergeArgs),
     /// Show who holds and who awaits advisory locks on a running server, with a
     /// verdict per lock (leaked, stuck, waiting, expected); or serve them as
     /// Prometheus metrics (`holders serve`). Read-only; never ends a backend.
@@ -91,6 +95,20 @@ pub struct ReportArgs {
     /// (needs the html format and Chromium: LOCKLAB_CHROMIUM or chromium on PATH).
     #[arg(long)]
     pub screenshot: bool,
+}
+
+/// `locklab merge`'s arguments.
+#[derive(Args)]
+pub struct MergeArgs {
+    /// The shards' matrix.json files (`report --shard I/N --out DIR` writes DIR/matrix.json).
+    #[arg(required = true, value_name = "MATRIX_JSON")]
+    pub files: Vec<PathBuf>,
+    /// Where to write the merged report (matrix.json, matrix.md, index.html).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Which files to write, comma-separated: json, md, html.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "json,md,html")]
+    pub format: Vec<Format>,
 }
 
 /// `locklab soak`'s arguments.
@@ -188,6 +206,18 @@ pub struct RunArgs {
     /// whatever --repeat says: its trials are its repeats.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub trials: Option<u32>,
+    /// Run only part I of N of the cells (e.g. 2/4), for spreading the matrix
+    /// over N machines: the split is stable (a cell's position in the matrix,
+    /// round-robin), and `locklab merge` puts the shards' matrix.json files
+    /// together. `report` then needs --out, `check` compares only the
+    /// shard's cells.
+    #[arg(long, value_name = "I/N", value_parser = parse_shard)]
+    pub shard: Option<Shard>,
+}
+
+/// `--shard I/N`.
+fn parse_shard(s: &str) -> Result<Shard, String> {
+    s.parse()
 }
 
 impl RunArgs {

@@ -11,6 +11,7 @@ use locklab::outcome::RunResult;
 use locklab::report::Report;
 use locklab::runner;
 use locklab::server::{self, Server};
+use locklab::shard::Shard;
 use tokio::runtime::Runtime;
 
 use crate::cli::RunArgs;
@@ -61,18 +62,18 @@ pub fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
     let repeat = usize::from(args.repeat);
     locklab::runner::set_max_trials(args.trials);
     // A race cell (`trials:`) runs once, whatever the repeat.
-    let rounds: usize = scenarios
+    let shard = args.shard.unwrap_or(Shard::ALL);
+    let total: u64 = matrix::cells(&servers, &scenarios, &drivers, shard)
         .iter()
-        .map(|s| if s.trials.is_some() { 1 } else { repeat })
+        .map(|(_, s, _)| if s.trials.is_some() { 1 } else { repeat as u64 })
         .sum();
-    let total = (servers.len() * rounds * drivers.len()) as u64;
     let began = Instant::now();
     let mut progress = Progress::new(total, repeat, began);
     let runs = rt.block_on(async {
         let jobs = args.jobs.into();
         let on_done = |round: usize, r: &RunResult| progress.step(round, r);
         tokio::select! {
-            runs = matrix::run_all(&servers, &scenarios, &drivers, jobs, repeat, on_done) => Ok(runs),
+            runs = matrix::run_shard(&servers, &scenarios, &drivers, shard, jobs, repeat, on_done) => Ok(runs),
             signal = interrupts.next() => Err(signal),
         }
     });
@@ -81,13 +82,14 @@ pub fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
         Ok(runs) => runs,
         Err(signal) => return Err(clean_up_after(signal, rt, servers).into()),
     };
-    let report = Report::new(
+    let mut report = Report::new(
         &servers,
         &scenarios,
         &drivers,
         runs,
         began.elapsed().as_secs_f64() * 1e3,
     );
+    report.shard = args.shard;
     drop(rt);
     drop(servers);
     Ok(report)

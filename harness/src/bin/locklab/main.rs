@@ -10,6 +10,7 @@ mod cli;
 mod execute;
 mod holders;
 mod list;
+mod merge;
 mod output;
 mod progress;
 mod report;
@@ -87,6 +88,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Report(args) => report::report(&dir, given.is_some(), args),
         Command::Soak(args) => soak::soak(&dir, args),
         Command::Check(args) => check::check(&dir, given, args),
+        Command::Merge(args) => merge::merge(args),
         Command::Holders(args) => holders::holders(args),
         Command::Stress(args) => stress::stress(args),
         Command::LoadReport(args) => stress::load_report(args),

@@ -37,11 +37,11 @@ pub fn report(dir: &Path, custom_dir: bool, args: &ReportArgs) -> Result<ExitCod
         format,
         screenshot,
     } = args;
-    let partial = !run.scenario.is_empty() || !run.driver.is_empty() || custom_dir;
+    let partial = !run.scenario.is_empty() || !run.driver.is_empty() || custom_dir || run.shard.is_some();
     let out: PathBuf = match out {
         Some(out) => out.clone(),
         None if partial => bail!(
-            "`report` with --scenario, --driver or another scenario directory would replace \
+            "`report` with --scenario, --driver, --shard or another scenario directory would replace \
              the full matrix in reports/ with a partial one; give --out DIR, or use `run`"
         ),
         None => server::workspace_root().join("reports"),

@@ -1,0 +1,36 @@
+//! `locklab merge`: the shards' `matrix.json` files put together into one
+//! report (see `locklab::shard`).
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use crate::cli::MergeArgs;
+use crate::output::{emit, exit_for};
+use crate::run::summary;
+
+/// Reads every shard file, merges them and writes the report's files into
+/// `--out`; prints what it wrote and the summary. Exit code 1 when a merged
+/// cell failed or was unstable, as for `report`.
+///
+/// # Errors
+/// A file that cannot be read or is not a shard's `matrix.json`; shards that
+/// do not make one whole matrix (see `locklab::shard::merge`); files that
+/// cannot be written.
+pub fn merge(args: &MergeArgs) -> Result<ExitCode> {
+    let mut reports = Vec::new();
+    for f in &args.files {
+        reports.push((f.display().to_string(), locklab::shard::load(f)?));
+    }
+    let shards = reports.len();
+    let report = locklab::shard::merge(reports)?;
+    let mut text = String::new();
+    for p in report.write(&args.out, &args.format)? {
+        let _ = writeln!(text, "wrote {}", p.display());
+    }
+    let _ = writeln!(text, "merged {shards} shard(s): {} cell(s)", report.runs.len());
+    text.push_str(&summary(&report.runs));
+    emit(&text)?;
+    Ok(exit_for(&report.runs))
+}
