@@ -70,7 +70,7 @@ pub async fn run_shard(
                 .enumerate()
                 .filter(|(_, (_, s, _))| round == 1 || s.trials.is_none()),
         )
-        .map(|(i, (v, s, d))| async move { (i, runner::run(v, s, *d).await) })
+        .map(|(i, (v, s, d))| async move { (i, runner::run_sharing_databases(v, s, *d).await) })
         .buffer_unordered(jobs.max(1));
         let mut out: Vec<(usize, RunResult)> = Vec::new();
         while let Some((i, r)) = stream.next().await {
@@ -79,6 +79,12 @@ pub async fn run_shard(
         }
         for (i, r) in out {
             cells[i].push(r);
+        }
+    }
+    // The databases the cells left clean for each other go with the run.
+    for server in servers {
+        if let Err(e) = runner::drop_spare_databases(server).await {
+            tracing::warn!("{}: the run's spare databases were not all dropped: {e}", server.id());
         }
     }
     cells.into_iter().map(fold_repeats).collect()

@@ -34,7 +34,7 @@ use locklab_drivers::{Driver, DriverError, PoolerMode};
 
 pub use error::{StepError, StepResult};
 pub use expect::check_sql;
-pub use phases::{drop_own_databases, leak_guard};
+pub use phases::{drop_own_databases, drop_spare_databases, leak_guard};
 pub use trials::{effective_trials, set_max_trials};
 
 use crate::outcome::RunResult;
@@ -56,9 +56,24 @@ const CANCEL_GRACE: Duration = Duration::from_millis(1000);
 /// Checkout wait limit for pools, in s.
 const CHECKOUT_TIMEOUT_S: u64 = 10;
 
-/// Runs `scenario` through `driver` on `server`. Never panics on server or
-/// driver behaviour: everything that goes wrong ends up in [`RunResult::failure`].
+/// Runs `scenario` through `driver` on `server`, in a database created for
+/// it and dropped after it. Never panics on server or driver behaviour:
+/// everything that goes wrong ends up in [`RunResult::failure`].
 pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> RunResult {
+    run_cell(server, scenario, driver, false).await
+}
+
+/// [`run`], but a cell that may share a database (phase 1) runs in one an
+/// earlier cell left clean on `server`, and leaves its own for a later one,
+/// when it is clean: saves a `create database` and a `drop database` per
+/// cell (the largest part of a short cell's cost on the server). The caller
+/// drops what is left with [`drop_spare_databases`] at the end.
+pub async fn run_sharing_databases(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> RunResult {
+    run_cell(server, scenario, driver, true).await
+}
+
+/// [`run`] or [`run_sharing_databases`] (`share`).
+async fn run_cell(server: &Server, scenario: &Scenario, driver: &dyn Driver, share: bool) -> RunResult {
     let info = driver.info();
     let began = Instant::now();
     let mut result = RunResult::new(&server.id(), &scenario.name, info.id);
@@ -134,7 +149,7 @@ pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> R
             own.version().split_whitespace().nth(1).unwrap_or("?")
         ));
     }
-    let result = run_on(own.as_ref().unwrap_or(server), scenario, driver, result, began).await;
+    let result = run_on(own.as_ref().unwrap_or(server), scenario, driver, result, began, share).await;
     if let Some(own) = own {
         // (Stopping it blocks for a moment: not on a runtime thread.)
         let _ = tokio::task::spawn_blocking(move || drop(own)).await;
@@ -158,6 +173,7 @@ async fn run_on(
     driver: &dyn Driver,
     mut result: RunResult,
     began: Instant,
+    share: bool,
 ) -> RunResult {
     let info = driver.info();
     let server = if scenario.needs_fault_server() {
@@ -185,12 +201,12 @@ async fn run_on(
     } else {
         server
     };
-    let db = database_name(&scenario.name, info.id);
     let fail = |what: String| cell_error(server, scenario, info.id, &what);
+    let share = share && phases::may_share_database(scenario, &info);
 
     let t = Instant::now();
-    let admin = match phases::create_database(server, &db).await {
-        Ok(admin) => admin,
+    let (admin, db) = match phases::create_database(server, share, || database_name(&scenario.name, info.id)).await {
+        Ok(opened) => opened,
         Err(e) => {
             result.failure = Some(fail(e));
             return result;
@@ -251,12 +267,18 @@ async fn run_on(
     }
     phases::guard_leaks(&admin, &db, &mut result, &fail).await;
     let t = result.phase("leak_guard", t);
-    let dropped = phases::drop_database(&admin, &db).await;
+    let keep = share && result.failure.is_none() && result.backends_left.is_empty();
+    let dropped = phases::keep_or_drop_database(server, &admin, &db, keep).await;
     result.phase("drop_database", t);
     if let Err(e) = dropped {
         result.failure.get_or_insert_with(|| fail(e));
     }
-    admin.close().await;
+    if result.failure.is_none() {
+        // Every statement on it has answered: fit for the next cell.
+        server.give_back_admin(admin).await;
+    } else {
+        admin.close().await;
+    }
     if let Some(failure) = &mut result.failure
         && let Some(gone) = server_gone(server).await
     {

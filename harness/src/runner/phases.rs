@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use locklab_drivers::{DirectConn, DriverError};
+use locklab_drivers::{DirectConn, DriverError, DriverInfo};
 
 use super::{CLEANUP_QUERY_TIMEOUT, LEAK_GUARD_WAIT, driver_text};
 use crate::observe::{self, Polled, poll_until};
@@ -41,21 +41,48 @@ pub(super) fn not_applicable(scenario: &Scenario, result: &mut RunResult, why: S
     }
 }
 
-/// Phase 1: `create database` for the run, from an admin connection that the
-/// later phases reuse.
+/// Whether a cell of `scenario` through configuration `info` may run in a
+/// database an earlier cell left clean, and leave its own for a later one:
+/// not behind PgBouncer (which keeps server connections per database until
+/// told to close them), not on a server of its own (restart, fault cells),
+/// no `server_settings` (`alter database … set` stays with the database), and
+/// nothing in its SQL that may change the database
+/// ([`Scenario::may_change_the_database`]).
+pub(super) fn may_share_database(scenario: &Scenario, info: &DriverInfo) -> bool {
+    info.pooler.is_none()
+        && !scenario.needs_own_cluster()
+        && !scenario.needs_fault_server()
+        && scenario.server_settings.list.is_empty()
+        && !scenario.may_change_the_database()
+}
+
+/// Phase 1: the run's database, and an admin connection (to the
+/// administration database, [`Server::lease_admin`]) that the later phases reuse. With `share`
+/// ([`may_share_database`]): a clean database an earlier cell left
+/// ([`Server::take_spare_database`]) when there is one; else `create
+/// database` with the name `fresh` gives. Returns the connection and the
+/// database's name.
 ///
 /// # Errors
 /// No connection, or the database could not be created (the text says which).
-pub(super) async fn create_database(server: &Server, db: &str) -> Result<DirectConn, String> {
+pub(super) async fn create_database(
+    server: &Server,
+    share: bool,
+    fresh: impl FnOnce() -> String,
+) -> Result<(DirectConn, String), String> {
     let admin = server
-        .admin()
+        .lease_admin()
         .await
         .map_err(|e| format!("cannot connect to the server: {e:#}"))?;
+    if share && let Some(db) = server.take_spare_database() {
+        return Ok((admin, db));
+    }
+    let db = fresh();
     if let Err(e) = admin.client().simple_query(&format!("create database \"{db}\"")).await {
         admin.close().await;
         return Err(format!("cannot create database {db}: {}", driver_text(e)));
     }
-    Ok(admin)
+    Ok((admin, db))
 }
 
 /// `alter database … set` for the scenario's `server_settings`.
@@ -102,6 +129,50 @@ pub(super) async fn guard_leaks(admin: &DirectConn, db: &str, result: &mut RunRe
                 .get_or_insert_with(|| fail(format!("leak guard: cannot read pg_stat_activity: {e}")));
         }
     }
+}
+
+/// Phase 8: leaves the database for a later cell when `keep` (the cell may
+/// share it, passed, and the leak guard found nothing in it), else
+/// [`drop_database`].
+///
+/// # Errors
+/// As [`drop_database`].
+pub(super) async fn keep_or_drop_database(
+    server: &Server,
+    admin: &DirectConn,
+    db: &str,
+    keep: bool,
+) -> Result<(), String> {
+    if keep {
+        server.put_spare_database(db.to_owned());
+        return Ok(());
+    }
+    drop_database(admin, db).await
+}
+
+/// The spare databases of `server` ([`Server::put_spare_database`]) dropped,
+/// at the end of a run; returns how many.
+///
+/// # Errors
+/// No connection to the server; the first database that could not be dropped.
+pub async fn drop_spare_databases(server: &Server) -> Result<usize, String> {
+    let spare = server.take_spare_databases();
+    if spare.is_empty() {
+        return Ok(0);
+    }
+    let admin = server
+        .admin()
+        .await
+        .map_err(|e| format!("cannot connect to the server: {e:#}"))?;
+    let mut outcome = Ok(spare.len());
+    for db in &spare {
+        if let Err(e) = drop_database(&admin, db).await {
+            outcome = Err(e);
+            break;
+        }
+    }
+    admin.close().await;
+    outcome
 }
 
 /// Phase 8: `drop database … with (force)`, with its deadline.

@@ -138,6 +138,33 @@ impl Scenario {
         self.actors.iter().any(|a| a.network == Network::Namespace)
     }
 
+    /// Whether the scenario's SQL (setup, steps, teardown) may leave
+    /// something in the run's database beyond its sessions: a statement with
+    /// a word that creates, changes or removes objects or rows, or changes
+    /// settings or privileges (`create`, `alter`, `drop`, `insert`,
+    /// `update`, `comment`, …; `for update` counts too). Such a cell gets a
+    /// database of its own, created for it and dropped after it; the others
+    /// may run in one an earlier cell left clean (see the runner's phase 1).
+    /// Errs on the side of `true`: a word in a string literal counts.
+    pub fn may_change_the_database(&self) -> bool {
+        static WORDS: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+        let words = WORDS.get_or_init(|| {
+            regex::Regex::new(
+                r"(?i)\b(create|alter|drop|grant|revoke|comment|security|truncate|insert|update|delete|merge|copy|vacuum|analyze|cluster|reindex|import|refresh|call|do|lo_\w+|nextval|setval)\b",
+            )
+            .expect("a valid regex")
+        });
+        self.setup
+            .iter()
+            .chain(&self.teardown)
+            .map(|(sql, _)| sql.as_str())
+            .chain(self.steps.iter().filter_map(|st| match &st.kind {
+                StepKind::Sql(SqlStep { sql, .. }) | StepKind::Background { sql, .. } => Some(sql.as_str()),
+                _ => None,
+            }))
+            .any(|sql| words.is_match(sql))
+    }
+
     /// `file:line:column` of `pos` in this scenario's file.
     pub fn at(&self, pos: Pos) -> String {
         format!("{}:{}:{}", self.file.display(), pos.line, pos.column)
