@@ -469,3 +469,46 @@ fn check_of_a_shard_compares_its_cells() {
     assert!(out.status.success(), "{stdout}{stderr}");
     assert!(stdout.contains("1 cell(s)"), "{stdout}");
 }
+
+/// `check --from FILE` compares a report that is already made with the
+/// baseline: the committed matrix.json against a baseline made from it has
+/// no difference, and the same file with one value changed has that one,
+/// named.
+fn check_from_a_report_file_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let committed = root().join("reports").join("matrix.json");
+    let report = locklab::shard::load(&committed).unwrap();
+    let baseline = dir.path().join("baseline.json");
+    Baseline::from_report(&report).unwrap().save(&baseline).unwrap();
+    let check = |file: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_locklab"))
+            .args(["check", "--from"])
+            .arg(file)
+            .arg("--baseline")
+            .arg(&baseline)
+            .output()
+            .unwrap()
+    };
+    let out = check(&committed);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains(&format!("0 of {} cell(s) differ", report.runs.len())), "{stdout}");
+
+    let mut json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&committed).unwrap()).unwrap();
+    let run = json["runs"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|r| r["scenario"] == "xact-lock-competition" && r["driver"] == "sqlx")
+        .expect("the committed report has xact-lock-competition × sqlx");
+    let real = run["observations"][0]["display"].as_str().unwrap().to_owned();
+    run["observations"][0]["display"] = "something else".into();
+    let tampered = dir.path().join("matrix.json");
+    std::fs::write(&tampered, serde_json::to_string(&json).unwrap()).unwrap();
+    let out = check(&tampered);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("1 of "), "{stdout}");
+    assert!(stdout.contains("xact-lock-competition × sqlx"), "{stdout}");
+    assert!(stdout.contains(&format!("{real} → something else")), "{stdout}");
+}

@@ -34,16 +34,20 @@ struct CheckPlan<'a> {
     tolerance: Tolerance,
     /// Diff lines to print (`None` with `--full`).
     max_lines: Option<usize>,
+    /// The report is read from a file (`--from`), not run.
+    from_file: bool,
 }
 
-/// Compares a fresh run of the scenarios in `dir` with the baseline, or
-/// (`--update`) rewrites the baseline from it. `given_dir` is the directory
+/// Compares a fresh run of the scenarios in `dir` (or, with `--from`, a
+/// report's `matrix.json`) with the baseline, or (`--update`) rewrites the
+/// baseline from a fresh run. `given_dir` is the directory
 /// `--scenarios` / `LOCKLAB_SCENARIOS` named, if any. Exit code 1 on a
 /// difference, a failed cell, or (`--update`) a failed cell not written.
 ///
 /// # Errors
 /// `--update` of a selection without `--baseline`; several versions or
-/// backends; no baseline file; as [`execute`]; the baseline cannot be written.
+/// backends; no baseline file; a `--from` file that is not a matrix.json of
+/// one server; as [`execute`]; the baseline cannot be written.
 pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<ExitCode> {
     let explicit = args.baseline.is_some();
     let default_dir = match given_dir {
@@ -65,6 +69,7 @@ pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<E
             slack_ms: args.timing_slack_ms,
         },
         max_lines: (!args.full).then_some(DIFF_LINES),
+        from_file: args.from.is_some(),
     };
     if args.update && plan.partial && !explicit {
         bail!(
@@ -79,7 +84,10 @@ pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<E
     } else {
         Some(Baseline::load(&plan.path)?)
     };
-    let report = execute(dir, run)?;
+    let report = match &args.from {
+        Some(file) => locklab::shard::load(file)?,
+        None => execute(dir, run)?,
+    };
     let fresh = Baseline::from_report(&report)?;
     match before {
         None => update(&plan, &report, &fresh),
@@ -173,7 +181,13 @@ fn compare(plan: &CheckPlan, report: &Report, before: &Baseline, fresh: &Baselin
         .iter()
         .map(|r| (r.scenario.as_str(), r.driver.as_str()))
         .collect();
+    // A report read from a file (--from) is compared for its own scenarios and drivers.
+    let from_file = plan.from_file;
+    let drivers: Vec<&str> = report.drivers.iter().map(|d| d.id.as_str()).collect();
     let expected = |cell: &baseline::BaselineCell| {
+        if from_file {
+            return ran.contains(&cell.scenario.as_str()) && drivers.contains(&cell.driver.as_str());
+        }
         (!scenarios_partial || ran.contains(&cell.scenario.as_str()))
             && (run.driver.is_empty() || run.driver.contains(&cell.driver))
             && (run.shard.is_none() || in_shard.contains(&(cell.scenario.as_str(), cell.driver.as_str())))
