@@ -61,6 +61,7 @@ pub async fn run_shard(
     mut on_done: impl FnMut(usize, &RunResult),
 ) -> Vec<RunResult> {
     let triples = cells(servers, scenarios, drivers, shard);
+    let sharing = runner::Sharing::new();
     let mut cells: Vec<Vec<RunResult>> = triples.iter().map(|_| Vec::new()).collect();
     for round in 1..=repeat.max(1) {
         // A cell with `trials` runs once: its trials are its repeats.
@@ -70,7 +71,10 @@ pub async fn run_shard(
                 .enumerate()
                 .filter(|(_, (_, s, _))| round == 1 || s.trials.is_none()),
         )
-        .map(|(i, (v, s, d))| async move { (i, runner::run_sharing_databases(v, s, *d).await) })
+        .map(|(i, (v, s, d))| {
+            let sharing = &sharing;
+            async move { (i, runner::run_sharing_databases(v, s, *d, sharing).await) }
+        })
         .buffer_unordered(jobs.max(1));
         let mut out: Vec<(usize, RunResult)> = Vec::new();
         while let Some((i, r)) = stream.next().await {
@@ -81,11 +85,9 @@ pub async fn run_shard(
             cells[i].push(r);
         }
     }
-    // The databases the cells left clean for each other go with the run.
-    for server in servers {
-        if let Err(e) = runner::drop_spare_databases(server).await {
-            tracing::warn!("{}: the run's spare databases were not all dropped: {e}", server.id());
-        }
+    // The databases and connections the cells left for each other go with the run.
+    if let Err(e) = sharing.finish(servers).await {
+        tracing::warn!("the run's spare databases were not all dropped: {e}");
     }
     cells.into_iter().map(fold_repeats).collect()
 }

@@ -350,10 +350,47 @@ impl Report {
         }
     }
 
+    /// Where a cell's time goes, per column (server × driver, as the
+    /// matrix's columns): the median over the column's cells of each phase
+    /// of [`RunResult::phases_ms`] and of the whole cell, in ms; a phase no
+    /// cell of the column reached is `None`. The phases in run order.
+    pub fn phase_medians(&self) -> (Vec<&'static str>, Vec<PhaseRow>) {
+        let several = self.servers.len() > 1;
+        let mut rows = Vec::new();
+        for server in &self.servers {
+            for driver in &self.drivers {
+                let runs: Vec<&RunResult> = self
+                    .runs
+                    .iter()
+                    .filter(|r| r.server == server.id && r.driver == driver.id && r.skipped.is_none())
+                    .collect();
+                if runs.is_empty() {
+                    continue;
+                }
+                let median = |v: Vec<f64>| crate::outcome::Stats::of(&v).map(|s| s.p50);
+                rows.push(PhaseRow {
+                    column: if several {
+                        format!("{} · {}", server.id, driver.id)
+                    } else {
+                        driver.id.clone()
+                    },
+                    cells: runs.len(),
+                    phases_ms: PHASES
+                        .iter()
+                        .map(|p| median(runs.iter().filter_map(|r| r.phases_ms.get(*p).copied()).collect()))
+                        .collect(),
+                    cell_ms: median(runs.iter().map(|r| r.elapsed_ms).collect()).unwrap_or(0.0),
+                });
+            }
+        }
+        (PHASES.to_vec(), rows)
+    }
+
     /// What both templates show: the header fields, servers, drivers, summary
     /// and the failures.
     fn template_context(&self) -> minijinja::Value {
         let failures: Vec<String> = self.runs.iter().filter_map(|r| r.failure.clone()).collect();
+        let (phase_names, phase_rows) = self.phase_medians();
         minijinja::context! {
             generated_at => &self.generated_at,
             locklab_version => &self.locklab_version,
@@ -363,6 +400,8 @@ impl Report {
             summary => minijinja::value::Serde(&self.summary),
             drivers => minijinja::value::Serde(&self.drivers),
             failures => failures,
+            phase_names => phase_names,
+            phase_rows => minijinja::value::Serde(&phase_rows),
         }
     }
 
@@ -389,6 +428,33 @@ impl Report {
 }
 
 pub use crate::outcome::describe_locks_left;
+
+/// The phases of a cell in run order, as [`RunResult::phases_ms`] names them
+/// (see there).
+pub const PHASES: [&str; 9] = [
+    "create_database",
+    "open",
+    "actors",
+    "steps",
+    "verify",
+    "close",
+    "teardown",
+    "leak_guard",
+    "drop_database",
+];
+
+/// One column's row of [`Report::phase_medians`].
+#[derive(Debug, Serialize)]
+pub struct PhaseRow {
+    /// The column's header (the driver, or `server · driver` with several servers).
+    pub column: String,
+    /// How many of its cells ran (not `n/a`).
+    pub cells: usize,
+    /// Median ms of each of [`PHASES`] over those cells (`None`: no cell reached it).
+    pub phases_ms: Vec<Option<f64>>,
+    /// Median ms of a whole cell.
+    pub cell_ms: f64,
+}
 
 /// The invariants of `s`'s trials, in file order (none without `trials`).
 fn invariants(s: &Scenario) -> impl Iterator<Item = &crate::scenario::Invariant> {

@@ -285,6 +285,18 @@ mod tests {
             }
         }
         assert!(kinds.len() >= 10, "only {} kinds of value in the report", kinds.len());
+        // What was read back renders, with where the cells' time went.
+        let md = report.to_markdown().unwrap();
+        assert!(md.contains("## Where a cell's time goes"), "no phase table");
+        let row = md
+            .split("## Where a cell's time goes")
+            .nth(1)
+            .unwrap()
+            .lines()
+            .find(|l| l.starts_with("| `tokio-postgres` |"))
+            .expect("a phase row for tokio-postgres");
+        assert_eq!(row.matches(" | ").count(), crate::report::PHASES.len() + 2, "{row}");
+        assert!(report.to_html().unwrap().contains("<h2 id=\"phases\">"));
     }
 
     #[test]

@@ -57,6 +57,10 @@ fn main() {
             "check_of_a_shard_compares_its_cells",
             check_of_a_shard_compares_its_cells,
         ),
+        common::trial(
+            "check_from_a_report_file_runs_nothing",
+            check_from_a_report_file_runs_nothing,
+        ),
     ];
     let needs_chromium = |t: &Trial| BROWSER_TESTS.contains(&t.name());
     // Chromium is installed on first use where it can be (as root, with
@@ -492,7 +496,10 @@ fn check_from_a_report_file_runs_nothing() {
     let out = check(&committed);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains(&format!("0 of {} cell(s) differ", report.runs.len())), "{stdout}");
+    assert!(
+        stdout.contains(&format!("0 of {} cell(s) differ", report.runs.len())),
+        "{stdout}"
+    );
 
     let mut json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&committed).unwrap()).unwrap();
     let run = json["runs"]

@@ -21,6 +21,7 @@ mod fault;
 mod guard;
 mod observe;
 mod phases;
+mod sharing;
 mod sql;
 mod state;
 mod trials;
@@ -34,7 +35,8 @@ use locklab_drivers::{Driver, DriverError, PoolerMode};
 
 pub use error::{StepError, StepResult};
 pub use expect::check_sql;
-pub use phases::{drop_own_databases, drop_spare_databases, leak_guard};
+pub use phases::{drop_own_databases, leak_guard};
+pub use sharing::Sharing;
 pub use trials::{effective_trials, set_max_trials};
 
 use crate::outcome::RunResult;
@@ -60,20 +62,27 @@ const CHECKOUT_TIMEOUT_S: u64 = 10;
 /// it and dropped after it. Never panics on server or driver behaviour:
 /// everything that goes wrong ends up in [`RunResult::failure`].
 pub async fn run(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> RunResult {
-    run_cell(server, scenario, driver, false).await
+    run_cell(server, scenario, driver, None).await
 }
 
-/// [`run`], but a cell that may share a database (phase 1) runs in one an
-/// earlier cell left clean on `server`, and leaves its own for a later one,
-/// when it is clean: saves a `create database` and a `drop database` per
-/// cell (the largest part of a short cell's cost on the server). The caller
-/// drops what is left with [`drop_spare_databases`] at the end.
-pub async fn run_sharing_databases(server: &Server, scenario: &Scenario, driver: &dyn Driver) -> RunResult {
-    run_cell(server, scenario, driver, true).await
+/// [`run`] as one cell of a matrix run: a cell that may share a database
+/// (phase 1) runs in one an earlier cell of the run left clean on `server`,
+/// and leaves its own for a later one when it is clean; and admin
+/// connections are kept from cell to cell. That saves a `create database`,
+/// a `drop database` and a connection per cell (the largest part of a short
+/// cell's cost on the server). The caller ends the run with
+/// [`Sharing::finish`], on the same runtime.
+pub async fn run_sharing_databases(
+    server: &Server,
+    scenario: &Scenario,
+    driver: &dyn Driver,
+    sharing: &Sharing,
+) -> RunResult {
+    run_cell(server, scenario, driver, Some(sharing)).await
 }
 
-/// [`run`] or [`run_sharing_databases`] (`share`).
-async fn run_cell(server: &Server, scenario: &Scenario, driver: &dyn Driver, share: bool) -> RunResult {
+/// [`run`], or [`run_sharing_databases`] with `sharing`.
+async fn run_cell(server: &Server, scenario: &Scenario, driver: &dyn Driver, sharing: Option<&Sharing>) -> RunResult {
     let info = driver.info();
     let began = Instant::now();
     let mut result = RunResult::new(&server.id(), &scenario.name, info.id);
@@ -149,7 +158,7 @@ async fn run_cell(server: &Server, scenario: &Scenario, driver: &dyn Driver, sha
             own.version().split_whitespace().nth(1).unwrap_or("?")
         ));
     }
-    let result = run_on(own.as_ref().unwrap_or(server), scenario, driver, result, began, share).await;
+    let result = run_on(own.as_ref().unwrap_or(server), scenario, driver, result, began, sharing).await;
     if let Some(own) = own {
         // (Stopping it blocks for a moment: not on a runtime thread.)
         let _ = tokio::task::spawn_blocking(move || drop(own)).await;
@@ -173,7 +182,7 @@ async fn run_on(
     driver: &dyn Driver,
     mut result: RunResult,
     began: Instant,
-    share: bool,
+    sharing: Option<&Sharing>,
 ) -> RunResult {
     let info = driver.info();
     let server = if scenario.needs_fault_server() {
@@ -202,16 +211,19 @@ async fn run_on(
         server
     };
     let fail = |what: String| cell_error(server, scenario, info.id, &what);
-    let share = share && phases::may_share_database(scenario, &info);
+    // A cell on a server of its own (fault cells, restarts) shares nothing.
+    let sharing = sharing.filter(|_| !scenario.needs_own_cluster() && !scenario.needs_fault_server());
+    let share = sharing.is_some() && phases::may_share_database(scenario, &info);
 
     let t = Instant::now();
-    let (admin, db) = match phases::create_database(server, share, || database_name(&scenario.name, info.id)).await {
-        Ok(opened) => opened,
-        Err(e) => {
-            result.failure = Some(fail(e));
-            return result;
-        }
-    };
+    let (admin, db) =
+        match phases::create_database(server, sharing, share, || database_name(&scenario.name, info.id)).await {
+            Ok(opened) => opened,
+            Err(e) => {
+                result.failure = Some(fail(e));
+                return result;
+            }
+        };
     let settings = phases::apply_server_settings(&admin, scenario, &db).await;
     result.phase("create_database", t);
     if let Err(e) = settings {
@@ -267,17 +279,12 @@ async fn run_on(
     }
     phases::guard_leaks(&admin, &db, &mut result, &fail).await;
     let t = result.phase("leak_guard", t);
-    let keep = share && result.failure.is_none() && result.backends_left.is_empty();
-    let dropped = phases::keep_or_drop_database(server, &admin, &db, keep).await;
+    let passed = result.failure.is_none();
+    let keep = share && passed && result.backends_left.is_empty();
+    let dropped = phases::keep_or_drop_database(server, sharing, admin, &db, keep, passed).await;
     result.phase("drop_database", t);
     if let Err(e) = dropped {
         result.failure.get_or_insert_with(|| fail(e));
-    }
-    if result.failure.is_none() {
-        // Every statement on it has answered: fit for the next cell.
-        server.give_back_admin(admin).await;
-    } else {
-        admin.close().await;
     }
     if let Some(failure) = &mut result.failure
         && let Some(gone) = server_gone(server).await

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use locklab_drivers::{DirectConn, DriverError, DriverInfo};
 
+use super::sharing::Sharing;
 use super::{CLEANUP_QUERY_TIMEOUT, LEAK_GUARD_WAIT, driver_text};
 use crate::observe::{self, Polled, poll_until};
 use crate::outcome::{Observation, RunResult, Value};
@@ -57,24 +58,26 @@ pub(super) fn may_share_database(scenario: &Scenario, info: &DriverInfo) -> bool
 }
 
 /// Phase 1: the run's database, and an admin connection (to the
-/// administration database, [`Server::lease_admin`]) that the later phases reuse. With `share`
-/// ([`may_share_database`]): a clean database an earlier cell left
-/// ([`Server::take_spare_database`]) when there is one; else `create
-/// database` with the name `fresh` gives. Returns the connection and the
-/// database's name.
+/// administration database) that the later phases reuse. With `sharing` (a
+/// matrix run): an admin connection an earlier cell gave back, if any; and
+/// with `share_database` too (the cell [`may_share_database`]), a clean
+/// database an earlier cell of the run left, when there is one. Else
+/// `create database` with the name `fresh` gives. Returns the connection and the database's name.
 ///
 /// # Errors
 /// No connection, or the database could not be created (the text says which).
 pub(super) async fn create_database(
     server: &Server,
-    share: bool,
+    sharing: Option<&Sharing>,
+    share_database: bool,
     fresh: impl FnOnce() -> String,
 ) -> Result<(DirectConn, String), String> {
-    let admin = server
-        .lease_admin()
-        .await
-        .map_err(|e| format!("cannot connect to the server: {e:#}"))?;
-    if share && let Some(db) = server.take_spare_database() {
+    let admin = match sharing {
+        Some(sharing) => sharing.lease_admin(server).await,
+        None => server.admin().await,
+    }
+    .map_err(|e| format!("cannot connect to the server: {e:#}"))?;
+    if let Some(db) = sharing.filter(|_| share_database).and_then(|s| s.take_database(server)) {
         return Ok((admin, db));
     }
     let db = fresh();
@@ -131,51 +134,38 @@ pub(super) async fn guard_leaks(admin: &DirectConn, db: &str, result: &mut RunRe
     }
 }
 
-/// Phase 8: leaves the database for a later cell when `keep` (the cell may
-/// share it, passed, and the leak guard found nothing in it), else
-/// [`drop_database`].
+/// Phase 8 and the end of the cell. With `sharing` (a matrix run): when
+/// `keep` (the cell may share its database, passed, and the leak guard found
+/// nothing in it) the database is left for a later cell of the run, else
+/// dropped ([`drop_database`]); and when the cell `passed` (every statement
+/// on `admin` has answered) `admin` is left for a later cell too. Without
+/// `sharing` the database is dropped and `admin` closed.
 ///
 /// # Errors
 /// As [`drop_database`].
 pub(super) async fn keep_or_drop_database(
     server: &Server,
-    admin: &DirectConn,
+    sharing: Option<&Sharing>,
+    admin: DirectConn,
     db: &str,
     keep: bool,
+    passed: bool,
 ) -> Result<(), String> {
-    if keep {
-        server.put_spare_database(db.to_owned());
-        return Ok(());
-    }
-    drop_database(admin, db).await
-}
-
-/// The spare databases of `server` ([`Server::put_spare_database`]) dropped,
-/// at the end of a run; returns how many.
-///
-/// # Errors
-/// No connection to the server; the first database that could not be dropped.
-pub async fn drop_spare_databases(server: &Server) -> Result<usize, String> {
-    let spare = server.take_spare_databases();
-    if spare.is_empty() {
-        return Ok(0);
-    }
-    let admin = server
-        .admin()
-        .await
-        .map_err(|e| format!("cannot connect to the server: {e:#}"))?;
-    let mut outcome = Ok(spare.len());
-    for db in &spare {
-        if let Err(e) = drop_database(&admin, db).await {
-            outcome = Err(e);
-            break;
+    let outcome = match sharing {
+        Some(sharing) if keep => {
+            sharing.put_database(server, db.to_owned());
+            Ok(())
         }
+        _ => drop_database(&admin, db).await,
+    };
+    match sharing {
+        Some(sharing) if passed && outcome.is_ok() => sharing.give_back_admin(server, admin),
+        _ => admin.close().await,
     }
-    admin.close().await;
     outcome
 }
 
-/// Phase 8: `drop database … with (force)`, with its deadline.
+/// `drop database … with (force)`, with its deadline.
 ///
 /// # Errors
 /// No answer in time, or the server's error.

@@ -78,18 +78,7 @@ pub struct Server {
     keeper: Option<u32>,
     local: Option<local::LocalCluster>,
     container: Option<container::ContainerServer>,
-    /// Run databases that finished cells of this process left clean (no
-    /// backend, no advisory lock, nothing created in them), for later cells
-    /// to take instead of creating one: their names (see the runner's phase 1).
-    spare_databases: std::sync::Mutex<Vec<String>>,
-    /// Connections to the administration database that finished cells gave
-    /// back ([`Server::give_back_admin`]), for later cells.
-    idle_admins: std::sync::Mutex<Vec<DirectConn>>,
 }
-
-/// At most this many idle admin connections are kept per server (one per
-/// cell in flight is what a run can use).
-const MAX_IDLE_ADMINS: usize = 64;
 
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -125,70 +114,7 @@ impl Server {
             keeper: None,
             local: None,
             container: None,
-            spare_databases: Default::default(),
-            idle_admins: Default::default(),
         }
-    }
-
-    /// A connection to the administration database for a cell's phases: an
-    /// idle one an earlier cell gave back ([`Server::give_back_admin`]) if
-    /// one is still open (one made on a runtime that has ended is not), else
-    /// a new one ([`Server::admin`]).
-    ///
-    /// # Errors
-    /// As [`Server::admin`].
-    pub async fn lease_admin(&self) -> Result<DirectConn> {
-        loop {
-            let idle = self.idle_admins.lock().unwrap_or_else(|e| e.into_inner()).pop();
-            match idle {
-                Some(conn) if !conn.client().is_closed() => return Ok(conn),
-                // Its connection task is gone (its runtime ended): dropped.
-                Some(_) => {}
-                None => return self.admin().await,
-            }
-        }
-    }
-
-    /// Keeps `conn`, an admin connection from [`Server::lease_admin`] with no
-    /// statement in flight, for a later cell; closes it when it is closed
-    /// already or enough are kept.
-    pub async fn give_back_admin(&self, conn: DirectConn) {
-        if conn.client().is_closed() {
-            return conn.close().await;
-        }
-        let surplus = {
-            let mut idle = self.idle_admins.lock().unwrap_or_else(|e| e.into_inner());
-            if idle.len() < MAX_IDLE_ADMINS {
-                idle.push(conn);
-                None
-            } else {
-                Some(conn)
-            }
-        };
-        if let Some(conn) = surplus {
-            conn.close().await;
-        }
-    }
-
-    /// A clean run database an earlier cell of this process left, if any
-    /// (taken: no other cell gets it until it is put back).
-    pub fn take_spare_database(&self) -> Option<String> {
-        self.spare_databases.lock().unwrap_or_else(|e| e.into_inner()).pop()
-    }
-
-    /// Leaves run database `name` for a later cell: the caller has checked
-    /// that it is clean (the leak guard found nothing, and the scenario
-    /// created nothing in it).
-    pub fn put_spare_database(&self, name: String) {
-        self.spare_databases
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(name);
-    }
-
-    /// Takes every spare run database (to drop them at the end of a run).
-    pub fn take_spare_databases(&self) -> Vec<String> {
-        std::mem::take(&mut *self.spare_databases.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Starts (or connects to) the server. Blocks until it accepts connections;

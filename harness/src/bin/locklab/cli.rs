@@ -95,6 +95,11 @@ pub struct ReportArgs {
     /// (needs the html format and Chromium: LOCKLAB_CHROMIUM or chromium on PATH).
     #[arg(long)]
     pub screenshot: bool,
+    /// Write the report files from this matrix.json instead of running
+    /// anything (e.g. after a change of the templates): the selection and
+    /// server options are not used.
+    #[arg(long, value_name = "MATRIX_JSON")]
+    pub from: Option<PathBuf>,
 }
 
 /// `locklab merge`'s arguments.

@@ -26,7 +26,8 @@ const SHOT_HEIGHT: u32 = 1700;
 /// it wrote and the summary. Exit code 1 when a run failed or was unstable.
 ///
 /// # Errors
-/// A selection without `--out`; `--screenshot` without the html format or
+/// A selection without `--out`; a `--from` file that is not a matrix.json
+/// (or is a shard's, without `--out`); `--screenshot` without the html format or
 /// without Chromium (both before the runs); as [`execute`]; files that cannot
 /// be written; a screenshot that failed (after the files are written).
 pub fn report(dir: &Path, custom_dir: bool, args: &ReportArgs) -> Result<ExitCode> {
@@ -36,8 +37,13 @@ pub fn report(dir: &Path, custom_dir: bool, args: &ReportArgs) -> Result<ExitCod
         json,
         format,
         screenshot,
+        from,
     } = args;
-    let partial = !run.scenario.is_empty() || !run.driver.is_empty() || custom_dir || run.shard.is_some();
+    // A report read from a file replaces reports/ only when it is one of the whole matrix.
+    let partial = match from {
+        Some(_) => false,
+        None => !run.scenario.is_empty() || !run.driver.is_empty() || custom_dir || run.shard.is_some(),
+    };
     let out: PathBuf = match out {
         Some(out) => out.clone(),
         None if partial => bail!(
@@ -53,7 +59,19 @@ pub fn report(dir: &Path, custom_dir: bool, args: &ReportArgs) -> Result<ExitCod
         // Fail before the runs, not after them.
         locklab::browser::find_chromium()?;
     }
-    let report = execute(dir, run)?;
+    let report = match from {
+        Some(file) => locklab::shard::load(file)?,
+        None => execute(dir, run)?,
+    };
+    if let Some(file) = from
+        && args.out.is_none()
+        && report.shard.is_some()
+    {
+        bail!(
+            "{} is one shard of a matrix: give --out DIR, or merge the shards",
+            file.display()
+        );
+    }
     let mut text = String::new();
     for p in report.write(&out, format)? {
         let _ = writeln!(text, "wrote {}", p.display());
