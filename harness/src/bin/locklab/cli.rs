@@ -96,8 +96,8 @@ pub struct ReportArgs {
     #[arg(long)]
     pub screenshot: bool,
     /// Write the report files from this matrix.json instead of running
-    /// anything (e.g. after a change of the templates): the selection and
-    /// server options are not used.
+    /// anything (e.g. after a change of the templates), into --out or else
+    /// the file's own directory; the selection and server options are not used.
     #[arg(long, value_name = "MATRIX_JSON")]
     pub from: Option<PathBuf>,
 }

@@ -26,8 +26,8 @@ const SHOT_HEIGHT: u32 = 1700;
 /// it wrote and the summary. Exit code 1 when a run failed or was unstable.
 ///
 /// # Errors
-/// A selection without `--out`; a `--from` file that is not a matrix.json
-/// (or is a shard's, without `--out`); `--screenshot` without the html format or
+/// A selection without `--out`; a `--from` file that is not a matrix.json;
+/// `--screenshot` without the html format or
 /// without Chromium (both before the runs); as [`execute`]; files that cannot
 /// be written; a screenshot that failed (after the files are written).
 pub fn report(dir: &Path, custom_dir: bool, args: &ReportArgs) -> Result<ExitCode> {
@@ -39,18 +39,16 @@ pub fn report(dir: &Path, custom_dir: bool, args: &ReportArgs) -> Result<ExitCod
         screenshot,
         from,
     } = args;
-    // A report read from a file replaces reports/ only when it is one of the whole matrix.
-    let partial = match from {
-        Some(_) => false,
-        None => !run.scenario.is_empty() || !run.driver.is_empty() || custom_dir || run.shard.is_some(),
-    };
-    let out: PathBuf = match out {
-        Some(out) => out.clone(),
-        None if partial => bail!(
+    let partial = !run.scenario.is_empty() || !run.driver.is_empty() || custom_dir || run.shard.is_some();
+    let out: PathBuf = match (out, from) {
+        (Some(out), _) => out.clone(),
+        // Re-rendered where it is (reports/matrix.json into reports/).
+        (None, Some(file)) => file.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+        (None, None) if partial => bail!(
             "`report` with --scenario, --driver, --shard or another scenario directory would replace \
              the full matrix in reports/ with a partial one; give --out DIR, or use `run`"
         ),
-        None => server::workspace_root().join("reports"),
+        (None, None) => server::workspace_root().join("reports"),
     };
     if *screenshot && !format.contains(&Format::Html) {
         bail!("--screenshot needs the html format (--format …,html)");
@@ -63,15 +61,6 @@ pub fn report(dir: &Path, custom_dir: bool, args: &ReportArgs) -> Result<ExitCod
         Some(file) => locklab::shard::load(file)?,
         None => execute(dir, run)?,
     };
-    if let Some(file) = from
-        && args.out.is_none()
-        && report.shard.is_some()
-    {
-        bail!(
-            "{} is one shard of a matrix: give --out DIR, or merge the shards",
-            file.display()
-        );
-    }
     let mut text = String::new();
     for p in report.write(&out, format)? {
         let _ = writeln!(text, "wrote {}", p.display());
