@@ -413,3 +413,43 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<Scenario>, Vec<ScenarioError
     }
     if errors.is_empty() { Ok(out) } else { Err(errors) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shipped scenarios whose SQL creates or writes something are the
+    /// ones that must keep a database of their own; plain lock scenarios may share.
+    #[test]
+    fn scenarios_that_write_to_their_database_are_told_apart() {
+        let all = load_dir(&crate::server::workspace_root().join("scenarios")).unwrap();
+        let writes = |family: &str| {
+            let s = all.iter().find(|s| s.family == family).unwrap();
+            s.may_change_the_database()
+        };
+        // `create table jobs`, `update … for update skip locked`.
+        assert!(writes("skip-locked-job-claim"));
+        for family in [
+            "xact-lock-competition",
+            "session-lock-pool-return",
+            "lock-timeout-200ms",
+            "unlock-all",
+        ] {
+            assert!(!writes(family), "{family}");
+        }
+        let inline = |sql: &str| {
+            let text = format!(
+                "name: t\ndescription: d\nactors: {{ a: {{ via: direct }} }}\nsteps:\n  - {{ actor: a, sql: \"{sql}\" }}\n"
+            );
+            parse(Path::new("t.yaml"), &text)
+                .unwrap()
+                .remove(0)
+                .may_change_the_database()
+        };
+        assert!(inline("create temp table x (i int)"));
+        assert!(inline("ALTER DATABASE x SET lock_timeout = 1"));
+        assert!(inline("select nextval('s')"));
+        assert!(!inline("select pg_advisory_lock(1)"));
+        assert!(!inline("select pg_try_advisory_xact_lock(7), pg_advisory_unlock_all()"));
+    }
+}
