@@ -400,6 +400,7 @@ impl Report {
             summary => minijinja::value::Serde(&self.summary),
             drivers => minijinja::value::Serde(&self.drivers),
             failures => failures,
+            shard => self.shard.map(|s| s.to_string()),
             phase_names => phase_names,
             phase_rows => minijinja::value::Serde(&phase_rows),
         }

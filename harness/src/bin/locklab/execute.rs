@@ -67,6 +67,13 @@ pub fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
         .iter()
         .map(|(_, s, _)| if s.trials.is_some() { 1 } else { repeat as u64 })
         .sum();
+    if let Some(shard) = args.shard {
+        eprintln!(
+            "locklab: shard {shard}: {} of the {} cells",
+            matrix::cells(&servers, &scenarios, &drivers, shard).len(),
+            servers.len() * scenarios.len() * drivers.len()
+        );
+    }
     let began = Instant::now();
     let mut progress = Progress::new(total, repeat, began);
     let runs = rt.block_on(async {
