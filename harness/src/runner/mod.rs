@@ -213,7 +213,7 @@ async fn run_on(
     let fail = |what: String| cell_error(server, scenario, info.id, &what);
     // A cell on a server of its own (fault cells, restarts) shares nothing.
     let sharing = sharing.filter(|_| !scenario.needs_own_cluster() && !scenario.needs_fault_server());
-    let share = sharing.is_some() && phases::may_share_database(scenario, &info);
+    let share = sharing.is_some() && phases::may_share_database(scenario);
 
     let t = Instant::now();
     let (admin, db) =
@@ -273,7 +273,7 @@ async fn run_on(
     };
     let t = Instant::now();
     if let Some(mode) = info.pooler
-        && let Err(e) = server.pooler_close_database(mode, &db).await
+        && let Err(e) = server.pooler_close_database(mode, &db, share).await
     {
         result.failure.get_or_insert_with(|| fail(format!("{e:#}")));
     }

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use locklab_drivers::{DirectConn, DriverError, DriverInfo};
+use locklab_drivers::{DirectConn, DriverError};
 
 use super::sharing::Sharing;
 use super::{CLEANUP_QUERY_TIMEOUT, LEAK_GUARD_WAIT, driver_text};
@@ -42,16 +42,15 @@ pub(super) fn not_applicable(scenario: &Scenario, result: &mut RunResult, why: S
     }
 }
 
-/// Whether a cell of `scenario` through configuration `info` may run in a
-/// database an earlier cell left clean, and leave its own for a later one:
-/// not behind PgBouncer (which keeps server connections per database until
-/// told to close them), not on a server of its own (restart, fault cells),
-/// no `server_settings` (`alter database … set` stays with the database), and
-/// nothing in its SQL that may change the database
-/// ([`Scenario::may_change_the_database`]).
-pub(super) fn may_share_database(scenario: &Scenario, info: &DriverInfo) -> bool {
-    info.pooler.is_none()
-        && !scenario.needs_own_cluster()
+/// Whether a cell of `scenario` may run in a database an earlier cell left
+/// clean, and leave its own for a later one: not on a server of its own
+/// (restart, fault cells), no `server_settings` (`alter database … set` stays
+/// with the database), and nothing in its SQL that may change the database
+/// ([`Scenario::may_change_the_database`]). Behind PgBouncer too: the leak
+/// guard runs after PgBouncer has closed its connections to the database
+/// (`KILL`), and it is told to take clients for it again (`RESUME`).
+pub(super) fn may_share_database(scenario: &Scenario) -> bool {
+    !scenario.needs_own_cluster()
         && !scenario.needs_fault_server()
         && scenario.server_settings.list.is_empty()
         && !scenario.may_change_the_database()

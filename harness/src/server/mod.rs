@@ -270,11 +270,13 @@ impl Server {
     }
 
     /// Closes PgBouncer's (`mode`) client and server connections to database
-    /// `dbname`, if that PgBouncer runs; see `PgBouncer::kill_database`.
+    /// `dbname`, if that PgBouncer runs; see `PgBouncer::kill_database`. With
+    /// `reuse`, PgBouncer is then told to resume the database, which a later
+    /// cell may use again.
     ///
     /// # Errors
-    /// PgBouncer's admin console refuses the connection or the command.
-    pub async fn pooler_close_database(&self, mode: PoolerMode, dbname: &str) -> Result<()> {
+    /// PgBouncer's admin console refuses the connection or a command.
+    pub async fn pooler_close_database(&self, mode: PoolerMode, dbname: &str, reuse: bool) -> Result<()> {
         // The console is reached without holding the lock that every run's
         // `pooler()` takes.
         let target = match self.attached_poolers.get(&mode) {
@@ -287,7 +289,7 @@ impl Server {
                 .map(|b| (b.port, b.password.clone())),
         };
         match target {
-            Some((port, password)) => pgbouncer::kill_database(port, &password, &self.user, dbname).await,
+            Some((port, password)) => pgbouncer::kill_database(port, &password, &self.user, dbname, reuse).await,
             None => Ok(()),
         }
     }

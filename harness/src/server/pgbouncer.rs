@@ -239,12 +239,13 @@ impl PgBouncer {
 /// database `dbname` (`KILL db` on its admin console, PgBouncer docs "Admin
 /// console"; `user` is in its `admin_users`), so that its server connections
 /// (which it keeps after the clients close, up to `server_idle_timeout`) do not
-/// outlive a run. The database is left paused; the harness never reuses a
-/// run's name. Connect and command have 10 s each.
+/// outlive a run. `KILL` leaves the database paused (new clients wait);
+/// with `resume`, `RESUME db` follows, for a database a later cell may use
+/// again. Connect and each command have 10 s.
 ///
 /// # Errors
-/// The console refuses the connection or the command, or does not answer in time.
-pub(super) async fn kill_database(port: u16, password: &str, user: &str, dbname: &str) -> Result<()> {
+/// The console refuses the connection or a command, or does not answer in time.
+pub(super) async fn kill_database(port: u16, password: &str, user: &str, dbname: &str, resume: bool) -> Result<()> {
     let spec = ConnectSpec {
         host: "127.0.0.1".into(),
         port,
@@ -257,19 +258,27 @@ pub(super) async fn kill_database(port: u16, password: &str, user: &str, dbname:
     let console = DirectConn::connect(&spec)
         .await
         .map_err(|e| anyhow::anyhow!("cannot open PgBouncer's admin console: {e}"))?;
-    let r = tokio::time::timeout(
-        Duration::from_secs(10),
-        console.client().simple_query(&format!("KILL \"{dbname}\"")),
-    )
-    .await;
-    console.close().await;
-    match r {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(anyhow::anyhow!("PgBouncer's console refused KILL {dbname}: {e}")),
-        Err(_) => Err(anyhow::anyhow!(
-            "PgBouncer's console did not answer KILL {dbname} within 10 s"
-        )),
+    let commands: &[&str] = if resume { &["KILL", "RESUME"] } else { &["KILL"] };
+    let mut outcome = Ok(());
+    for command in commands {
+        let r = tokio::time::timeout(
+            Duration::from_secs(10),
+            console.client().simple_query(&format!("{command} \"{dbname}\"")),
+        )
+        .await;
+        outcome = match r {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(anyhow::anyhow!("PgBouncer's console refused {command} {dbname}: {e}")),
+            Err(_) => Err(anyhow::anyhow!(
+                "PgBouncer's console did not answer {command} {dbname} within 10 s"
+            )),
+        };
+        if outcome.is_err() {
+            break;
+        }
     }
+    console.close().await;
+    outcome
 }
 
 impl PgBouncer {
