@@ -40,7 +40,7 @@ struct CheckPlan<'a> {
 
 /// Compares a fresh run of the scenarios in `dir` (or, with `--from`, a
 /// report's `matrix.json`) with the baseline, or (`--update`) rewrites the
-/// baseline from a fresh run. `given_dir` is the directory
+/// baseline from it. `given_dir` is the directory
 /// `--scenarios` / `LOCKLAB_SCENARIOS` named, if any. Exit code 1 on a
 /// difference, a failed cell, or (`--update`) a failed cell not written.
 ///
@@ -85,7 +85,13 @@ pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<E
         Some(Baseline::load(&plan.path)?)
     };
     let report = match &args.from {
-        Some(file) => locklab::shard::load(file)?,
+        Some(file) => {
+            let report = locklab::shard::load(file)?;
+            if args.update && !explicit {
+                whole_matrix(dir, file, &report)?;
+            }
+            report
+        }
         None => execute(dir, run)?,
     };
     let fresh = Baseline::from_report(&report)?;
@@ -93,6 +99,25 @@ pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<E
         None => update(&plan, &report, &fresh),
         Some(before) => compare(&plan, &report, &before, &fresh),
     }
+}
+
+/// `--update --from FILE` without `--baseline`: FILE must hold the whole
+/// matrix (every scenario of `dir`, every registered driver, no shard), or
+/// it would replace the full baseline with a partial one.
+fn whole_matrix(dir: &Path, file: &Path, report: &Report) -> Result<()> {
+    let scenarios = crate::selection::load(dir)?.len();
+    let drivers = locklab_drivers::registry().len();
+    if report.shard.is_some() || report.scenarios.len() != scenarios || report.drivers.len() != drivers {
+        bail!(
+            "{} holds {} scenario(s) × {} driver(s){}, not the whole matrix ({scenarios} × {drivers}): \
+             `check --update` would replace the full baseline with a partial one; give --baseline FILE",
+            file.display(),
+            report.scenarios.len(),
+            report.drivers.len(),
+            if report.shard.is_some() { " of one shard" } else { "" }
+        );
+    }
+    Ok(())
 }
 
 /// Whether two paths name the same directory (by their canonical paths).

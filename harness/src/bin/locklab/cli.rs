@@ -150,10 +150,11 @@ pub struct CheckArgs {
     /// Print every changed cell (default: about one screen, then a count of the rest).
     #[arg(long)]
     pub full: bool,
-    /// Compare this matrix.json (e.g. what `locklab merge` wrote) with the
-    /// baseline instead of running the matrix; the cells compared are those
-    /// of its scenarios and drivers.
-    #[arg(long, value_name = "MATRIX_JSON", conflicts_with = "update")]
+    /// Compare this matrix.json (e.g. what `locklab merge` or `locklab
+    /// report` wrote) with the baseline instead of running the matrix; the
+    /// cells compared are those of its scenarios and drivers. With --update,
+    /// rewrite the baseline from it.
+    #[arg(long, value_name = "MATRIX_JSON")]
     pub from: Option<PathBuf>,
 }
 
