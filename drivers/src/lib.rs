@@ -27,7 +27,7 @@ use std::path::Path;
 use std::time::Duration;
 
 pub use direct::{CONNECT_TIMEOUT, DirectConn, simple_query_rows};
-pub use pgbouncer::PoolerMode;
+pub use pgbouncer::{Pooler, PoolerKind, PoolerMode};
 pub use versions::{crate_version, crate_version_matching};
 
 /// Where and as whom to connect. Every driver builds its own client
@@ -169,10 +169,17 @@ pub struct DriverInfo {
     pub configuration: &'static str,
     /// Direct or pooled.
     pub kind: DriverKind,
-    /// The PgBouncer mode this configuration connects through, if any: the
-    /// harness starts PgBouncer in front of the server and points the driver's
-    /// [`ConnectSpec`] at it.
-    pub pooler: Option<PoolerMode>,
+    /// The pooler and mode this configuration connects through, if any: the
+    /// harness starts that pooler in front of the server and points the
+    /// driver's [`ConnectSpec`] at it.
+    pub pooler: Option<Pooler>,
+}
+
+impl DriverInfo {
+    /// The mode of the pooler this configuration goes through, if any.
+    pub fn pooler_mode(&self) -> Option<PoolerMode> {
+        self.pooler.map(|p| p.mode)
+    }
 }
 
 /// A server-side error: SQLSTATE and message as PostgreSQL sent them.
@@ -495,33 +502,96 @@ pub fn registry() -> Vec<Box<dyn Driver>> {
         Box::new(mobc_pg::MobcPostgres),
         Box::new(r2d2_pg::R2d2Postgres),
         Box::new(diesel_async_pg::DieselAsyncDeadpool),
-        Box::new(pgbouncer::ViaPgBouncer::new(
-            "pgbouncer-session",
-            "PgBouncer pool_mode=session; tokio-postgres, no pool",
-            PoolerMode::Session,
-            direct::TokioPostgresDirect,
-        )),
-        Box::new(pgbouncer::ViaPgBouncer::new(
-            "pgbouncer-session+deadpool",
-            "PgBouncer pool_mode=session; deadpool-postgres RecyclingMethod::Fast",
-            PoolerMode::Session,
-            deadpool_pg::Deadpool::fast(),
-        )),
-        Box::new(pgbouncer::ViaPgBouncer::new(
-            "pgbouncer-transaction",
-            "PgBouncer pool_mode=transaction; tokio-postgres, no pool",
-            PoolerMode::Transaction,
-            direct::TokioPostgresDirect,
-        )),
-        Box::new(pgbouncer::ViaPgBouncer::new(
-            "pgbouncer-transaction+deadpool",
-            "PgBouncer pool_mode=transaction; deadpool-postgres RecyclingMethod::Fast",
-            PoolerMode::Transaction,
-            deadpool_pg::Deadpool::fast(),
-        )),
     ];
+    all.extend(pooler_columns());
     all.extend(external::declared().into_iter().map(|d| Box::new(d) as Box<dyn Driver>));
     all
+}
+
+/// The configurations behind a pooler, each pooler in each of its modes
+/// behind tokio-postgres without a pool and behind deadpool-postgres
+/// (`RecyclingMethod::Fast`): Debian 12's PgBouncer, then the pooler
+/// image's PgBouncer, pgagroal and Pgpool-II.
+fn pooler_columns() -> Vec<Box<dyn Driver>> {
+    use PoolerKind::*;
+    use PoolerMode::*;
+    type Column = (&'static str, &'static str, &'static str, &'static str, PoolerKind, PoolerMode);
+    // (id without pool, its configuration, id with deadpool, its configuration, pooler, mode)
+    const COLUMNS: [Column; 7] = [
+        (
+            "pgbouncer-session",
+            "PgBouncer pool_mode=session; tokio-postgres, no pool",
+            "pgbouncer-session+deadpool",
+            "PgBouncer pool_mode=session; deadpool-postgres RecyclingMethod::Fast",
+            PgBouncer,
+            Session,
+        ),
+        (
+            "pgbouncer-transaction",
+            "PgBouncer pool_mode=transaction; tokio-postgres, no pool",
+            "pgbouncer-transaction+deadpool",
+            "PgBouncer pool_mode=transaction; deadpool-postgres RecyclingMethod::Fast",
+            PgBouncer,
+            Transaction,
+        ),
+        (
+            "pgbouncer-trixie-session",
+            "PgBouncer (Debian 13, container) pool_mode=session; tokio-postgres, no pool",
+            "pgbouncer-trixie-session+deadpool",
+            "PgBouncer (Debian 13, container) pool_mode=session; deadpool-postgres RecyclingMethod::Fast",
+            PgBouncerTrixie,
+            Session,
+        ),
+        (
+            "pgbouncer-trixie-transaction",
+            "PgBouncer (Debian 13, container) pool_mode=transaction; tokio-postgres, no pool",
+            "pgbouncer-trixie-transaction+deadpool",
+            "PgBouncer (Debian 13, container) pool_mode=transaction; deadpool-postgres RecyclingMethod::Fast",
+            PgBouncerTrixie,
+            Transaction,
+        ),
+        (
+            "pgagroal-session",
+            "pgagroal pipeline=session; tokio-postgres, no pool",
+            "pgagroal-session+deadpool",
+            "pgagroal pipeline=session; deadpool-postgres RecyclingMethod::Fast",
+            Pgagroal,
+            Session,
+        ),
+        (
+            "pgagroal-transaction",
+            "pgagroal pipeline=transaction; tokio-postgres, no pool",
+            "pgagroal-transaction+deadpool",
+            "pgagroal pipeline=transaction; deadpool-postgres RecyclingMethod::Fast",
+            Pgagroal,
+            Transaction,
+        ),
+        (
+            "pgpool",
+            "Pgpool-II connection_cache=on, one backend; tokio-postgres, no pool",
+            "pgpool+deadpool",
+            "Pgpool-II connection_cache=on, one backend; deadpool-postgres RecyclingMethod::Fast",
+            Pgpool,
+            Session,
+        ),
+    ];
+    let mut out: Vec<Box<dyn Driver>> = Vec::new();
+    for (id, configuration, pooled_id, pooled_configuration, kind, mode) in COLUMNS {
+        let pooler = Pooler { kind, mode };
+        out.push(Box::new(pgbouncer::ViaPooler::new(
+            id,
+            configuration,
+            pooler,
+            direct::TokioPostgresDirect,
+        )));
+        out.push(Box::new(pgbouncer::ViaPooler::new(
+            pooled_id,
+            pooled_configuration,
+            pooler,
+            deadpool_pg::Deadpool::fast(),
+        )));
+    }
+    out
 }
 
 /// Looks a driver up by id.

@@ -1,7 +1,9 @@
-//! Configurations that reach the server through PgBouncer. The harness starts
-//! PgBouncer (Debian's package) in front of the server in the mode the
-//! configuration names and hands the inner driver a [`ConnectSpec`] pointing at
-//! it; the inner driver (tokio-postgres without a pool, or a pool) is unchanged.
+//! Configurations that reach the server through a pooler ([`Pooler`]):
+//! PgBouncer (Debian 12's package, unpacked; or Debian 13's in a container),
+//! pgagroal or Pgpool-II (Debian 13's, in a container). The harness starts the
+//! pooler in front of the server in the mode the configuration names and hands
+//! the inner driver a [`ConnectSpec`] pointing at it; the inner driver
+//! (tokio-postgres without a pool, or a pool) is unchanged.
 //!
 //! A client connection that closes does not end its server connection: in
 //! session mode PgBouncer runs `server_reset_query` (default `DISCARD ALL`,
@@ -38,35 +40,127 @@ impl PoolerMode {
     }
 }
 
-/// An inner driver behind PgBouncer in one mode.
-pub struct ViaPgBouncer {
+/// Which pooler a configuration goes through, and where it comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PoolerKind {
+    /// PgBouncer from Debian 12's package (1.18), unpacked and run as a
+    /// process of the harness.
+    PgBouncer,
+    /// PgBouncer from Debian 13's package (1.24), in a container of the
+    /// pooler image (`harness/scripts/build-pooler-image.sh`).
+    PgBouncerTrixie,
+    /// pgagroal from Debian 13's package (1.6), in a container; `pipeline =
+    /// session` or `transaction` (pgagroal docs, "Pipelines").
+    Pgagroal,
+    /// Pgpool-II from Debian 13's package (4.6), in a container: one backend,
+    /// `connection_cache = on`, the configuration it is used as a pooler
+    /// with (Pgpool-II docs, "Connection Pooling").
+    Pgpool,
+}
+
+impl PoolerKind {
+    /// `pgbouncer`, `pgbouncer-trixie`, `pgagroal` or `pgpool`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PoolerKind::PgBouncer => "pgbouncer",
+            PoolerKind::PgBouncerTrixie => "pgbouncer-trixie",
+            PoolerKind::Pgagroal => "pgagroal",
+            PoolerKind::Pgpool => "pgpool",
+        }
+    }
+
+    /// The product's name: `PgBouncer`, `pgagroal` or `Pgpool-II`.
+    pub fn product(self) -> &'static str {
+        match self {
+            PoolerKind::PgBouncer | PoolerKind::PgBouncerTrixie => "PgBouncer",
+            PoolerKind::Pgagroal => "pgagroal",
+            PoolerKind::Pgpool => "Pgpool-II",
+        }
+    }
+
+    /// Whether it runs in a container (and so needs a Docker engine).
+    pub fn in_container(self) -> bool {
+        self != PoolerKind::PgBouncer
+    }
+
+    /// Whether locklab sends cancel requests through it. Not through
+    /// Debian 12's PgBouncer 1.18: there ours had no effect within 1 s in
+    /// session mode, and in transaction mode PgBouncer exited ("FATAL …
+    /// disconnect_client(): bad client state"), taking every later run of
+    /// the report with it. Through every other pooler: what happens is
+    /// what the cancellation cells record.
+    pub fn sends_cancel(self) -> bool {
+        self != PoolerKind::PgBouncer
+    }
+}
+
+/// A pooler in one mode: what a configuration connects through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct Pooler {
+    /// Which pooler.
+    pub kind: PoolerKind,
+    /// How it assigns server connections to clients. Pgpool-II has no
+    /// transaction pooling: its connection cache gives a client a server
+    /// connection for the client's whole connection, as session mode does.
+    pub mode: PoolerMode,
+}
+
+impl Pooler {
+    /// Debian 12's PgBouncer in `mode`.
+    pub const fn pgbouncer(mode: PoolerMode) -> Pooler {
+        Pooler {
+            kind: PoolerKind::PgBouncer,
+            mode,
+        }
+    }
+
+    /// Whether a scenario's assumptions about server connections may not
+    /// hold behind it, so that a failed expectation is recorded as a
+    /// deviation, not a failure: in transaction mode an actor's statements
+    /// may run on different server connections; behind Pgpool-II, whose
+    /// child processes each cache their own server connections, a new
+    /// client connection may get another one than the last client had
+    /// (Pgpool-II docs, "Connection Pooling").
+    pub fn breaks_session_assumptions(self) -> bool {
+        self.mode == PoolerMode::Transaction || self.kind == PoolerKind::Pgpool
+    }
+
+    /// `pgbouncer-trixie/transaction`, for messages.
+    pub fn label(self) -> String {
+        format!("{}/{}", self.kind.as_str(), self.mode.as_str())
+    }
+}
+
+/// An inner driver behind a pooler in one mode.
+pub struct ViaPooler {
     id: &'static str,
     configuration: &'static str,
-    mode: PoolerMode,
+    pooler: Pooler,
     inner: Box<dyn Driver>,
 }
 
-impl ViaPgBouncer {
-    /// `inner` through PgBouncer in `mode`; `id` is the report column,
-    /// `configuration` says both layers in their own terms.
+impl ViaPooler {
+    /// `inner` through `pooler`; `id` is the report column, `configuration`
+    /// says both layers in their own terms.
     pub fn new(
         id: &'static str,
         configuration: &'static str,
-        mode: PoolerMode,
+        pooler: Pooler,
         inner: impl Driver + 'static,
-    ) -> ViaPgBouncer {
-        ViaPgBouncer {
+    ) -> ViaPooler {
+        ViaPooler {
             id,
             configuration,
-            mode,
+            pooler,
             inner: Box::new(inner),
         }
     }
 }
 
-struct BouncedPool(Box<dyn Pool>);
+struct BouncedPool(Box<dyn Pool>, Pooler);
 
-struct BouncedConn(Box<dyn Conn>);
+struct BouncedConn(Box<dyn Conn>, Pooler);
 
 #[async_trait]
 impl Conn for BouncedConn {
@@ -84,15 +178,21 @@ impl Conn for BouncedConn {
     }
 
     fn canceller(&self) -> Option<Canceller> {
-        // No cancel requests through PgBouncer: with 1.18 (Debian 12) ours had
-        // no effect within 1 s in session mode, and in transaction mode
-        // PgBouncer exited ("FATAL … disconnect_client(): bad client state"),
-        // taking every later run of the report with it.
-        None
+        // The inner driver's cancel request goes to the address it
+        // connected to: the pooler's (see `PoolerKind::sends_cancel`).
+        if self.1.kind.sends_cancel() {
+            self.0.canceller()
+        } else {
+            None
+        }
     }
 
     fn no_cancel_reason(&self) -> &'static str {
-        "not sent through PgBouncer"
+        if self.1.kind.sends_cancel() {
+            self.0.no_cancel_reason()
+        } else {
+            "not sent through PgBouncer 1.18"
+        }
     }
 
     async fn advisory_lock_guard(&mut self, key: i64, end: GuardEnd) -> Result<(), DriverError> {
@@ -103,7 +203,7 @@ impl Conn for BouncedConn {
 #[async_trait]
 impl Pool for BouncedPool {
     async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError> {
-        Ok(Box::new(BouncedConn(self.0.checkout().await?)))
+        Ok(Box::new(BouncedConn(self.0.checkout().await?, self.1)))
     }
 
     async fn close(&self) {
@@ -112,7 +212,7 @@ impl Pool for BouncedPool {
 }
 
 #[async_trait]
-impl Driver for ViaPgBouncer {
+impl Driver for ViaPooler {
     fn info(&self) -> DriverInfo {
         let inner = self.inner.info();
         DriverInfo {
@@ -121,11 +221,11 @@ impl Driver for ViaPgBouncer {
             crate_version: inner.crate_version,
             configuration: self.configuration,
             kind: crate::DriverKind::Pooled,
-            pooler: Some(self.mode),
+            pooler: Some(self.pooler),
         }
     }
 
     async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
-        Ok(Box::new(BouncedPool(self.inner.pool(spec, opts).await?)))
+        Ok(Box::new(BouncedPool(self.inner.pool(spec, opts).await?, self.pooler)))
     }
 }

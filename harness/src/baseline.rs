@@ -191,6 +191,27 @@ fn two_digits(ms: f64) -> f64 {
 }
 
 impl Baseline {
+    /// Column `id` alone, its cells and driver entry renamed `as_id`: one
+    /// side of a comparison of two columns of one run (`locklab check
+    /// --upgrade FROM TO`, where both sides take one name so that
+    /// [`compare`] pairs their cells by scenario). `None` when the baseline
+    /// has no such column.
+    pub fn column(&self, id: &str, as_id: &str) -> Option<Baseline> {
+        let driver = self.drivers.get(id)?.clone();
+        let mut out = self.clone();
+        out.drivers = IndexMap::from([(as_id.to_owned(), driver)]);
+        out.cells = self
+            .cells
+            .iter()
+            .filter(|c| c.driver == id)
+            .map(|c| BaselineCell {
+                driver: as_id.to_owned(),
+                ..c.clone()
+            })
+            .collect();
+        Some(out)
+    }
+
     /// The baseline of a report made on exactly one server.
     ///
     /// # Errors

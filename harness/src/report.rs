@@ -220,9 +220,16 @@ pub struct DriverColumn {
     pub configuration: String,
     /// `direct` or `pooled`.
     pub kind: String,
-    /// PgBouncer's pool mode for configurations behind it (`session` /
+    /// The pool mode of the pooler for configurations behind one (`session` /
     /// `transaction`), else `None`.
     pub pooler: Option<String>,
+    /// Which pooler (`pgbouncer`, `pgbouncer-trixie`, `pgpool`), else `None`.
+    #[serde(default)]
+    pub pooler_kind: Option<String>,
+    /// The pooler's version as its binary printed it (`PgBouncer 1.24.1`,
+    /// `pgpool-II version 4.6.1 (chirikoboshi)`), when it ran in this run.
+    #[serde(default)]
+    pub pooler_version: Option<String>,
 }
 
 /// A scenario (one parameter set of a file).
@@ -312,7 +319,14 @@ impl Report {
                         crate_version: i.crate_version,
                         configuration: i.configuration.to_owned(),
                         kind: i.kind.as_str().to_owned(),
-                        pooler: i.pooler.map(|m| m.as_str().to_owned()),
+                        pooler: i.pooler.map(|p| p.mode.as_str().to_owned()),
+                        pooler_kind: i.pooler.map(|p| p.kind.as_str().to_owned()),
+                        pooler_version: i.pooler.and_then(|p| {
+                            let mut v: Vec<String> =
+                                servers.iter().filter_map(|s| s.pooler_versions().remove(&p)).collect();
+                            v.dedup();
+                            (!v.is_empty()).then(|| v.join(", "))
+                        }),
                     }
                 })
                 .collect(),

@@ -402,27 +402,32 @@ fn listeners(port: u16) -> Vec<String> {
 }
 
 /// What the harness starts listens on loopback only: the local cluster's
-/// postmaster (`listen_addresses`) and both PgBouncers (`listen_addr`), as the
+/// postmaster (`listen_addresses`) and every pooler (PgBouncer's
+/// `listen_addr`, Pgpool-II's `listen_addresses`; those in containers on the
+/// host's network when Docker answers), as the
 /// kernel's socket table shows them. (A container's published port:
 /// `container.rs`.)
 async fn servers_the_harness_starts_listen_on_loopback_only() {
     let mut ports = Vec::new();
     if server().backend() == locklab::server::Backend::Local {
-        ports.push(("the local cluster", server().spec("postgres", "").port));
+        ports.push(("the local cluster".to_owned(), server().spec("postgres", "").port));
     }
-    for mode in [
-        locklab_drivers::PoolerMode::Session,
-        locklab_drivers::PoolerMode::Transaction,
-    ] {
-        let (port, _, _) = server().pooler(mode).await.unwrap();
-        ports.push((
-            if mode == locklab_drivers::PoolerMode::Session {
-                "PgBouncer (session)"
-            } else {
-                "PgBouncer (transaction)"
-            },
-            port,
-        ));
+    use locklab_drivers::{Pooler, PoolerKind, PoolerMode};
+    let poolers = [
+        (PoolerKind::PgBouncer, PoolerMode::Session),
+        (PoolerKind::PgBouncer, PoolerMode::Transaction),
+        (PoolerKind::PgBouncerTrixie, PoolerMode::Session),
+        (PoolerKind::PgBouncerTrixie, PoolerMode::Transaction),
+        (PoolerKind::Pgpool, PoolerMode::Session),
+    ];
+    for (kind, mode) in poolers {
+        let pooler = Pooler { kind, mode };
+        if let Some(why) = locklab::server::poolers::unavailable(pooler) {
+            eprintln!("skipping {}: {why}", pooler.label());
+            continue;
+        }
+        let (port, _, _) = server().pooler(pooler).await.unwrap();
+        ports.push((pooler.label(), port));
     }
     for (what, port) in ports {
         let addrs = listeners(port);

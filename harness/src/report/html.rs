@@ -267,6 +267,8 @@ mod tests {
                 configuration: evil.into(),
                 kind: "pooled".into(),
                 pooler: None,
+                pooler_kind: None,
+                pooler_version: None,
             }],
             scenarios: vec![ScenarioInfo {
                 name: "s".into(),

@@ -492,6 +492,8 @@ mod tests {
             configuration: String::new(),
             kind: "pooled".into(),
             pooler: None,
+            pooler_kind: None,
+            pooler_version: None,
         };
         Report {
             schema_version: super::super::SCHEMA_VERSION,

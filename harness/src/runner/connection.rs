@@ -69,7 +69,7 @@ impl Run<'_> {
             // to wait for.
             Returned::Closed if pid.is_err() => {}
             Returned::Closed => self.wait_gone(monitor, pid?, Instant::now() + deadline).await?,
-            Returned::ToPooler if self.info.pooler == Some(PoolerMode::Session) => {
+            Returned::ToPooler if self.info.pooler_mode() == Some(PoolerMode::Session) => {
                 self.wait_reset(monitor, pid?, Instant::now() + deadline).await?;
             }
             _ => {}

@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use locklab_drivers::{Driver, DriverError, PoolerMode};
+use locklab_drivers::{Driver, DriverError, PoolerKind};
 
 pub use error::{StepError, StepResult};
 pub use expect::check_sql;
@@ -86,6 +86,12 @@ async fn run_cell(server: &Server, scenario: &Scenario, driver: &dyn Driver, sha
     let info = driver.info();
     let began = Instant::now();
     let mut result = RunResult::new(&server.id(), &scenario.name, info.id);
+    if let Some(pooler) = info.pooler
+        && let Some(why) = crate::server::poolers::unavailable(pooler)
+    {
+        phases::not_applicable(scenario, &mut result, why);
+        return result;
+    }
     if info.pooler.is_some() && scenario.pool_settings.list.iter().any(|(k, _)| k != "application_name") {
         phases::not_applicable_behind_pgbouncer(scenario, &mut result);
         return result;
@@ -213,7 +219,11 @@ async fn run_on(
     let fail = |what: String| cell_error(server, scenario, info.id, &what);
     // A cell on a server of its own (fault cells, restarts) shares nothing.
     let sharing = sharing.filter(|_| !scenario.needs_own_cluster() && !scenario.needs_fault_server());
-    let share = sharing.is_some() && phases::may_share_database(scenario);
+    // Behind a pooler other than PgBouncer, whose server connections can
+    // only be ended from the server, a cell keeps a database of its own.
+    let share = sharing.is_some()
+        && phases::may_share_database(scenario)
+        && info.pooler.is_none_or(|p| matches!(p.kind, PoolerKind::PgBouncer | PoolerKind::PgBouncerTrixie));
 
     let t = Instant::now();
     let (admin, db) =
@@ -245,11 +255,13 @@ async fn run_on(
         run.abort_background();
         drop(run);
         if let Err(e) = outcome {
-            if e.is_mismatch() && info.pooler == Some(PoolerMode::Transaction) {
+            if e.is_mismatch() && info.pooler.is_some_and(|p| p.breaks_session_assumptions()) {
                 // Behind transaction pooling an actor's statements may run on
                 // different server connections (and another client's session
-                // locks may sit on the one it gets): session semantics the
-                // scenario assumes do not hold. That is the finding, recorded.
+                // locks may sit on the one it gets); behind Pgpool-II a new
+                // client connection may get another child process's server
+                // connection: session semantics the scenario assumes do not
+                // hold. That is the finding, recorded.
                 result.deviation = Some(fail(e.to_string()));
             } else {
                 result.failure = Some(fail(e.to_string()));

@@ -537,7 +537,7 @@ impl<'a> Run<'a> {
     /// transaction, so a pooled backend is named `server connection`.
     pub(super) fn actor_of(&self, pid: i32) -> Option<&str> {
         let actor = self.last_user.get(&pid)?;
-        if self.info.pooler == Some(PoolerMode::Transaction) && self.scenario.actors[*actor].via == Via::Pool {
+        if self.info.pooler_mode() == Some(PoolerMode::Transaction) && self.scenario.actors[*actor].via == Via::Pool {
             return Some("server connection");
         }
         Some(self.scenario.actors[*actor].name.as_str())

@@ -164,29 +164,7 @@ impl PgBouncer {
         if let Some(p) = up.password {
             server.push_str(&format!(" password={}", quote(p)));
         }
-        let ini = format!(
-            "[databases]\n\
-             * = {server}\n\
-             \n\
-             [pgbouncer]\n\
-             listen_addr = 127.0.0.1\n\
-             listen_port = {port}\n\
-             unix_socket_dir =\n\
-             auth_type = scram-sha-256\n\
-             auth_file = {dir}/userlist.txt\n\
-             admin_users = {admin}\n\
-             pool_mode = {mode}\n\
-             max_client_conn = 1000\n\
-             default_pool_size = 100\n\
-             ignore_startup_parameters = extra_float_digits\n\
-             logfile = {dir}/pgbouncer.log\n\
-             pidfile = {dir}/pgbouncer.pid\n\
-             log_connections = 0\n\
-             log_disconnections = 0\n",
-            dir = dir.display(),
-            mode = mode.as_str(),
-            admin = up.user,
-        );
+        let ini = config(&server, port, &dir.display().to_string(), mode, up.user);
         let config = dir.join("pgbouncer.ini");
         write_private(&config, &ini)?;
         write_private(&dir.join("userlist.txt"), &format!("\"{}\" \"{password}\"\n", up.user))?;
@@ -233,6 +211,33 @@ impl PgBouncer {
             ),
         }
     }
+}
+
+/// PgBouncer's configuration (see the module documentation): `server` is
+/// the wildcard database's connection string, `dir` holds `userlist.txt`,
+/// the log and the pid file, `admin` is the console's admin user.
+pub(super) fn config(server: &str, port: u16, dir: &str, mode: PoolerMode, admin: &str) -> String {
+    format!(
+        "[databases]\n\
+         * = {server}\n\
+         \n\
+         [pgbouncer]\n\
+         listen_addr = 127.0.0.1\n\
+         listen_port = {port}\n\
+         unix_socket_dir =\n\
+         auth_type = scram-sha-256\n\
+         auth_file = {dir}/userlist.txt\n\
+         admin_users = {admin}\n\
+         pool_mode = {mode}\n\
+         max_client_conn = 1000\n\
+         default_pool_size = 100\n\
+         ignore_startup_parameters = extra_float_digits\n\
+         logfile = {dir}/pgbouncer.log\n\
+         pidfile = {dir}/pgbouncer.pid\n\
+         log_connections = 0\n\
+         log_disconnections = 0\n",
+        mode = mode.as_str(),
+    )
 }
 
 /// Closes every client and server connection the PgBouncer on `port` has for
@@ -335,7 +340,7 @@ fn spawn(bin: &Path, dir: &Path, config: &Path, who: Option<&RunAs>, group: i32)
 }
 
 /// 32 hex digits from the kernel's random source.
-fn random_password() -> Result<String> {
+pub(super) fn random_password() -> Result<String> {
     use std::io::Read;
     let mut bytes = [0u8; 16];
     std::fs::File::open("/dev/urandom")

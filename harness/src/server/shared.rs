@@ -369,7 +369,7 @@ fn serve(dir: &Path, opts: &ServerOptions) -> Result<(Server, tokio::runtime::Ru
     for mode in MODES {
         // Without PgBouncer the server is still useful; a test that needs
         // PgBouncer then starts its own and fails with the reason.
-        match rt.block_on(server.pooler(mode)) {
+        match rt.block_on(server.pooler(locklab_drivers::Pooler::pgbouncer(mode))) {
             Ok((port, version, password)) => poolers.push(PublishedPooler {
                 mode: mode.as_str().to_owned(),
                 port,

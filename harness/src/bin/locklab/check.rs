@@ -78,6 +78,9 @@ pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<E
         );
     }
     one_server(run)?;
+    if let Some(pair) = &args.upgrade {
+        return upgrade(&plan, dir, args.from.as_deref(), &pair[0], &pair[1]);
+    }
     // Read the baseline before the runs: a missing one is an error at once.
     let before = if args.update {
         None
@@ -99,6 +102,74 @@ pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<E
         None => update(&plan, &report, &fresh),
         Some(before) => compare(&plan, &report, &before, &fresh),
     }
+}
+
+/// `--upgrade FROM TO`: the cells of column `to` compared with those of
+/// column `from` of one run (both columns run now, or read from `file`),
+/// printed as `check` prints a baseline diff. Exit 1 when a cell differs
+/// or failed.
+///
+/// # Errors
+/// An unknown column, or one missing from `file`; as [`execute`].
+fn upgrade(plan: &CheckPlan, dir: &Path, file: Option<&Path>, from: &str, to: &str) -> Result<ExitCode> {
+    for id in [from, to] {
+        locklab_drivers::find(id).map_err(|e| anyhow::anyhow!("--upgrade: {e}"))?;
+    }
+    if from == to {
+        bail!("--upgrade needs two different columns, not {from} twice");
+    }
+    let report = match file {
+        Some(file) => locklab::shard::load(file)?,
+        None => {
+            let mut run = plan.run.clone();
+            run.driver = vec![from.to_owned(), to.to_owned()];
+            execute(dir, &run)?
+        }
+    };
+    let fresh = Baseline::from_report(&report)?;
+    let name = format!("{from} → {to}");
+    let missing = |id: &str| {
+        anyhow::anyhow!(
+            "column {id} is not in {}",
+            file.map_or("this run".to_owned(), |f| f.display().to_string())
+        )
+    };
+    let before = fresh.column(from, &name).ok_or_else(|| missing(from))?;
+    let after = fresh.column(to, &name).ok_or_else(|| missing(to))?;
+    let comparison = baseline::compare(&before, &after, plan.tolerance, &|_| true);
+    let mut text = String::new();
+    for id in [from, to] {
+        if let Some(d) = report.drivers.iter().find(|d| d.id == id) {
+            let _ = writeln!(
+                text,
+                "{id}: {} {}; {}{}",
+                d.crate_name,
+                d.crate_version,
+                d.configuration,
+                d.pooler_version.as_deref().map(|v| format!("; {v}")).unwrap_or_default()
+            );
+        }
+    }
+    text.push_str(&comparison.render(
+        &before,
+        Path::new(&format!("column {from}")),
+        &format!("column {to}"),
+        plan.max_lines,
+    ));
+    let failed: Vec<&RunResult> = report
+        .runs
+        .iter()
+        .filter(|r| !r.passed() && (r.driver == from || r.driver == to))
+        .collect();
+    for r in &failed {
+        let _ = writeln!(text, "\nfailed: {} × {}", r.scenario, r.driver);
+    }
+    emit(&text)?;
+    Ok(if comparison.is_clean() && failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// `--update --from FILE` without `--baseline`: FILE must hold the whole
@@ -184,6 +255,10 @@ fn update(plan: &CheckPlan, report: &Report, fresh: &Baseline) -> Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
+/// How the reason of a cell that needs a Docker engine starts
+/// (`locklab::server::poolers::unavailable`).
+const NEEDS_DOCKER: &str = "needs Docker";
+
 /// Compares `fresh`, the run's baseline, with `before` and prints the
 /// differences (exit 1 if any, or if a cell failed).
 fn compare(plan: &CheckPlan, report: &Report, before: &Baseline, fresh: &Baseline) -> Result<ExitCode> {
@@ -217,7 +292,28 @@ fn compare(plan: &CheckPlan, report: &Report, before: &Baseline, fresh: &Baselin
             && (run.driver.is_empty() || run.driver.contains(&cell.driver))
             && (run.shard.is_none() || in_shard.contains(&(cell.scenario.as_str(), cell.driver.as_str())))
     };
-    let comparison = baseline::compare(before, fresh, plan.tolerance, &expected);
+    // A cell that cannot run here for want of Docker (a pooler in a
+    // container) is not applicable, never a difference: it is left out of
+    // both sides.
+    let not_here: std::collections::HashSet<(&str, &str)> = report
+        .runs
+        .iter()
+        .filter(|r| r.skipped.as_deref().is_some_and(|why| why.starts_with(NEEDS_DOCKER)))
+        .map(|r| (r.scenario.as_str(), r.driver.as_str()))
+        .collect();
+    if !not_here.is_empty() {
+        eprintln!(
+            "locklab: note: {} cell(s) not compared: not applicable here ({NEEDS_DOCKER})",
+            not_here.len()
+        );
+    }
+    let mut fresh = fresh.clone();
+    fresh
+        .cells
+        .retain(|c| !not_here.contains(&(c.scenario.as_str(), c.driver.as_str())));
+    let expected =
+        |cell: &baseline::BaselineCell| expected(cell) && !not_here.contains(&(cell.scenario.as_str(), cell.driver.as_str()));
+    let comparison = baseline::compare(before, &fresh, plan.tolerance, &expected);
     let mut text = comparison.render(before, path, &server_label(report), plan.max_lines);
     if !comparison.is_clean() {
         let _ = writeln!(

@@ -156,6 +156,13 @@ pub struct CheckArgs {
     /// rewrite the baseline from it.
     #[arg(long, value_name = "MATRIX_JSON")]
     pub from: Option<PathBuf>,
+    /// Instead of the baseline, compare two columns of one run: what
+    /// changes, cell by cell, when an application moves from column FROM to
+    /// column TO (e.g. `--upgrade sqlx08 sqlx`, `--upgrade pgbouncer-session
+    /// pgbouncer-trixie-session`). Runs only those two columns, or reads
+    /// them from --from. Exit 1 when any cell differs.
+    #[arg(long, num_args = 2, value_names = ["FROM", "TO"], conflicts_with_all = ["update", "baseline"])]
+    pub upgrade: Option<Vec<String>>,
 }
 
 fn parse_factor(s: &str) -> Result<f64, String> {

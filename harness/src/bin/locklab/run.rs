@@ -59,7 +59,7 @@ pub fn summary(runs: &[RunResult]) -> String {
         String::new()
     };
     lines.push(format!(
-        "{} passed, {deviated} deviated (behind transaction pooling), {skipped} not applicable, \
+        "{} passed, {deviated} deviated (behind transaction pooling or Pgpool-II), {skipped} not applicable, \
          {failed} failed ({unstable} unstable){each}",
         runs.len() - failed - deviated - skipped
     ));

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Builds the local pooler image for the pooler columns that run newer poolers
+# than Debian 12 packages (PgBouncer 1.24, pgagroal 1.6, Pgpool-II 4.6): a Debian
+# 13 "trixie" root filesystem made with debootstrap (minbase) plus Debian's
+# `pgbouncer`, `pgagroal` and `pgpool2` packages, then `docker import`. Trixie's
+# binaries need a newer C library than Debian 12, hence a container. No
+# registry is needed: everything comes from Debian's packages.
+#
+# usage: build-pooler-image.sh [TAG]
+#   TAG  image tag (default locklab/poolers:trixie)
+# env:
+#   LOCKLAB_IMAGE_REBUILD=1  build even when TAG exists (default: skip)
+#   LOCKLAB_DEBIAN_MIRROR    Debian mirror URL for debootstrap (default: the first
+#                            non-security Debian source in this machine's apt config)
+#
+# Needs: root (debootstrap and chroot), a Docker engine, debootstrap (installed
+# with apt-get when missing). The root filesystem is cached in .cache/rootfs/.
+# The image's /usr/local/bin/pooler-versions prints one line per pooler.
+set -euo pipefail
+
+tag="${1:-locklab/poolers:trixie}"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+suite=trixie
+packages="pgbouncer pgagroal pgpool2"
+rootfs="$root/.cache/rootfs/$suite-poolers"
+
+say() { echo "build-pooler-image: $*" >&2; }
+die() { echo "build-pooler-image: error: $*" >&2; exit 1; }
+
+command -v docker >/dev/null 2>&1 || die "the docker command is not installed"
+docker info >/dev/null 2>&1 || die "no Docker engine answers (docker info failed); start it or check DOCKER_HOST"
+exists() { docker image inspect "$tag" >/dev/null 2>&1; }
+if [ -z "${LOCKLAB_IMAGE_REBUILD:-}" ] && exists; then
+  say "$tag already exists (LOCKLAB_IMAGE_REBUILD=1 rebuilds it)"
+  exit 0
+fi
+mkdir -p "$root/.cache"
+exec 9>"${TMPDIR:-/tmp}/locklab-build-pooler-image.lock"
+flock 9
+if [ -z "${LOCKLAB_IMAGE_REBUILD:-}" ] && exists; then
+  say "$tag already exists"
+  exit 0
+fi
+[ "$(id -u)" -eq 0 ] || die "building the image needs root (debootstrap, chroot)"
+
+# find_mirror: the Debian mirror debootstrap uses.
+. "$root/harness/scripts/lib/debian.sh"
+
+if [ ! -e "$rootfs/.locklab-complete" ]; then
+  if ! command -v debootstrap >/dev/null 2>&1; then
+    command -v apt-get >/dev/null 2>&1 || die "debootstrap is not installed and there is no apt-get to install it"
+    say "installing debootstrap (apt-get)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null \
+      || { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; } \
+      || die "cannot install debootstrap with apt-get"
+  fi
+  mirror="$(find_mirror | head -n 1)"
+  [ -n "$mirror" ] || die "no Debian mirror found in the apt configuration; set LOCKLAB_DEBIAN_MIRROR"
+  log="$root/.cache/debootstrap-$suite.log"
+  say "debootstrap $suite (minbase) into .cache/rootfs/$suite-poolers (a few minutes, once)"
+  rm -rf "$rootfs.partial"
+  mkdir -p "$(dirname "$rootfs")"
+  if ! debootstrap --variant=minbase "$suite" "$rootfs.partial" "$mirror" >"$log" 2>&1; then
+    tail -n 15 "$log" >&2
+    die "debootstrap failed (whole log in $log)"
+  fi
+  say "installing $packages (Debian $suite) into it"
+  # No service may start inside the chroot.
+  printf '#!/bin/sh\nexit 101\n' >"$rootfs.partial/usr/sbin/policy-rc.d"
+  chmod 0755 "$rootfs.partial/usr/sbin/policy-rc.d"
+  if ! chroot "$rootfs.partial" /bin/sh -c "apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $packages" >>"$log" 2>&1; then
+    tail -n 15 "$log" >&2
+    die "apt-get install $packages failed inside the $suite root (whole log in $log)"
+  fi
+  chroot "$rootfs.partial" apt-get clean >/dev/null 2>&1 || true
+  rm -rf "$rootfs.partial/var/lib/apt/lists/"*
+  touch "$rootfs.partial/.locklab-complete"
+  rm -rf "$rootfs"
+  mv "$rootfs.partial" "$rootfs"
+fi
+
+staging="$(mktemp -d "$root/.cache/pooler-image-XXXXXX")"
+trap 'rm -rf "$staging"' EXIT
+cp -a "$rootfs/." "$staging/"
+rm -f "$staging/.locklab-complete"
+# The unprivileged user the poolers run as (PgBouncer and pgagroal refuse
+# root), with a home under /tmp: pgagroal keeps its master key in
+# ~/.pgagroal, and the harness's configuration is written at start-up.
+echo 'locklab:x:998:998:locklab pooler:/tmp/locklab:/bin/sh' >>"$staging/etc/passwd"
+echo 'locklab:x:998:' >>"$staging/etc/group"
+echo 'locklab:*:19000:0:99999:7:::' >>"$staging/etc/shadow"
+cat >"$staging/usr/local/bin/pooler-versions" <<'VERSIONS'
+#!/bin/sh
+# One line per pooler: name and version, as the binaries print them.
+echo "pgbouncer $(pgbouncer --version 2>&1 | head -n 1)"
+echo "pgagroal $(pgagroal --version 2>&1 | head -n 1)"
+echo "pgpool $(pgpool --version 2>&1 | head -n 1)"
+VERSIONS
+chmod 0755 "$staging/usr/local/bin/pooler-versions"
+versions="$(chroot "$staging" /usr/local/bin/pooler-versions)"
+say "versions: $(echo "$versions" | tr '\n' ';')"
+
+say "importing $tag"
+tar -C "$staging" --numeric-owner -c . | docker import \
+  --change "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+  --change "ENV LANG=C.UTF-8" \
+  --change "USER locklab" \
+  --change "WORKDIR /tmp" \
+  --change 'CMD ["/usr/local/bin/pooler-versions"]' \
+  --message "locklab pooler image (Debian $suite minbase + $packages)" \
+  - "$tag" >/dev/null
+say "built $tag"

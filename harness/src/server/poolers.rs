@@ -1,0 +1,360 @@
+//! Poolers in containers: Debian 13's PgBouncer and Pgpool-II, for the
+//! configurations behind [`PoolerKind::PgBouncerTrixie`] and
+//! [`PoolerKind::Pgpool`] (Debian 12's PgBouncer runs as a process:
+//! [`super::pgbouncer`]).
+//!
+//! Image: `LOCKLAB_POOLER_IMAGE` when set (an image of the user's own with
+//! `pgbouncer` and `pgpool` on its `PATH`, `sh`, and a user that may write
+//! `/tmp`), else `locklab/poolers:trixie`, built once with
+//! `harness/scripts/build-pooler-image.sh` when missing (Debian 13 "trixie"
+//! from Debian's packages; trixie's binaries need a newer C library than
+//! Debian 12's).
+//!
+//! The container: host networking (so it reaches the server on loopback,
+//! whichever backend runs it), the pooler listening on 127.0.0.1 on a free
+//! port only, clients authenticated with scram-sha-256 and a password made
+//! for this instance, the configuration written at start-up from environment
+//! variables (never on the command line, never in a file on the host). It
+//! carries `locklab.pid=<our pid>` and `locklab.owner=<token>`; dropping
+//! [`ContainerPooler`] removes it, and the container watchdog removes it when
+//! our process ends without dropping it.
+//!
+//! Configurations (each product's docs, "Configuration"):
+//! - PgBouncer: as Debian 12's ([`super::pgbouncer::config`]).
+//! - Pgpool-II: `backend_clustering_mode = 'raw'` with one backend,
+//!   `connection_cache = on`, `reset_query_list = 'ABORT; DISCARD ALL'` (its
+//!   default: run when a client disconnects, before the server connection is
+//!   cached), `num_init_children = 64` (the most clients at once),
+//!   `max_pool = 4`, health and replication checks off, `pool_hba.conf`
+//!   asking every client for scram-sha-256 and `pool_passwd` holding the
+//!   password as text (Pgpool-II docs, "pool_passwd").
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use futures::StreamExt;
+use locklab_drivers::{ConnectSpec, DirectConn, Pooler, PoolerKind};
+use testcontainers::bollard::Docker;
+use testcontainers::bollard::models::{ContainerCreateBody, HostConfig};
+use testcontainers::bollard::query_parameters::{CreateContainerOptionsBuilder, LogsOptionsBuilder};
+
+use super::container::{PID_LABEL, docker_answers, docker_host};
+use super::pgbouncer::Upstream;
+
+/// The pooler image when `LOCKLAB_POOLER_IMAGE` is not set.
+pub const DEFAULT_POOLER_IMAGE: &str = "locklab/poolers:trixie";
+
+/// Where `build-pooler-image.sh` is.
+pub fn build_script() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-pooler-image.sh")
+}
+
+/// Why a pooler column cannot run here, if it cannot: `Some("needs Docker
+/// …")` for a pooler in a container when no Docker engine answers.
+pub fn unavailable(pooler: Pooler) -> Option<String> {
+    if !pooler.kind.in_container() {
+        return None;
+    }
+    static ANSWERS: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    ANSWERS
+        .get_or_init(|| {
+            docker_answers()
+                .err()
+                .map(|e| format!("needs Docker ({} runs in a container): {e:#}", pooler.kind.product()))
+        })
+        .clone()
+}
+
+/// The pooler image: `LOCKLAB_POOLER_IMAGE`, else [`DEFAULT_POOLER_IMAGE`],
+/// built on first use (once per process).
+///
+/// # Errors
+/// A given image that is not present (it is not pulled), or a build that failed.
+async fn image(docker: &Docker) -> Result<String> {
+    if let Some(given) = std::env::var("LOCKLAB_POOLER_IMAGE").ok().filter(|s| !s.is_empty()) {
+        if docker.inspect_image(&given).await.is_err() {
+            bail!("LOCKLAB_POOLER_IMAGE={given} is not present in the Docker engine");
+        }
+        return Ok(given);
+    }
+    if docker.inspect_image(DEFAULT_POOLER_IMAGE).await.is_ok() {
+        return Ok(DEFAULT_POOLER_IMAGE.to_owned());
+    }
+    static BUILT: tokio::sync::OnceCell<Result<(), String>> = tokio::sync::OnceCell::const_new();
+    BUILT
+        .get_or_init(|| async {
+            eprintln!(
+                "locklab: no {DEFAULT_POOLER_IMAGE}; building it (once, a few minutes) with {}",
+                build_script().display()
+            );
+            let out = tokio::process::Command::new("bash")
+                .arg(build_script())
+                .output()
+                .await
+                .map_err(|e| format!("cannot run bash for build-pooler-image.sh: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} failed ({}):\n{}",
+                    build_script().display(),
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr)
+                ))
+            }
+        })
+        .await
+        .clone()
+        .map_err(|e| anyhow!(e))?;
+    Ok(DEFAULT_POOLER_IMAGE.to_owned())
+}
+
+/// A pooler running in a container.
+pub(super) struct ContainerPooler {
+    id: String,
+    host: String,
+    /// The loopback port it listens on.
+    pub(super) port: u16,
+    /// The password its clients give (scram-sha-256).
+    pub(super) password: String,
+    /// What the binary says of its version, e.g. `PgBouncer 1.24.1`.
+    pub(super) version: String,
+    _watchdog: Option<super::container::Watchdog>,
+}
+
+impl ContainerPooler {
+    /// Starts `pooler` in front of `up`; ready (a `select 1` through it
+    /// answers) within `timeout`.
+    ///
+    /// # Errors
+    /// No Docker engine or image; Docker refusing the container; the pooler
+    /// exiting or not ready in time (with its last log lines). No container
+    /// is left behind in these cases.
+    pub(super) async fn start(pooler: Pooler, up: &Upstream<'_>, timeout: Duration) -> Result<ContainerPooler> {
+        let host = docker_host()?;
+        docker_answers().context("this pooler runs in a container and needs a Docker engine")?;
+        let docker = Docker::connect_with_defaults().context("cannot reach the Docker engine")?;
+        let image = image(&docker).await?;
+        let port = super::local::free_port()?;
+        // Pgpool-II authenticates to the server with the password in its
+        // pool_passwd: the client's must be the server's, when it has one.
+        let password = match (pooler.kind, up.password) {
+            (PoolerKind::Pgpool, Some(p)) => p.to_owned(),
+            _ => super::pgbouncer::random_password()?,
+        };
+        let token = super::unique_token();
+        let (script, env) = setup(pooler, up, port, &password)?;
+        let watchdog = super::container::Watchdog::start(&host, &token);
+        let labels = [
+            (super::container::OWNER_LABEL.to_owned(), token.clone()),
+            (PID_LABEL.to_owned(), std::process::id().to_string()),
+        ];
+        let body = ContainerCreateBody {
+            image: Some(image.clone()),
+            cmd: Some(vec!["sh".into(), "-c".into(), script]),
+            env: Some(env),
+            labels: Some(labels.into_iter().collect()),
+            host_config: Some(HostConfig {
+                network_mode: Some("host".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let name = format!("locklab-{}-{}", pooler.kind.as_str(), token);
+        let created = docker
+            .create_container(Some(CreateContainerOptionsBuilder::default().name(&name).build()), body)
+            .await
+            .with_context(|| format!("Docker could not create a {} container from {image}", pooler.kind.product()))?;
+        let mut running = ContainerPooler {
+            id: created.id,
+            host,
+            port,
+            password,
+            version: format!("{} (version unknown)", pooler.kind.product()),
+            _watchdog: watchdog,
+        };
+        docker
+            .start_container(&running.id, None)
+            .await
+            .with_context(|| format!("Docker could not start the {} container", pooler.kind.product()))?;
+        running.wait_ready(&docker, pooler, up, timeout).await?;
+        if let Some(v) = logs(&docker, &running.id, 200)
+            .await
+            .lines()
+            .find_map(|l| l.strip_prefix("locklab-version: "))
+        {
+            running.version = v.trim().to_owned();
+        }
+        Ok(running)
+    }
+
+    async fn wait_ready(&self, docker: &Docker, pooler: Pooler, up: &Upstream<'_>, timeout: Duration) -> Result<()> {
+        let spec = ConnectSpec {
+            host: "127.0.0.1".into(),
+            port: self.port,
+            user: up.user.into(),
+            password: Some(self.password.clone()),
+            dbname: up.admin_db.into(),
+            application_name: "locklab-ready".into(),
+            options: Vec::new(),
+        };
+        let deadline = Instant::now() + timeout;
+        loop {
+            let last_error = match tokio::time::timeout(Duration::from_secs(5), DirectConn::connect(&spec)).await {
+                Ok(Ok(c)) => {
+                    let answered = c.client().simple_query("select 1").await;
+                    c.close().await;
+                    match answered {
+                        Ok(_) => return Ok(()),
+                        Err(e) => e.to_string(),
+                    }
+                }
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "connect attempt timed out after 5 s".into(),
+            };
+            let running = docker
+                .inspect_container(&self.id, None)
+                .await
+                .ok()
+                .and_then(|i| i.state)
+                .and_then(|s| s.running)
+                .unwrap_or(false);
+            if !running {
+                bail!(
+                    "{} exited during start-up; its last log lines:\n{}",
+                    pooler.label(),
+                    logs(docker, &self.id, 15).await
+                );
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "{} was not ready within {} s (last error: {last_error}); its last log lines:\n{}",
+                    pooler.label(),
+                    timeout.as_secs(),
+                    logs(docker, &self.id, 15).await
+                );
+            }
+            // Polling interval for a pooler that is still starting.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// When the container has stopped: what its log ends with.
+    pub(super) async fn exited(&self) -> Option<String> {
+        let docker = Docker::connect_with_defaults().ok()?;
+        let state = docker.inspect_container(&self.id, None).await.ok()?.state?;
+        if state.running == Some(true) {
+            return None;
+        }
+        Some(format!(
+            "exit code {}; its last log lines:\n{}",
+            state.exit_code.unwrap_or(-1),
+            logs(&docker, &self.id, 15).await
+        ))
+    }
+}
+
+impl Drop for ContainerPooler {
+    fn drop(&mut self) {
+        // Synchronous, from any thread or runtime: the docker command.
+        let _ = std::process::Command::new("docker")
+            .args(["-H", &self.host, "rm", "-f", "-v", &self.id])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// The container's last `n` log lines.
+async fn logs(docker: &Docker, id: &str, n: usize) -> String {
+    let opts = LogsOptionsBuilder::default()
+        .stdout(true)
+        .stderr(true)
+        .tail(&n.to_string())
+        .build();
+    let mut text = String::new();
+    let mut stream = docker.logs(id, Some(opts));
+    while let Some(Ok(chunk)) = stream.next().await {
+        text.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+    }
+    if text.trim().is_empty() { "(no output)".into() } else { text }
+}
+
+/// The container's start-up script and its environment: the script writes
+/// each `LOCKLAB_FILE_<NAME>` variable into `/tmp/locklab/<name>`, prints
+/// `locklab-version: …`, and runs the pooler in the foreground.
+fn setup(pooler: Pooler, up: &Upstream<'_>, port: u16, password: &str) -> Result<(String, Vec<String>)> {
+    if [up.user, up.password.unwrap_or_default()]
+        .iter()
+        .any(|v| v.contains(['\n', '\r', '"', '\'', ':']))
+    {
+        bail!("the server's user name or password contains a newline, quote or ':', which the pooler's files cannot hold");
+    }
+    let dir = "/tmp/locklab";
+    let mut files: Vec<(&str, String)> = Vec::new();
+    let run = match pooler.kind {
+        PoolerKind::PgBouncer | PoolerKind::PgBouncerTrixie => {
+            let quote = |v: &str| format!("'{}'", v.replace('\'', "''"));
+            let mut server = format!("host={} port={} user={}", up.host, up.port, quote(up.user));
+            if let Some(p) = up.password {
+                server.push_str(&format!(" password={}", quote(p)));
+            }
+            files.push((
+                "pgbouncer.ini",
+                // Its log on stderr, for `docker logs`.
+                super::pgbouncer::config(&server, port, dir, pooler.mode, up.user)
+                    .replace(&format!("logfile = {dir}/pgbouncer.log\n"), ""),
+            ));
+            files.push(("userlist.txt", format!("\"{}\" \"{password}\"\n", up.user)));
+            "echo \"locklab-version: $(pgbouncer --version | head -n 1)\"; exec pgbouncer /tmp/locklab/pgbouncer.ini"
+        }
+        PoolerKind::Pgpool => {
+            let pcp_port = super::local::free_port()?;
+            files.push((
+                "pgpool.conf",
+                format!(
+                    "backend_clustering_mode = 'raw'\n\
+                     listen_addresses = '127.0.0.1'\n\
+                     port = {port}\n\
+                     unix_socket_directories = '{dir}'\n\
+                     pcp_listen_addresses = ''\n\
+                     pcp_port = {pcp_port}\n\
+                     pcp_socket_dir = '{dir}'\n\
+                     backend_hostname0 = '{host}'\n\
+                     backend_port0 = {up_port}\n\
+                     backend_weight0 = 1\n\
+                     backend_flag0 = 'DISALLOW_TO_FAILOVER'\n\
+                     num_init_children = 64\n\
+                     max_pool = 4\n\
+                     connection_cache = on\n\
+                     reset_query_list = 'ABORT; DISCARD ALL'\n\
+                     enable_pool_hba = on\n\
+                     pool_passwd = '{dir}/pool_passwd'\n\
+                     health_check_period = 0\n\
+                     sr_check_period = 0\n\
+                     load_balance_mode = off\n\
+                     failover_on_backend_error = off\n\
+                     logdir = '{dir}'\n\
+                     pid_file_name = '{dir}/pgpool.pid'\n\
+                     log_destination = 'stderr'\n",
+                    host = up.host,
+                    up_port = up.port,
+                ),
+            ));
+            files.push(("pool_hba.conf", "host all all 127.0.0.1/32 scram-sha-256\n".into()));
+            files.push(("pool_passwd", format!("{}:TEXT{password}\n", up.user)));
+            files.push(("pcp.conf", String::new()));
+            "echo \"locklab-version: $(pgpool --version 2>&1 | head -n 1)\"; \
+             exec pgpool -n -f /tmp/locklab/pgpool.conf -a /tmp/locklab/pool_hba.conf -F /tmp/locklab/pcp.conf"
+        }
+        PoolerKind::Pgagroal => bail!("pgagroal is not run by this version of locklab"),
+    };
+    let mut env = Vec::new();
+    let mut script = format!("set -e; umask 077; mkdir -p {dir}; ");
+    for (i, (name, text)) in files.iter().enumerate() {
+        env.push(format!("LOCKLAB_FILE_{i}={text}"));
+        script.push_str(&format!("printf '%s' \"$LOCKLAB_FILE_{i}\" > {dir}/{name}; unset LOCKLAB_FILE_{i}; "));
+    }
+    script.push_str(run);
+    Ok((script, env))
+}
