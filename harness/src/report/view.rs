@@ -228,15 +228,18 @@ impl<'a> Cells<'a> {
         let columns = report
             .servers
             .iter()
-            .flat_map(|v| report.drivers.iter().map(move |d| (v.id.as_str(), d.id.as_str())))
-            .map(|(server, driver)| Column {
-                server,
-                driver,
-                header: if several {
-                    format!("{server} · {driver}")
-                } else {
-                    driver.to_owned()
-                },
+            .flat_map(|v| report.drivers.iter().map(move |d| (v.id.as_str(), d)))
+            .map(|(server, d)| {
+                // A pooler column names the pooler's exact version.
+                let driver = match &d.pooler_version {
+                    Some(v) => format!("{} ({v})", d.id),
+                    None => d.id.clone(),
+                };
+                Column {
+                    server,
+                    driver: d.id.as_str(),
+                    header: if several { format!("{server} · {driver}") } else { driver },
+                }
             })
             .collect();
         let mut runs = HashMap::new();

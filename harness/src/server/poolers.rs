@@ -183,7 +183,11 @@ impl ContainerPooler {
             .lines()
             .find_map(|l| l.strip_prefix("locklab-version: "))
         {
-            running.version = v.trim().to_owned();
+            // `pgpool-II version 4.6.1 (chirikoboshi)` → `Pgpool-II 4.6.1`.
+            running.version = match v.trim().strip_prefix("pgpool-II version ") {
+                Some(rest) => format!("Pgpool-II {}", rest.split_whitespace().next().unwrap_or(rest)),
+                None => v.trim().to_owned(),
+            };
         }
         Ok(running)
     }
