@@ -47,11 +47,16 @@ mod tests {
             assert!(v.split('.').count() >= 3, "{name} resolved to {v}");
         }
         assert_eq!(crate_version("no-such-crate-here"), "unknown");
+        // Two versions of one crate (sqlx 0.8 and 0.9): joined, and told apart by prefix.
         let sqlx = crate_version("sqlx");
-        let major_minor: String = sqlx.split('.').take(2).collect::<Vec<_>>().join(".");
-        assert_eq!(crate_version_matching("sqlx", &major_minor), sqlx);
+        let both: Vec<&str> = sqlx.split('+').collect();
+        assert_eq!(both.len(), 2, "sqlx resolved to {sqlx}");
+        for v in &both {
+            let major_minor: String = v.split('.').take(2).collect::<Vec<_>>().join(".");
+            assert_eq!(crate_version_matching("sqlx", &major_minor), *v);
+        }
         assert_eq!(crate_version_matching("sqlx", "999"), "unknown");
-        let (major, _) = sqlx.split_once('.').unwrap();
-        assert_eq!(crate_version_matching("sqlx", &format!("{major}{major}")), "unknown");
+        // "0.8" does not match 0.80.x or 0.9.x.
+        assert_eq!(crate_version_matching("sqlx", "0.80"), "unknown");
     }
 }

@@ -334,7 +334,12 @@ impl<'a> Run<'a> {
             }
             StepKind::Observe(o) => self.observe(step, o).await,
             StepKind::Blocked { observer, targets } => self.blocked(step, *observer, targets).await,
-            StepKind::Guard { actor, key, end } => self.guard(step, *actor, *key, *end).await,
+            StepKind::Guard {
+                actor,
+                key,
+                end,
+                client_timeout_ms,
+            } => self.guard(step, *actor, *key, *end, *client_timeout_ms).await,
             StepKind::Fault { actor, fault } => self.fault(step, *actor, *fault, pool, monitor).await,
             StepKind::Granted { observer, target } => self.granted(step, *observer, *target).await,
             StepKind::Restart { observer, immediate } => self.restart(step, *observer, *immediate, monitor).await,

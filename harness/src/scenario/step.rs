@@ -115,6 +115,10 @@ pub enum StepKind {
         key: i64,
         /// How the guard ends.
         end: GuardEndRaw,
+        /// `client_timeout_ms`: the client gives up on `acquire` after this
+        /// many ms (its future is dropped, as `tokio::time::timeout` does),
+        /// the guard never made.
+        client_timeout_ms: Option<u64>,
     },
 }
 

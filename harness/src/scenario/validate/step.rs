@@ -257,6 +257,7 @@ impl Validator<'_> {
             let cpos = Pos::of(&c.referenced);
             let takes = !s.background
                 && (s.sql.is_some()
+                    || s.lock_guard.is_some()
                     || matches!(
                         s.action,
                         Some(Action::Checkout | Action::Return | Action::Begin | Action::Commit | Action::Rollback)
@@ -264,7 +265,7 @@ impl Validator<'_> {
             if !takes {
                 self.err(
                     cpos,
-                    format!("step {n}: 'client_timeout_ms' applies to foreground 'sql', transaction, 'checkout' and 'return' steps"),
+                    format!("step {n}: 'client_timeout_ms' applies to foreground 'sql', transaction, 'checkout', 'return' and 'lock_guard' steps"),
                 );
             }
             match u64::try_from(c.value) {
@@ -521,7 +522,12 @@ fn typed(
             target,
             expect: sql_expect,
         }),
-        Kind::Guard(key, end) => StepKind::Guard { actor, key, end },
+        Kind::Guard(key, end) => StepKind::Guard {
+            actor,
+            key,
+            end,
+            client_timeout_ms: bound.map(|b| b.ms),
+        },
         Kind::Order(steps) => StepKind::Order { steps },
     }
 }
