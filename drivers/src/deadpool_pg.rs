@@ -1,115 +1,135 @@
 //! `deadpool-postgres`: recycles a connection when it is next checked out
 //! (`Manager::recycle`, deadpool-postgres `src/lib.rs`), never on return.
+//! The current release line (0.14) and the previous one (0.13, the crate
+//! renamed `deadpool_postgres013` in `Cargo.toml`) from one body
+//! ([`deadpool_driver!`]).
 
-use async_trait::async_trait;
-use deadpool_postgres::{Manager, ManagerConfig, Object, RecyclingMethod};
-use tokio_postgres::NoTls;
+/// One module per deadpool-postgres release line: `$dp` is the crate's
+/// name in `Cargo.toml` (`deadpool_postgres`, or `deadpool_postgres013` for
+/// the renamed 0.13), `$version` the version prefix its columns report, and
+/// `$prefix` its columns' ids before `-fast`, `-verified`, ….
+macro_rules! deadpool_driver {
+    ($module:ident, $dp:ident, $version:literal, $prefix:literal) => {
+        // Not every configuration has a column in every release line.
+        #[allow(dead_code)]
+        pub(crate) mod $module {
+    use async_trait::async_trait;
+    use $dp::{Manager, ManagerConfig, Object, RecyclingMethod};
+    use tokio_postgres::NoTls;
 
-use crate::direct::{ClientGuard, DropReturns};
-use crate::{Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, crate_version};
+    use crate::direct::{ClientGuard, DropReturns};
+    use crate::{Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, crate_version_matching};
 
-/// deadpool-postgres with one [`RecyclingMethod`].
-pub struct Deadpool {
-    id: &'static str,
-    configuration: &'static str,
-    method: fn() -> RecyclingMethod,
-}
+    /// deadpool-postgres with one [`RecyclingMethod`].
+    pub struct Deadpool {
+        id: &'static str,
+        configuration: &'static str,
+        method: fn() -> RecyclingMethod,
+    }
 
-impl Deadpool {
-    /// `RecyclingMethod::Fast`, the crate's default: only `Client::is_closed()` on recycle.
-    pub fn fast() -> Self {
-        Deadpool {
-            id: "deadpool-fast",
-            configuration: "RecyclingMethod::Fast (default)",
-            method: || RecyclingMethod::Fast,
+    impl Deadpool {
+        /// `RecyclingMethod::Fast`, the crate's default: only `Client::is_closed()` on recycle.
+        pub fn fast() -> Self {
+            Deadpool {
+                id: concat!($prefix, "-fast"),
+                configuration: "RecyclingMethod::Fast (default)",
+                method: || RecyclingMethod::Fast,
+            }
+        }
+
+        /// `RecyclingMethod::Verified`: runs an empty simple query on recycle.
+        pub fn verified() -> Self {
+            Deadpool {
+                id: concat!($prefix, "-verified"),
+                configuration: "RecyclingMethod::Verified",
+                method: || RecyclingMethod::Verified,
+            }
+        }
+
+        /// `RecyclingMethod::Custom("select pg_advisory_unlock_all()")`: the
+        /// mitigation on its own, run on recycle (the next checkout).
+        pub fn custom_unlock_all() -> Self {
+            Deadpool {
+                id: concat!($prefix, "-custom"),
+                configuration: "RecyclingMethod::Custom(\"select pg_advisory_unlock_all()\")",
+                method: || RecyclingMethod::Custom("select pg_advisory_unlock_all()".into()),
+            }
+        }
+
+        /// `RecyclingMethod::Clean`: runs the crate's DISCARD-like script, which includes
+        /// `SELECT pg_advisory_unlock_all()`, on recycle.
+        pub fn clean() -> Self {
+            Deadpool {
+                id: concat!($prefix, "-clean"),
+                configuration: "RecyclingMethod::Clean",
+                method: || RecyclingMethod::Clean,
+            }
         }
     }
 
-    /// `RecyclingMethod::Verified`: runs an empty simple query on recycle.
-    pub fn verified() -> Self {
-        Deadpool {
-            id: "deadpool-verified",
-            configuration: "RecyclingMethod::Verified",
-            method: || RecyclingMethod::Verified,
+    struct DeadpoolPool($dp::Pool);
+
+    impl ClientGuard for Object {
+        // Dropping an Object puts it back into the pool's slots synchronously;
+        // recycling happens on the next checkout (deadpool src/managed/mod.rs).
+        fn client(&self) -> &tokio_postgres::Client {
+            self
         }
     }
 
-    /// `RecyclingMethod::Custom("select pg_advisory_unlock_all()")`: the
-    /// mitigation on its own, run on recycle (the next checkout).
-    pub fn custom_unlock_all() -> Self {
-        Deadpool {
-            id: "deadpool-custom",
-            configuration: "RecyclingMethod::Custom(\"select pg_advisory_unlock_all()\")",
-            method: || RecyclingMethod::Custom("select pg_advisory_unlock_all()".into()),
+    fn pool_error(e: $dp::PoolError) -> DriverError {
+        match e {
+            $dp::PoolError::Backend(e) => e.into(),
+            other => DriverError::Client(other.to_string()),
         }
     }
 
-    /// `RecyclingMethod::Clean`: runs the crate's DISCARD-like script, which includes
-    /// `SELECT pg_advisory_unlock_all()`, on recycle.
-    pub fn clean() -> Self {
-        Deadpool {
-            id: "deadpool-clean",
-            configuration: "RecyclingMethod::Clean",
-            method: || RecyclingMethod::Clean,
+    #[async_trait]
+    impl Pool for DeadpoolPool {
+        async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError> {
+            Ok(Box::new(DropReturns(self.0.get().await.map_err(pool_error)?)))
         }
-    }
-}
 
-struct DeadpoolPool(deadpool_postgres::Pool);
-
-impl ClientGuard for Object {
-    // Dropping an Object puts it back into the pool's slots synchronously;
-    // recycling happens on the next checkout (deadpool src/managed/mod.rs).
-    fn client(&self) -> &tokio_postgres::Client {
-        self
-    }
-}
-
-fn pool_error(e: deadpool_postgres::PoolError) -> DriverError {
-    match e {
-        deadpool_postgres::PoolError::Backend(e) => e.into(),
-        other => DriverError::Client(other.to_string()),
-    }
-}
-
-#[async_trait]
-impl Pool for DeadpoolPool {
-    async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError> {
-        Ok(Box::new(DropReturns(self.0.get().await.map_err(pool_error)?)))
-    }
-
-    async fn close(&self) {
-        self.0.close();
-    }
-}
-
-#[async_trait]
-impl Driver for Deadpool {
-    fn info(&self) -> DriverInfo {
-        DriverInfo {
-            id: self.id,
-            crate_name: "deadpool-postgres",
-            crate_version: crate_version("deadpool-postgres"),
-            configuration: self.configuration,
-            kind: DriverKind::Pooled,
-            pooler: None,
+        async fn close(&self) {
+            self.0.close();
         }
     }
 
-    async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
-        let manager = Manager::from_config(
-            spec.tokio_postgres_config(),
-            NoTls,
-            ManagerConfig {
-                recycling_method: (self.method)(),
-            },
-        );
-        let pool = deadpool_postgres::Pool::builder(manager)
-            .max_size(opts.max_size as usize)
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .wait_timeout(Some(opts.checkout_timeout))
-            .build()
-            .map_err(|e| DriverError::Client(e.to_string()))?;
-        Ok(Box::new(DeadpoolPool(pool)))
+    #[async_trait]
+    impl Driver for Deadpool {
+        fn info(&self) -> DriverInfo {
+            DriverInfo {
+                id: self.id,
+                crate_name: "deadpool-postgres",
+                crate_version: crate_version_matching("deadpool-postgres", $version),
+                configuration: self.configuration,
+                kind: DriverKind::Pooled,
+                pooler: None,
+            }
+        }
+
+        async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
+            let manager = Manager::from_config(
+                spec.tokio_postgres_config(),
+                NoTls,
+                ManagerConfig {
+                    recycling_method: (self.method)(),
+                },
+            );
+            let pool = $dp::Pool::builder(manager)
+                .max_size(opts.max_size as usize)
+                .runtime($dp::Runtime::Tokio1)
+                .wait_timeout(Some(opts.checkout_timeout))
+                .build()
+                .map_err(|e| DriverError::Client(e.to_string()))?;
+            Ok(Box::new(DeadpoolPool(pool)))
+        }
     }
+        }
+    };
 }
+
+deadpool_driver!(current, deadpool_postgres, "0.14", "deadpool");
+deadpool_driver!(v013, deadpool_postgres013, "0.13", "deadpool-0.13");
+
+pub use current::Deadpool;

@@ -496,6 +496,8 @@ pub fn registry() -> Vec<Box<dyn Driver>> {
         Box::new(deadpool_pg::Deadpool::verified()),
         Box::new(deadpool_pg::Deadpool::clean()),
         Box::new(deadpool_pg::Deadpool::custom_unlock_all()),
+        Box::new(deadpool_pg::v013::Deadpool::fast()),
+        Box::new(deadpool_pg::v013::Deadpool::clean()),
         Box::new(bb8_pg::Bb8Postgres),
         Box::new(sqlx_pg::v09::SqlxPgPool::defaults()),
         Box::new(sqlx_pg::v09::SqlxPgPool::after_release_unlock_all()),
