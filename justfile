@@ -12,6 +12,10 @@ setup major="17":
     for set in asyncpg-0.31 asyncpg-0.32 psycopg-3.3; do bash drivers/adapters/python/install.sh $set; done
     bash harness/scripts/install-chromium.sh
 
+# Build the pooler image locklab/poolers:trixie (Debian 13's PgBouncer 1.24, pgagroal and Pgpool-II) for the pgbouncer-trixie-* and pgpool* columns (needs root and Docker; skipped when it exists).
+pooler-image:
+    bash harness/scripts/build-pooler-image.sh
+
 # Build the stand-in PostgreSQL image locklab/postgres:MAJOR for machines that cannot pull postgres:MAJOR (needs root and Docker; skipped when it exists).
 image major="17":
     bash harness/scripts/build-image.sh {{major}}

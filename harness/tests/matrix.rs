@@ -7,6 +7,9 @@
 //!   the instance name, with `[param=value,…]` for a parameterised file): the
 //!   cell runs once on that backend (a local cluster; a PostgreSQL 17
 //!   container, ignored as "needs Docker" when no Docker engine answers).
+//!   A configuration behind a pooler that runs in a container (PgBouncer
+//!   1.24, Pgpool-II) runs on the local cluster only, and is `n/a` ("needs
+//!   Docker", not a failure) without a Docker engine.
 //!   It must pass (the scenario's fixed expectations are asserted by the
 //!   runner), its observations must be present and well-formed, and its
 //!   outcome must equal the cell of the committed `reports/baseline.json`

@@ -61,6 +61,10 @@ fn main() {
             "check_from_a_report_file_runs_nothing",
             check_from_a_report_file_runs_nothing,
         ),
+        common::trial(
+            "upgrade_between_columns_of_the_committed_report",
+            upgrade_between_columns_of_the_committed_report,
+        ),
     ];
     let needs_chromium = |t: &Trial| BROWSER_TESTS.contains(&t.name());
     // Chromium is installed on first use where it can be (as root, with
@@ -518,4 +522,79 @@ fn check_from_a_report_file_runs_nothing() {
     assert!(stdout.contains("1 of "), "{stdout}");
     assert!(stdout.contains("xact-lock-competition × sqlx"), "{stdout}");
     assert!(stdout.contains(&format!("{real} → something else")), "{stdout}");
+}
+
+/// `check --upgrade A B --from FILE` compares two columns of one report.
+/// On the committed report, for the two version pairs it holds (sqlx 0.8 →
+/// 0.9, PgBouncer 1.18 → 1.24): it names both columns with their versions,
+/// and its exit code agrees with the count of differing cells it prints.
+/// With column B made a copy of column A with one value changed, it prints
+/// exactly that cell, before → after; a column compared with itself, or one
+/// the file lacks, is refused.
+fn upgrade_between_columns_of_the_committed_report() {
+    let committed = root().join("reports").join("matrix.json");
+    let report = locklab::shard::load(&committed).unwrap();
+    let upgrade = |file: &Path, from: &str, to: &str| {
+        Command::new(env!("CARGO_BIN_EXE_locklab"))
+            .args(["check", "--upgrade", from, to, "--full", "--from"])
+            .arg(file)
+            .output()
+            .unwrap()
+    };
+    for (from, to) in [("sqlx-0.8", "sqlx"), ("pgbouncer-session", "pgbouncer-trixie-session")] {
+        let out = upgrade(&committed, from, to);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for id in [from, to] {
+            let d = report.drivers.iter().find(|d| d.id == id).expect("a column of the committed report");
+            assert!(
+                stdout.contains(&format!("{id}: {} {}", d.crate_name, d.crate_version)),
+                "{stdout}{stderr}"
+            );
+            if let Some(v) = &d.pooler_version {
+                assert!(stdout.contains(v.as_str()), "{stdout}");
+            }
+        }
+        let cells = report.runs.iter().filter(|r| r.driver == to).count();
+        let clean = stdout.contains(&format!("0 of {cells} cell(s) differ"));
+        assert_eq!(out.status.success(), clean, "{stdout}{stderr}");
+    }
+
+    // Column B := column A with one value changed.
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = ("sqlx-0.8", "sqlx");
+    let mut json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&committed).unwrap()).unwrap();
+    let runs = json["runs"].as_array_mut().unwrap();
+    let copies: Vec<serde_json::Value> = runs
+        .iter()
+        .filter(|r| r["driver"] == a)
+        .map(|r| {
+            let mut r = r.clone();
+            r["driver"] = b.into();
+            r
+        })
+        .collect();
+    runs.retain(|r| r["driver"] != b);
+    runs.extend(copies);
+    let run = runs
+        .iter_mut()
+        .find(|r| r["scenario"] == "xact-lock-competition" && r["driver"] == b)
+        .expect("the committed report has xact-lock-competition × sqlx-0.8");
+    let real = run["observations"][0]["display"].as_str().unwrap().to_owned();
+    run["observations"][0]["display"] = "something else".into();
+    let tampered = dir.path().join("matrix.json");
+    std::fs::write(&tampered, serde_json::to_string(&json).unwrap()).unwrap();
+    let out = upgrade(&tampered, a, b);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("locklab check: 1 of "), "{stdout}");
+    assert!(stdout.contains("xact-lock-competition × sqlx-0.8 → sqlx"), "{stdout}");
+    assert!(stdout.contains(&format!("{real} → something else")), "{stdout}");
+
+    let out = upgrade(&committed, "sqlx", "sqlx");
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("two different columns"));
+    let out = upgrade(&committed, "sqlx", "no-such-column");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown driver 'no-such-column'"));
 }

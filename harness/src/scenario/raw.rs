@@ -420,7 +420,7 @@ pub(crate) struct RawStep {
     #[serde(default)]
     pub(crate) background: bool,
     /// Client-side bound in ms (1–600000, below the deadline) on a foreground
-    /// `sql`, transaction, `checkout` or `return` step, like
+    /// `sql`, transaction, `checkout`, `return` or `lock_guard` step, like
     /// `tokio::time::timeout`: when it elapses the call's future is dropped
     /// (or, with `on_timeout: cancel`, a cancel request is sent) and the step
     /// records that instead of failing.
