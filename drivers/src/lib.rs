@@ -515,13 +515,14 @@ pub fn registry() -> Vec<Box<dyn Driver>> {
 /// The configurations behind a pooler, each pooler in each of its modes
 /// behind tokio-postgres without a pool and behind deadpool-postgres
 /// (`RecyclingMethod::Fast`): Debian 12's PgBouncer, then the pooler
-/// image's PgBouncer, pgagroal and Pgpool-II.
+/// image's PgBouncer and Pgpool-II (pgagroal, also in the image, aborts at
+/// start-up: see `PoolerKind::Pgagroal`).
 fn pooler_columns() -> Vec<Box<dyn Driver>> {
-    use PoolerKind::*;
+    use PoolerKind::{PgBouncer, PgBouncerTrixie, Pgpool};
     use PoolerMode::*;
     type Column = (&'static str, &'static str, &'static str, &'static str, PoolerKind, PoolerMode);
     // (id without pool, its configuration, id with deadpool, its configuration, pooler, mode)
-    const COLUMNS: [Column; 7] = [
+    const COLUMNS: [Column; 5] = [
         (
             "pgbouncer-session",
             "PgBouncer pool_mode=session; tokio-postgres, no pool",
@@ -552,22 +553,6 @@ fn pooler_columns() -> Vec<Box<dyn Driver>> {
             "pgbouncer-trixie-transaction+deadpool",
             "PgBouncer (Debian 13, container) pool_mode=transaction; deadpool-postgres RecyclingMethod::Fast",
             PgBouncerTrixie,
-            Transaction,
-        ),
-        (
-            "pgagroal-session",
-            "pgagroal pipeline=session; tokio-postgres, no pool",
-            "pgagroal-session+deadpool",
-            "pgagroal pipeline=session; deadpool-postgres RecyclingMethod::Fast",
-            Pgagroal,
-            Session,
-        ),
-        (
-            "pgagroal-transaction",
-            "pgagroal pipeline=transaction; tokio-postgres, no pool",
-            "pgagroal-transaction+deadpool",
-            "pgagroal pipeline=transaction; deadpool-postgres RecyclingMethod::Fast",
-            Pgagroal,
             Transaction,
         ),
         (

@@ -50,8 +50,10 @@ pub enum PoolerKind {
     /// PgBouncer from Debian 13's package (1.24), in a container of the
     /// pooler image (`harness/scripts/build-pooler-image.sh`).
     PgBouncerTrixie,
-    /// pgagroal from Debian 13's package (1.6), in a container; `pipeline =
-    /// session` or `transaction` (pgagroal docs, "Pipelines").
+    /// pgagroal from Debian 13's package (1.6.0), which the pooler image
+    /// holds, but no column uses: on this project's machines it aborts at
+    /// start-up (`*** buffer overflow detected ***`), even with its packaged
+    /// configuration, so the harness does not start it.
     Pgagroal,
     /// Pgpool-II from Debian 13's package (4.6), in a container: one backend,
     /// `connection_cache = on`, the configuration it is used as a pooler

@@ -59,17 +59,11 @@ fi
 
 bash "$root/harness/scripts/install-postgres.sh" "$major"
 
-# find_mirror: the Debian mirror debootstrap uses.
+# find_mirror and need_debootstrap.
 . "$root/harness/scripts/lib/debian.sh"
 
 if [ ! -e "$rootfs/.locklab-complete" ]; then
-  if ! command -v debootstrap >/dev/null 2>&1; then
-    command -v apt-get >/dev/null 2>&1 || die "debootstrap is not installed and there is no apt-get to install it"
-    say "installing debootstrap (apt-get)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null \
-      || { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; } \
-      || die "cannot install debootstrap with apt-get"
-  fi
+  need_debootstrap
   mirror="$(find_mirror | head -n 1)"
   [ -n "$mirror" ] || die "no Debian mirror found in the apt configuration; set LOCKLAB_DEBIAN_MIRROR"
   say "debootstrap $suite (minbase) into .cache/rootfs/$suite (about a minute, once)"

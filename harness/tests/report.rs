@@ -65,6 +65,10 @@ fn main() {
             "upgrade_between_columns_of_the_committed_report",
             upgrade_between_columns_of_the_committed_report,
         ),
+        common::trial(
+            "without_docker_pooler_columns_are_not_applicable",
+            without_docker_pooler_columns_are_not_applicable,
+        ),
     ];
     let needs_chromium = |t: &Trial| BROWSER_TESTS.contains(&t.name());
     // Chromium is installed on first use where it can be (as root, with
@@ -597,4 +601,36 @@ fn upgrade_between_columns_of_the_committed_report() {
     let out = upgrade(&committed, "sqlx", "no-such-column");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown driver 'no-such-column'"));
+}
+
+/// Without a Docker engine (`DOCKER_HOST` naming a socket that does not
+/// exist), a column whose pooler runs in a container is `n/a` ("needs
+/// Docker"), and `check` leaves its cells out rather than counting them as
+/// differences: it exits 0 and says how many it left out. The other column
+/// of the run is still compared.
+fn without_docker_pooler_columns_are_not_applicable() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args([
+            "check",
+            "--backend",
+            "local",
+            "-s",
+            "xact-lock-competition",
+            "-d",
+            "pgpool",
+            "-d",
+            "tokio-postgres",
+        ])
+        .env("DOCKER_HOST", format!("unix://{}", dir.path().join("no-engine.sock").display()))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("1 cell(s) not compared: not applicable here (needs Docker)"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("0 of 1 cell(s) differ"), "{stdout}");
 }

@@ -1,4 +1,5 @@
-# Shared by the image scripts (sourced): the Debian mirror debootstrap uses.
+# Shared by the image scripts (sourced; they define say and die first): the
+# Debian mirror debootstrap uses, and debootstrap itself.
 
 # The first Debian (non-security) mirror in this machine's apt configuration.
 find_mirror() {
@@ -17,3 +18,13 @@ find_mirror() {
   done | head -n 1
 }
 
+
+# Installs debootstrap with apt-get when it is missing.
+need_debootstrap() {
+  command -v debootstrap >/dev/null 2>&1 && return 0
+  command -v apt-get >/dev/null 2>&1 || die "debootstrap is not installed and there is no apt-get to install it"
+  say "installing debootstrap (apt-get)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null \
+    || { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null; } \
+    || die "cannot install debootstrap with apt-get"
+}

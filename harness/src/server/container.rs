@@ -330,16 +330,22 @@ fn start_error(e: TestcontainersError, image: &str) -> anyhow::Error {
 /// The container's last `n` log lines, stdout and stderr interleaved as
 /// Docker recorded them.
 async fn last_log_lines(container: &ContainerAsync<PostgresImage>, n: usize) -> String {
-    let Ok(docker) = Docker::connect_with_defaults() else {
-        return "(logs unavailable: cannot reach the Docker engine)".into();
-    };
+    match Docker::connect_with_defaults() {
+        Ok(docker) => log_lines(&docker, container.id(), n).await,
+        Err(_) => "(logs unavailable: cannot reach the Docker engine)".into(),
+    }
+}
+
+/// The last `n` non-empty log lines of container `id`, stdout and stderr
+/// interleaved as Docker recorded them; `(no output)` when there are none.
+pub(super) async fn log_lines(docker: &Docker, id: &str, n: usize) -> String {
     let opts = LogsOptionsBuilder::default()
         .stdout(true)
         .stderr(true)
         .tail(&n.to_string())
         .build();
     let mut text = String::new();
-    let mut stream = docker.logs(container.id(), Some(opts));
+    let mut stream = docker.logs(id, Some(opts));
     while let Some(Ok(chunk)) = stream.next().await {
         text.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
     }

@@ -543,6 +543,20 @@ pub fn workspace_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// Connection settings for a pooler the harness started on the loopback
+/// port `port`: `user` with the pooler's own client `password`.
+pub(crate) fn loopback_spec(port: u16, user: &str, password: &str, dbname: &str, application_name: &str) -> ConnectSpec {
+    ConnectSpec {
+        host: "127.0.0.1".into(),
+        port,
+        user: user.into(),
+        password: Some(password.to_owned()),
+        dbname: dbname.into(),
+        application_name: application_name.into(),
+        options: Vec::new(),
+    }
+}
+
 /// Starts a cleanup watchdog: `sh -c SCRIPT NAME ARGS...` in a process group of
 /// its own (a terminal's Ctrl-C does not reach it), stdin a pipe from us whose
 /// end-of-file (our exit, or dropping the child's stdin) starts its cleanup.

@@ -27,7 +27,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use locklab_drivers::{ConnectSpec, DirectConn, PoolerMode};
+use locklab_drivers::{DirectConn, PoolerMode};
 
 use super::local::{RunAs, Startup, Watchdog, chown_tree, command, free_port, run_as, tail, wait_accepting};
 
@@ -186,15 +186,7 @@ impl PgBouncer {
     }
 
     async fn wait_ready(&mut self, up: &Upstream<'_>, timeout: Duration) -> Result<()> {
-        let spec = ConnectSpec {
-            host: "127.0.0.1".into(),
-            port: self.port,
-            user: up.user.into(),
-            password: Some(self.password.clone()),
-            dbname: up.admin_db.into(),
-            application_name: "locklab-ready".into(),
-            options: Vec::new(),
-        };
+        let spec = super::loopback_spec(self.port, up.user, &self.password, up.admin_db, "locklab-ready");
         let log = self.dir.join("pgbouncer.log");
         match wait_accepting(&mut self.child, &spec, Instant::now() + timeout).await? {
             Startup::Ready => Ok(()),
@@ -251,15 +243,7 @@ pub(super) fn config(server: &str, port: u16, dir: &str, mode: PoolerMode, admin
 /// # Errors
 /// The console refuses the connection or a command, or does not answer in time.
 pub(super) async fn kill_database(port: u16, password: &str, user: &str, dbname: &str, resume: bool) -> Result<()> {
-    let spec = ConnectSpec {
-        host: "127.0.0.1".into(),
-        port,
-        user: user.into(),
-        password: Some(password.to_owned()),
-        dbname: "pgbouncer".into(),
-        application_name: "locklab-console".into(),
-        options: Vec::new(),
-    };
+    let spec = super::loopback_spec(port, user, password, "pgbouncer", "locklab-console");
     let console = DirectConn::connect(&spec)
         .await
         .map_err(|e| anyhow::anyhow!("cannot open PgBouncer's admin console: {e}"))?;

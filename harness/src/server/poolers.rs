@@ -32,14 +32,17 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use futures::StreamExt;
-use locklab_drivers::{ConnectSpec, DirectConn, Pooler, PoolerKind};
+use locklab_drivers::{DirectConn, Pooler, PoolerKind};
 use testcontainers::bollard::Docker;
 use testcontainers::bollard::models::{ContainerCreateBody, HostConfig};
-use testcontainers::bollard::query_parameters::{CreateContainerOptionsBuilder, LogsOptionsBuilder};
+use testcontainers::bollard::query_parameters::CreateContainerOptionsBuilder;
 
-use super::container::{PID_LABEL, docker_answers, docker_host};
+use super::container::{PID_LABEL, docker_answers, docker_host, log_lines};
 use super::pgbouncer::Upstream;
+
+/// What a pooler's log says when its port was taken (both poolers print
+/// the system's message).
+const PORT_TAKEN: &str = "Address already in use";
 
 /// The pooler image when `LOCKLAB_POOLER_IMAGE` is not set.
 pub const DEFAULT_POOLER_IMAGE: &str = "locklab/poolers:trixie";
@@ -55,14 +58,13 @@ pub fn unavailable(pooler: Pooler) -> Option<String> {
     if !pooler.kind.in_container() {
         return None;
     }
-    static ANSWERS: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    ANSWERS
-        .get_or_init(|| {
-            docker_answers()
-                .err()
-                .map(|e| format!("needs Docker ({} runs in a container): {e:#}", pooler.kind.product()))
-        })
-        .clone()
+    // Asked once per process: whether the engine answers does not change
+    // within a run, and every cell behind such a pooler asks.
+    static NO_ENGINE: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    NO_ENGINE
+        .get_or_init(|| docker_answers().err().map(|e| format!("{e:#}")))
+        .as_ref()
+        .map(|e| format!("needs Docker ({} runs in a container): {e}", pooler.kind.product()))
 }
 
 /// The pooler image: `LOCKLAB_POOLER_IMAGE`, else [`DEFAULT_POOLER_IMAGE`],
@@ -135,6 +137,31 @@ impl ContainerPooler {
         docker_answers().context("this pooler runs in a container and needs a Docker engine")?;
         let docker = Docker::connect_with_defaults().context("cannot reach the Docker engine")?;
         let image = image(&docker).await?;
+        // The free port is chosen before the pooler binds it: another
+        // process may take it meanwhile (Pgpool-II then runs on without
+        // listening). That is retried on another port, twice.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match ContainerPooler::start_on(&docker, &host, &image, pooler, up, timeout).await {
+                Err(e) if attempt < 3 && format!("{e:#}").contains(PORT_TAKEN) => {
+                    tracing::warn!("{}: its port was taken before it bound it; another try", pooler.label());
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn start_on(
+        docker: &Docker,
+        host: &str,
+        image: &str,
+        pooler: Pooler,
+        up: &Upstream<'_>,
+        timeout: Duration,
+    ) -> Result<ContainerPooler> {
+        let host = host.to_owned();
+        let image = image.to_owned();
         let port = super::local::free_port()?;
         // Pgpool-II authenticates to the server with the password in its
         // pool_passwd: the client's must be the server's, when it has one.
@@ -177,8 +204,8 @@ impl ContainerPooler {
             .start_container(&running.id, None)
             .await
             .with_context(|| format!("Docker could not start the {} container", pooler.kind.product()))?;
-        running.wait_ready(&docker, pooler, up, timeout).await?;
-        if let Some(v) = logs(&docker, &running.id, 200)
+        running.wait_ready(docker, pooler, up, timeout).await?;
+        if let Some(v) = log_lines(docker, &running.id, 200)
             .await
             .lines()
             .find_map(|l| l.strip_prefix("locklab-version: "))
@@ -193,15 +220,7 @@ impl ContainerPooler {
     }
 
     async fn wait_ready(&self, docker: &Docker, pooler: Pooler, up: &Upstream<'_>, timeout: Duration) -> Result<()> {
-        let spec = ConnectSpec {
-            host: "127.0.0.1".into(),
-            port: self.port,
-            user: up.user.into(),
-            password: Some(self.password.clone()),
-            dbname: up.admin_db.into(),
-            application_name: "locklab-ready".into(),
-            options: Vec::new(),
-        };
+        let spec = super::loopback_spec(self.port, up.user, &self.password, up.admin_db, "locklab-ready");
         let deadline = Instant::now() + timeout;
         loop {
             let last_error = match tokio::time::timeout(Duration::from_secs(5), DirectConn::connect(&spec)).await {
@@ -227,15 +246,19 @@ impl ContainerPooler {
                 bail!(
                     "{} exited during start-up; its last log lines:\n{}",
                     pooler.label(),
-                    logs(docker, &self.id, 15).await
+                    log_lines(docker, &self.id, 15).await
                 );
+            }
+            let log = log_lines(docker, &self.id, 15).await;
+            if log.contains(PORT_TAKEN) {
+                bail!("{} could not listen on port {}: {PORT_TAKEN}", pooler.label(), self.port);
             }
             if Instant::now() >= deadline {
                 bail!(
                     "{} was not ready within {} s (last error: {last_error}); its last log lines:\n{}",
                     pooler.label(),
                     timeout.as_secs(),
-                    logs(docker, &self.id, 15).await
+                    log_lines(docker, &self.id, 15).await
                 );
             }
             // Polling interval for a pooler that is still starting.
@@ -253,7 +276,7 @@ impl ContainerPooler {
         Some(format!(
             "exit code {}; its last log lines:\n{}",
             state.exit_code.unwrap_or(-1),
-            logs(&docker, &self.id, 15).await
+            log_lines(&docker, &self.id, 15).await
         ))
     }
 }
@@ -267,21 +290,6 @@ impl Drop for ContainerPooler {
             .stderr(std::process::Stdio::null())
             .status();
     }
-}
-
-/// The container's last `n` log lines.
-async fn logs(docker: &Docker, id: &str, n: usize) -> String {
-    let opts = LogsOptionsBuilder::default()
-        .stdout(true)
-        .stderr(true)
-        .tail(&n.to_string())
-        .build();
-    let mut text = String::new();
-    let mut stream = docker.logs(id, Some(opts));
-    while let Some(Ok(chunk)) = stream.next().await {
-        text.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
-    }
-    if text.trim().is_empty() { "(no output)".into() } else { text }
 }
 
 /// The container's start-up script and its environment: the script writes
