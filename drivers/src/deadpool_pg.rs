@@ -13,118 +13,121 @@ macro_rules! deadpool_driver {
         // Not every configuration has a column in every release line.
         #[allow(dead_code)]
         pub(crate) mod $module {
-    use async_trait::async_trait;
-    use $dp::{Manager, ManagerConfig, Object, RecyclingMethod};
-    use tokio_postgres::NoTls;
+            use async_trait::async_trait;
+            use tokio_postgres::NoTls;
+            use $dp::{Manager, ManagerConfig, Object, RecyclingMethod};
 
-    use crate::direct::{ClientGuard, DropReturns};
-    use crate::{Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, crate_version_matching};
+            use crate::direct::{ClientGuard, DropReturns};
+            use crate::{
+                Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions,
+                crate_version_matching,
+            };
 
-    /// deadpool-postgres with one [`RecyclingMethod`].
-    pub struct Deadpool {
-        id: &'static str,
-        configuration: &'static str,
-        method: fn() -> RecyclingMethod,
-    }
-
-    impl Deadpool {
-        /// `RecyclingMethod::Fast`, the crate's default: only `Client::is_closed()` on recycle.
-        pub fn fast() -> Self {
-            Deadpool {
-                id: concat!($prefix, "-fast"),
-                configuration: "RecyclingMethod::Fast (default)",
-                method: || RecyclingMethod::Fast,
+            /// deadpool-postgres with one [`RecyclingMethod`].
+            pub struct Deadpool {
+                id: &'static str,
+                configuration: &'static str,
+                method: fn() -> RecyclingMethod,
             }
-        }
 
-        /// `RecyclingMethod::Verified`: runs an empty simple query on recycle.
-        pub fn verified() -> Self {
-            Deadpool {
-                id: concat!($prefix, "-verified"),
-                configuration: "RecyclingMethod::Verified",
-                method: || RecyclingMethod::Verified,
+            impl Deadpool {
+                /// `RecyclingMethod::Fast`, the crate's default: only `Client::is_closed()` on recycle.
+                pub fn fast() -> Self {
+                    Deadpool {
+                        id: concat!($prefix, "-fast"),
+                        configuration: "RecyclingMethod::Fast (default)",
+                        method: || RecyclingMethod::Fast,
+                    }
+                }
+
+                /// `RecyclingMethod::Verified`: runs an empty simple query on recycle.
+                pub fn verified() -> Self {
+                    Deadpool {
+                        id: concat!($prefix, "-verified"),
+                        configuration: "RecyclingMethod::Verified",
+                        method: || RecyclingMethod::Verified,
+                    }
+                }
+
+                /// `RecyclingMethod::Custom("select pg_advisory_unlock_all()")`: the
+                /// mitigation on its own, run on recycle (the next checkout).
+                pub fn custom_unlock_all() -> Self {
+                    Deadpool {
+                        id: concat!($prefix, "-custom"),
+                        configuration: "RecyclingMethod::Custom(\"select pg_advisory_unlock_all()\")",
+                        method: || RecyclingMethod::Custom("select pg_advisory_unlock_all()".into()),
+                    }
+                }
+
+                /// `RecyclingMethod::Clean`: runs the crate's DISCARD-like script, which includes
+                /// `SELECT pg_advisory_unlock_all()`, on recycle.
+                pub fn clean() -> Self {
+                    Deadpool {
+                        id: concat!($prefix, "-clean"),
+                        configuration: "RecyclingMethod::Clean",
+                        method: || RecyclingMethod::Clean,
+                    }
+                }
             }
-        }
 
-        /// `RecyclingMethod::Custom("select pg_advisory_unlock_all()")`: the
-        /// mitigation on its own, run on recycle (the next checkout).
-        pub fn custom_unlock_all() -> Self {
-            Deadpool {
-                id: concat!($prefix, "-custom"),
-                configuration: "RecyclingMethod::Custom(\"select pg_advisory_unlock_all()\")",
-                method: || RecyclingMethod::Custom("select pg_advisory_unlock_all()".into()),
+            struct DeadpoolPool($dp::Pool);
+
+            impl ClientGuard for Object {
+                // Dropping an Object puts it back into the pool's slots synchronously;
+                // recycling happens on the next checkout (deadpool src/managed/mod.rs).
+                fn client(&self) -> &tokio_postgres::Client {
+                    self
+                }
             }
-        }
 
-        /// `RecyclingMethod::Clean`: runs the crate's DISCARD-like script, which includes
-        /// `SELECT pg_advisory_unlock_all()`, on recycle.
-        pub fn clean() -> Self {
-            Deadpool {
-                id: concat!($prefix, "-clean"),
-                configuration: "RecyclingMethod::Clean",
-                method: || RecyclingMethod::Clean,
+            fn pool_error(e: $dp::PoolError) -> DriverError {
+                match e {
+                    $dp::PoolError::Backend(e) => e.into(),
+                    other => DriverError::Client(other.to_string()),
+                }
             }
-        }
-    }
 
-    struct DeadpoolPool($dp::Pool);
+            #[async_trait]
+            impl Pool for DeadpoolPool {
+                async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError> {
+                    Ok(Box::new(DropReturns(self.0.get().await.map_err(pool_error)?)))
+                }
 
-    impl ClientGuard for Object {
-        // Dropping an Object puts it back into the pool's slots synchronously;
-        // recycling happens on the next checkout (deadpool src/managed/mod.rs).
-        fn client(&self) -> &tokio_postgres::Client {
-            self
-        }
-    }
-
-    fn pool_error(e: $dp::PoolError) -> DriverError {
-        match e {
-            $dp::PoolError::Backend(e) => e.into(),
-            other => DriverError::Client(other.to_string()),
-        }
-    }
-
-    #[async_trait]
-    impl Pool for DeadpoolPool {
-        async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError> {
-            Ok(Box::new(DropReturns(self.0.get().await.map_err(pool_error)?)))
-        }
-
-        async fn close(&self) {
-            self.0.close();
-        }
-    }
-
-    #[async_trait]
-    impl Driver for Deadpool {
-        fn info(&self) -> DriverInfo {
-            DriverInfo {
-                id: self.id,
-                crate_name: "deadpool-postgres",
-                crate_version: crate_version_matching("deadpool-postgres", $version),
-                configuration: self.configuration,
-                kind: DriverKind::Pooled,
-                pooler: None,
+                async fn close(&self) {
+                    self.0.close();
+                }
             }
-        }
 
-        async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
-            let manager = Manager::from_config(
-                spec.tokio_postgres_config(),
-                NoTls,
-                ManagerConfig {
-                    recycling_method: (self.method)(),
-                },
-            );
-            let pool = $dp::Pool::builder(manager)
-                .max_size(opts.max_size as usize)
-                .runtime($dp::Runtime::Tokio1)
-                .wait_timeout(Some(opts.checkout_timeout))
-                .build()
-                .map_err(|e| DriverError::Client(e.to_string()))?;
-            Ok(Box::new(DeadpoolPool(pool)))
-        }
-    }
+            #[async_trait]
+            impl Driver for Deadpool {
+                fn info(&self) -> DriverInfo {
+                    DriverInfo {
+                        id: self.id,
+                        crate_name: "deadpool-postgres",
+                        crate_version: crate_version_matching("deadpool-postgres", $version),
+                        configuration: self.configuration,
+                        kind: DriverKind::Pooled,
+                        pooler: None,
+                    }
+                }
+
+                async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
+                    let manager = Manager::from_config(
+                        spec.tokio_postgres_config(),
+                        NoTls,
+                        ManagerConfig {
+                            recycling_method: (self.method)(),
+                        },
+                    );
+                    let pool = $dp::Pool::builder(manager)
+                        .max_size(opts.max_size as usize)
+                        .runtime($dp::Runtime::Tokio1)
+                        .wait_timeout(Some(opts.checkout_timeout))
+                        .build()
+                        .map_err(|e| DriverError::Client(e.to_string()))?;
+                    Ok(Box::new(DeadpoolPool(pool)))
+                }
+            }
         }
     };
 }

@@ -520,7 +520,14 @@ pub fn registry() -> Vec<Box<dyn Driver>> {
 fn pooler_columns() -> Vec<Box<dyn Driver>> {
     use PoolerKind::{PgBouncer, PgBouncerTrixie, Pgpool};
     use PoolerMode::*;
-    type Column = (&'static str, &'static str, &'static str, &'static str, PoolerKind, PoolerMode);
+    type Column = (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        PoolerKind,
+        PoolerMode,
+    );
     // (id without pool, its configuration, id with deadpool, its configuration, pooler, mode)
     const COLUMNS: [Column; 5] = [
         (

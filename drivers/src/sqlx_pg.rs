@@ -18,192 +18,192 @@ macro_rules! sqlx_driver {
     ($module:ident, $sqlx:ident, $version:literal, $defaults_id:literal, $after_release_id:literal,
      |$statement:ident| $raw_sql:expr, $hook_fn:ident) => {
         pub(crate) mod $module {
-        use std::time::Duration;
+            use std::time::Duration;
 
-        use async_trait::async_trait;
-        use futures::TryStreamExt;
-        use $sqlx::pool::PoolConnection;
-        use $sqlx::postgres::{PgAdvisoryLock, PgAdvisoryLockKey, PgConnectOptions, PgPoolOptions};
-        use $sqlx::{Column, Either, Postgres, Row, ValueRef};
+            use async_trait::async_trait;
+            use futures::TryStreamExt;
+            use $sqlx::pool::PoolConnection;
+            use $sqlx::postgres::{PgAdvisoryLock, PgAdvisoryLockKey, PgConnectOptions, PgPoolOptions};
+            use $sqlx::{Column, Either, Postgres, Row, ValueRef};
 
-        use crate::{
-            Conn, ConnectSpec, DbError, Driver, DriverError, DriverInfo, DriverKind, GuardEnd, Pool, PoolOptions, Returned,
-            Rows, crate_version_matching,
-        };
+            use crate::{
+                Conn, ConnectSpec, DbError, Driver, DriverError, DriverInfo, DriverKind, GuardEnd, Pool, PoolOptions,
+                Returned, Rows, crate_version_matching,
+            };
 
-        /// sqlx `PgPool` with `PgPoolOptions` defaults apart from the size, with or
-        /// without the mitigation hook.
-        pub struct SqlxPgPool {
-            id: &'static str,
-            configuration: &'static str,
-            /// Install an `after_release` hook running `select pg_advisory_unlock_all()`.
-            unlock_all_after_release: bool,
-        }
+            /// sqlx `PgPool` with `PgPoolOptions` defaults apart from the size, with or
+            /// without the mitigation hook.
+            pub struct SqlxPgPool {
+                id: &'static str,
+                configuration: &'static str,
+                /// Install an `after_release` hook running `select pg_advisory_unlock_all()`.
+                unlock_all_after_release: bool,
+            }
 
-        impl SqlxPgPool {
-            /// `PgPoolOptions` defaults.
-            pub fn defaults() -> Self {
-                SqlxPgPool {
-                    id: $defaults_id,
-                    configuration: "PgPoolOptions defaults (test_before_acquire = true)",
-                    unlock_all_after_release: false,
+            impl SqlxPgPool {
+                /// `PgPoolOptions` defaults.
+                pub fn defaults() -> Self {
+                    SqlxPgPool {
+                        id: $defaults_id,
+                        configuration: "PgPoolOptions defaults (test_before_acquire = true)",
+                        unlock_all_after_release: false,
+                    }
+                }
+
+                /// `PgPoolOptions::after_release` running `select pg_advisory_unlock_all()`
+                /// on every return (the mitigation); the connection is kept when it succeeds.
+                pub fn after_release_unlock_all() -> Self {
+                    SqlxPgPool {
+                        id: $after_release_id,
+                        configuration: "after_release hook: select pg_advisory_unlock_all()",
+                        unlock_all_after_release: true,
+                    }
                 }
             }
 
-            /// `PgPoolOptions::after_release` running `select pg_advisory_unlock_all()`
-            /// on every return (the mitigation); the connection is kept when it succeeds.
-            pub fn after_release_unlock_all() -> Self {
-                SqlxPgPool {
-                    id: $after_release_id,
-                    configuration: "after_release hook: select pg_advisory_unlock_all()",
-                    unlock_all_after_release: true,
+            struct SqlxPool($sqlx::PgPool);
+
+            struct SqlxConn {
+                conn: PoolConnection<Postgres>,
+                pool: $sqlx::PgPool,
+            }
+
+            fn sqlx_error(e: $sqlx::Error) -> DriverError {
+                match &e {
+                    $sqlx::Error::Database(db) => DriverError::Db(DbError {
+                        sqlstate: db.code().map(|c| c.into_owned()).unwrap_or_default(),
+                        message: db.message().to_owned(),
+                    }),
+                    _ => DriverError::Client(e.to_string()),
                 }
             }
-        }
 
-        struct SqlxPool($sqlx::PgPool);
-
-        struct SqlxConn {
-            conn: PoolConnection<Postgres>,
-            pool: $sqlx::PgPool,
-        }
-
-        fn sqlx_error(e: $sqlx::Error) -> DriverError {
-            match &e {
-                $sqlx::Error::Database(db) => DriverError::Db(DbError {
-                    sqlstate: db.code().map(|c| c.into_owned()).unwrap_or_default(),
-                    message: db.message().to_owned(),
-                }),
-                _ => DriverError::Client(e.to_string()),
-            }
-        }
-
-        #[async_trait]
-        impl Conn for SqlxConn {
-            async fn simple_query(&mut self, sql: &str) -> Result<Rows, DriverError> {
-                let mut out = Rows::default();
-                let $statement = sql;
-                let mut stream = $raw_sql.fetch_many(&mut *self.conn);
-                while let Some(item) = stream.try_next().await.map_err(sqlx_error)? {
-                    if let Either::Right(row) = item {
-                        out.columns = row.columns().iter().map(|c| c.name().to_owned()).collect();
-                        let mut values = Vec::with_capacity(row.len());
-                        for i in 0..row.len() {
-                            let raw = row.try_get_raw(i).map_err(sqlx_error)?;
-                            if raw.is_null() {
-                                values.push(None);
-                            } else {
-                                let text = raw.as_str().map_err(|e| DriverError::Client(e.to_string()))?;
-                                values.push(Some(text.to_owned()));
+            #[async_trait]
+            impl Conn for SqlxConn {
+                async fn simple_query(&mut self, sql: &str) -> Result<Rows, DriverError> {
+                    let mut out = Rows::default();
+                    let $statement = sql;
+                    let mut stream = $raw_sql.fetch_many(&mut *self.conn);
+                    while let Some(item) = stream.try_next().await.map_err(sqlx_error)? {
+                        if let Either::Right(row) = item {
+                            out.columns = row.columns().iter().map(|c| c.name().to_owned()).collect();
+                            let mut values = Vec::with_capacity(row.len());
+                            for i in 0..row.len() {
+                                let raw = row.try_get_raw(i).map_err(sqlx_error)?;
+                                if raw.is_null() {
+                                    values.push(None);
+                                } else {
+                                    let text = raw.as_str().map_err(|e| DriverError::Client(e.to_string()))?;
+                                    values.push(Some(text.to_owned()));
+                                }
                             }
+                            out.rows.push(values);
                         }
-                        out.rows.push(values);
+                    }
+                    Ok(out)
+                }
+
+                async fn release(self: Box<Self>) {
+                    drop(self);
+                }
+
+                async fn give_back(self: Box<Self>) -> Returned {
+                    let SqlxConn { conn, pool } = *self;
+                    let idle_before = pool.num_idle();
+                    let size_before = pool.size();
+                    drop(conn);
+                    // sqlx finishes the return in a spawned task (ping, then release to idle).
+                    // Wait until the pool shows the connection idle again, or closed.
+                    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+                    loop {
+                        if pool.num_idle() > idle_before {
+                            return Returned::ToPool;
+                        }
+                        if pool.size() < size_before {
+                            return Returned::Closed;
+                        }
+                        if tokio::time::Instant::now() > deadline {
+                            tracing::warn!("sqlx: connection not back in the pool after 10 s");
+                            return Returned::ToPool;
+                        }
+                        tokio::time::sleep(Duration::from_millis(1)).await;
                     }
                 }
-                Ok(out)
-            }
 
-            async fn release(self: Box<Self>) {
-                drop(self);
-            }
-
-            async fn give_back(self: Box<Self>) -> Returned {
-                let SqlxConn { conn, pool } = *self;
-                let idle_before = pool.num_idle();
-                let size_before = pool.size();
-                drop(conn);
-                // sqlx finishes the return in a spawned task (ping, then release to idle).
-                // Wait until the pool shows the connection idle again, or closed.
-                let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-                loop {
-                    if pool.num_idle() > idle_before {
-                        return Returned::ToPool;
+                async fn advisory_lock_guard(&mut self, key: i64, end: GuardEnd) -> Result<(), DriverError> {
+                    let lock = PgAdvisoryLock::with_key(PgAdvisoryLockKey::BigInt(key));
+                    let guard = lock.acquire(&mut *self.conn).await.map_err(sqlx_error)?;
+                    match end {
+                        GuardEnd::ReleaseNow => {
+                            guard.release_now().await.map_err(sqlx_error)?;
+                        }
+                        GuardEnd::Drop => drop(guard),
+                        GuardEnd::Leak => {
+                            guard.leak();
+                        }
                     }
-                    if pool.size() < size_before {
-                        return Returned::Closed;
+                    Ok(())
+                }
+            }
+
+            #[async_trait]
+            impl Pool for SqlxPool {
+                async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError> {
+                    let conn = self.0.acquire().await.map_err(sqlx_error)?;
+                    Ok(Box::new(SqlxConn {
+                        conn,
+                        pool: self.0.clone(),
+                    }))
+                }
+
+                async fn close(&self) {
+                    self.0.close().await;
+                }
+            }
+
+            #[async_trait]
+            impl Driver for SqlxPgPool {
+                fn info(&self) -> DriverInfo {
+                    DriverInfo {
+                        id: self.id,
+                        crate_name: "sqlx",
+                        crate_version: crate_version_matching("sqlx", $version),
+                        configuration: self.configuration,
+                        kind: DriverKind::Pooled,
+                        pooler: None,
                     }
-                    if tokio::time::Instant::now() > deadline {
-                        tracing::warn!("sqlx: connection not back in the pool after 10 s");
-                        return Returned::ToPool;
+                }
+
+                async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
+                    let mut options = PgConnectOptions::new()
+                        .host(&spec.host)
+                        .port(spec.port)
+                        .username(&spec.user)
+                        .database(&spec.dbname)
+                        .application_name(&spec.application_name);
+                    if let Some(p) = &spec.password {
+                        options = options.password(p);
                     }
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-            }
-
-            async fn advisory_lock_guard(&mut self, key: i64, end: GuardEnd) -> Result<(), DriverError> {
-                let lock = PgAdvisoryLock::with_key(PgAdvisoryLockKey::BigInt(key));
-                let guard = lock.acquire(&mut *self.conn).await.map_err(sqlx_error)?;
-                match end {
-                    GuardEnd::ReleaseNow => {
-                        guard.release_now().await.map_err(sqlx_error)?;
+                    if !spec.options.is_empty() {
+                        options = options.options(spec.options.iter().map(|(k, v)| (k.as_str(), v.as_str())));
                     }
-                    GuardEnd::Drop => drop(guard),
-                    GuardEnd::Leak => {
-                        guard.leak();
+                    let mut pool = PgPoolOptions::new()
+                        .max_connections(opts.max_size)
+                        .acquire_timeout(opts.checkout_timeout);
+                    if self.unlock_all_after_release {
+                        pool = pool.after_release(|conn, _meta| {
+                            Box::pin(async move {
+                                $sqlx::$hook_fn("select pg_advisory_unlock_all()")
+                                    .execute(&mut *conn)
+                                    .await?;
+                                Ok(true)
+                            })
+                        });
                     }
-                }
-                Ok(())
-            }
-        }
-
-        #[async_trait]
-        impl Pool for SqlxPool {
-            async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError> {
-                let conn = self.0.acquire().await.map_err(sqlx_error)?;
-                Ok(Box::new(SqlxConn {
-                    conn,
-                    pool: self.0.clone(),
-                }))
-            }
-
-            async fn close(&self) {
-                self.0.close().await;
-            }
-        }
-
-        #[async_trait]
-        impl Driver for SqlxPgPool {
-            fn info(&self) -> DriverInfo {
-                DriverInfo {
-                    id: self.id,
-                    crate_name: "sqlx",
-                    crate_version: crate_version_matching("sqlx", $version),
-                    configuration: self.configuration,
-                    kind: DriverKind::Pooled,
-                    pooler: None,
+                    let pool = pool.connect_lazy_with(options);
+                    Ok(Box::new(SqlxPool(pool)))
                 }
             }
-
-            async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
-                let mut options = PgConnectOptions::new()
-                    .host(&spec.host)
-                    .port(spec.port)
-                    .username(&spec.user)
-                    .database(&spec.dbname)
-                    .application_name(&spec.application_name);
-                if let Some(p) = &spec.password {
-                    options = options.password(p);
-                }
-                if !spec.options.is_empty() {
-                    options = options.options(spec.options.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-                }
-                let mut pool = PgPoolOptions::new()
-                    .max_connections(opts.max_size)
-                    .acquire_timeout(opts.checkout_timeout);
-                if self.unlock_all_after_release {
-                    pool = pool.after_release(|conn, _meta| {
-                        Box::pin(async move {
-                            $sqlx::$hook_fn("select pg_advisory_unlock_all()")
-                                .execute(&mut *conn)
-                                .await?;
-                            Ok(true)
-                        })
-                    });
-                }
-                let pool = pool.connect_lazy_with(options);
-                Ok(Box::new(SqlxPool(pool)))
-            }
-        }
         }
     };
 }

@@ -339,7 +339,11 @@ fn check_cell(
     }
     // A pooler in a container, on a machine without Docker: n/a.
     if r.skipped.as_deref().is_some_and(|why| why.starts_with("needs Docker")) {
-        eprintln!("{} × {id}: not run here: {}", s.name, r.skipped.as_deref().unwrap_or_default());
+        eprintln!(
+            "{} × {id}: not run here: {}",
+            s.name,
+            r.skipped.as_deref().unwrap_or_default()
+        );
         return Ok(());
     }
     if let Some(failure) = &r.failure {

@@ -550,7 +550,11 @@ fn upgrade_between_columns_of_the_committed_report() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         for id in [from, to] {
-            let d = report.drivers.iter().find(|d| d.id == id).expect("a column of the committed report");
+            let d = report
+                .drivers
+                .iter()
+                .find(|d| d.id == id)
+                .expect("a column of the committed report");
             assert!(
                 stdout.contains(&format!("{id}: {} {}", d.crate_name, d.crate_version)),
                 "{stdout}{stderr}"
@@ -622,7 +626,10 @@ fn without_docker_pooler_columns_are_not_applicable() {
             "-d",
             "tokio-postgres",
         ])
-        .env("DOCKER_HOST", format!("unix://{}", dir.path().join("no-engine.sock").display()))
+        .env(
+            "DOCKER_HOST",
+            format!("unix://{}", dir.path().join("no-engine.sock").display()),
+        )
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

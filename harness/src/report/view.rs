@@ -238,7 +238,11 @@ impl<'a> Cells<'a> {
                 Column {
                     server,
                     driver: d.id.as_str(),
-                    header: if several { format!("{server} · {driver}") } else { driver },
+                    header: if several {
+                        format!("{server} · {driver}")
+                    } else {
+                        driver
+                    },
                 }
             })
             .collect();

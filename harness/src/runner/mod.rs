@@ -244,7 +244,9 @@ async fn run_on(
     // only be ended from the server, a cell keeps a database of its own.
     let share = sharing.is_some()
         && phases::may_share_database(scenario)
-        && info.pooler.is_none_or(|p| matches!(p.kind, PoolerKind::PgBouncer | PoolerKind::PgBouncerTrixie));
+        && info
+            .pooler
+            .is_none_or(|p| matches!(p.kind, PoolerKind::PgBouncer | PoolerKind::PgBouncerTrixie));
 
     let t = Instant::now();
     let (admin, db) =

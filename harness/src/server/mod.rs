@@ -360,7 +360,10 @@ impl Server {
                 admin.close().await;
                 match ended {
                     Ok(Ok(_)) => Ok(()),
-                    Ok(Err(e)) => Err(anyhow!("cannot end {}'s server connections: {e}", pooler.kind.product())),
+                    Ok(Err(e)) => Err(anyhow!(
+                        "cannot end {}'s server connections: {e}",
+                        pooler.kind.product()
+                    )),
                     Err(_) => Err(anyhow!(
                         "ending {}'s server connections took over 10 s",
                         pooler.kind.product()
@@ -545,7 +548,13 @@ pub fn workspace_root() -> PathBuf {
 
 /// Connection settings for a pooler the harness started on the loopback
 /// port `port`: `user` with the pooler's own client `password`.
-pub(crate) fn loopback_spec(port: u16, user: &str, password: &str, dbname: &str, application_name: &str) -> ConnectSpec {
+pub(crate) fn loopback_spec(
+    port: u16,
+    user: &str,
+    password: &str,
+    dbname: &str,
+    application_name: &str,
+) -> ConnectSpec {
     ConnectSpec {
         host: "127.0.0.1".into(),
         port,

@@ -191,7 +191,12 @@ impl ContainerPooler {
         let created = docker
             .create_container(Some(CreateContainerOptionsBuilder::default().name(&name).build()), body)
             .await
-            .with_context(|| format!("Docker could not create a {} container from {image}", pooler.kind.product()))?;
+            .with_context(|| {
+                format!(
+                    "Docker could not create a {} container from {image}",
+                    pooler.kind.product()
+                )
+            })?;
         let mut running = ContainerPooler {
             id: created.id,
             host,
@@ -251,7 +256,11 @@ impl ContainerPooler {
             }
             let log = log_lines(docker, &self.id, 15).await;
             if log.contains(PORT_TAKEN) {
-                bail!("{} could not listen on port {}: {PORT_TAKEN}", pooler.label(), self.port);
+                bail!(
+                    "{} could not listen on port {}: {PORT_TAKEN}",
+                    pooler.label(),
+                    self.port
+                );
             }
             if Instant::now() >= deadline {
                 bail!(
@@ -300,7 +309,9 @@ fn setup(pooler: Pooler, up: &Upstream<'_>, port: u16, password: &str) -> Result
         .iter()
         .any(|v| v.contains(['\n', '\r', '"', '\'', ':']))
     {
-        bail!("the server's user name or password contains a newline, quote or ':', which the pooler's files cannot hold");
+        bail!(
+            "the server's user name or password contains a newline, quote or ':', which the pooler's files cannot hold"
+        );
     }
     let dir = "/tmp/locklab";
     let mut files: Vec<(&str, String)> = Vec::new();
@@ -365,7 +376,9 @@ fn setup(pooler: Pooler, up: &Upstream<'_>, port: u16, password: &str) -> Result
     let mut script = format!("set -e; umask 077; mkdir -p {dir}; ");
     for (i, (name, text)) in files.iter().enumerate() {
         env.push(format!("LOCKLAB_FILE_{i}={text}"));
-        script.push_str(&format!("printf '%s' \"$LOCKLAB_FILE_{i}\" > {dir}/{name}; unset LOCKLAB_FILE_{i}; "));
+        script.push_str(&format!(
+            "printf '%s' \"$LOCKLAB_FILE_{i}\" > {dir}/{name}; unset LOCKLAB_FILE_{i}; "
+        ));
     }
     script.push_str(run);
     Ok((script, env))

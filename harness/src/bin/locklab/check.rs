@@ -146,7 +146,10 @@ fn upgrade(plan: &CheckPlan, dir: &Path, file: Option<&Path>, from: &str, to: &s
                 d.crate_name,
                 d.crate_version,
                 d.configuration,
-                d.pooler_version.as_deref().map(|v| format!("; {v}")).unwrap_or_default()
+                d.pooler_version
+                    .as_deref()
+                    .map(|v| format!("; {v}"))
+                    .unwrap_or_default()
             );
         }
     }
@@ -311,8 +314,9 @@ fn compare(plan: &CheckPlan, report: &Report, before: &Baseline, fresh: &Baselin
     fresh
         .cells
         .retain(|c| !not_here.contains(&(c.scenario.as_str(), c.driver.as_str())));
-    let expected =
-        |cell: &baseline::BaselineCell| expected(cell) && !not_here.contains(&(cell.scenario.as_str(), cell.driver.as_str()));
+    let expected = |cell: &baseline::BaselineCell| {
+        expected(cell) && !not_here.contains(&(cell.scenario.as_str(), cell.driver.as_str()))
+    };
     let comparison = baseline::compare(before, &fresh, plan.tolerance, &expected);
     let mut text = comparison.render(before, path, &server_label(report), plan.max_lines);
     if !comparison.is_clean() {
