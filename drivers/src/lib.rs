@@ -507,87 +507,9 @@ pub fn registry() -> Vec<Box<dyn Driver>> {
         Box::new(r2d2_pg::R2d2Postgres),
         Box::new(diesel_async_pg::DieselAsyncDeadpool),
     ];
-    all.extend(pooler_columns());
+    all.extend(pgbouncer::columns());
     all.extend(external::declared().into_iter().map(|d| Box::new(d) as Box<dyn Driver>));
     all
-}
-
-/// The configurations behind a pooler, each pooler in each of its modes
-/// behind tokio-postgres without a pool and behind deadpool-postgres
-/// (`RecyclingMethod::Fast`): Debian 12's PgBouncer, then the pooler
-/// image's PgBouncer and Pgpool-II (pgagroal, also in the image, aborts at
-/// start-up: see `PoolerKind::Pgagroal`).
-fn pooler_columns() -> Vec<Box<dyn Driver>> {
-    use PoolerKind::{PgBouncer, PgBouncerTrixie, Pgpool};
-    use PoolerMode::*;
-    type Column = (
-        &'static str,
-        &'static str,
-        &'static str,
-        &'static str,
-        PoolerKind,
-        PoolerMode,
-    );
-    // (id without pool, its configuration, id with deadpool, its configuration, pooler, mode)
-    const COLUMNS: [Column; 5] = [
-        (
-            "pgbouncer-session",
-            "PgBouncer pool_mode=session; tokio-postgres, no pool",
-            "pgbouncer-session+deadpool",
-            "PgBouncer pool_mode=session; deadpool-postgres RecyclingMethod::Fast",
-            PgBouncer,
-            Session,
-        ),
-        (
-            "pgbouncer-transaction",
-            "PgBouncer pool_mode=transaction; tokio-postgres, no pool",
-            "pgbouncer-transaction+deadpool",
-            "PgBouncer pool_mode=transaction; deadpool-postgres RecyclingMethod::Fast",
-            PgBouncer,
-            Transaction,
-        ),
-        (
-            "pgbouncer-trixie-session",
-            "PgBouncer (Debian 13, container) pool_mode=session; tokio-postgres, no pool",
-            "pgbouncer-trixie-session+deadpool",
-            "PgBouncer (Debian 13, container) pool_mode=session; deadpool-postgres RecyclingMethod::Fast",
-            PgBouncerTrixie,
-            Session,
-        ),
-        (
-            "pgbouncer-trixie-transaction",
-            "PgBouncer (Debian 13, container) pool_mode=transaction; tokio-postgres, no pool",
-            "pgbouncer-trixie-transaction+deadpool",
-            "PgBouncer (Debian 13, container) pool_mode=transaction; deadpool-postgres RecyclingMethod::Fast",
-            PgBouncerTrixie,
-            Transaction,
-        ),
-        (
-            "pgpool",
-            "Pgpool-II connection_cache=on, one backend; tokio-postgres, no pool",
-            "pgpool+deadpool",
-            "Pgpool-II connection_cache=on, one backend; deadpool-postgres RecyclingMethod::Fast",
-            Pgpool,
-            Session,
-        ),
-    ];
-    let mut out: Vec<Box<dyn Driver>> = Vec::new();
-    for (id, configuration, pooled_id, pooled_configuration, kind, mode) in COLUMNS {
-        let pooler = Pooler { kind, mode };
-        out.push(Box::new(pgbouncer::ViaPooler::new(
-            id,
-            configuration,
-            pooler,
-            direct::TokioPostgresDirect,
-        )));
-        out.push(Box::new(pgbouncer::ViaPooler::new(
-            pooled_id,
-            pooled_configuration,
-            pooler,
-            deadpool_pg::Deadpool::fast(),
-        )));
-    }
-    out
 }
 
 /// Looks a driver up by id.

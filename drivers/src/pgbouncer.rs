@@ -231,3 +231,81 @@ impl Driver for ViaPooler {
         Ok(Box::new(BouncedPool(self.inner.pool(spec, opts).await?, self.pooler)))
     }
 }
+
+/// The configurations behind a pooler, each pooler in each of its modes
+/// behind tokio-postgres without a pool and behind deadpool-postgres
+/// (`RecyclingMethod::Fast`): Debian 12's PgBouncer, then the pooler
+/// image's PgBouncer and Pgpool-II (pgagroal, also in the image, aborts at
+/// start-up: see `PoolerKind::Pgagroal`).
+pub(crate) fn columns() -> Vec<Box<dyn Driver>> {
+    use PoolerKind::{PgBouncer, PgBouncerTrixie, Pgpool};
+    use PoolerMode::*;
+    type Column = (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        PoolerKind,
+        PoolerMode,
+    );
+    // (id without pool, its configuration, id with deadpool, its configuration, pooler, mode)
+    const COLUMNS: [Column; 5] = [
+        (
+            "pgbouncer-session",
+            "PgBouncer pool_mode=session; tokio-postgres, no pool",
+            "pgbouncer-session+deadpool",
+            "PgBouncer pool_mode=session; deadpool-postgres RecyclingMethod::Fast",
+            PgBouncer,
+            Session,
+        ),
+        (
+            "pgbouncer-transaction",
+            "PgBouncer pool_mode=transaction; tokio-postgres, no pool",
+            "pgbouncer-transaction+deadpool",
+            "PgBouncer pool_mode=transaction; deadpool-postgres RecyclingMethod::Fast",
+            PgBouncer,
+            Transaction,
+        ),
+        (
+            "pgbouncer-trixie-session",
+            "PgBouncer (Debian 13, container) pool_mode=session; tokio-postgres, no pool",
+            "pgbouncer-trixie-session+deadpool",
+            "PgBouncer (Debian 13, container) pool_mode=session; deadpool-postgres RecyclingMethod::Fast",
+            PgBouncerTrixie,
+            Session,
+        ),
+        (
+            "pgbouncer-trixie-transaction",
+            "PgBouncer (Debian 13, container) pool_mode=transaction; tokio-postgres, no pool",
+            "pgbouncer-trixie-transaction+deadpool",
+            "PgBouncer (Debian 13, container) pool_mode=transaction; deadpool-postgres RecyclingMethod::Fast",
+            PgBouncerTrixie,
+            Transaction,
+        ),
+        (
+            "pgpool",
+            "Pgpool-II connection_cache=on, one backend; tokio-postgres, no pool",
+            "pgpool+deadpool",
+            "Pgpool-II connection_cache=on, one backend; deadpool-postgres RecyclingMethod::Fast",
+            Pgpool,
+            Session,
+        ),
+    ];
+    let mut out: Vec<Box<dyn Driver>> = Vec::new();
+    for (id, configuration, pooled_id, pooled_configuration, kind, mode) in COLUMNS {
+        let pooler = Pooler { kind, mode };
+        out.push(Box::new(ViaPooler::new(
+            id,
+            configuration,
+            pooler,
+            crate::direct::TokioPostgresDirect,
+        )));
+        out.push(Box::new(ViaPooler::new(
+            pooled_id,
+            pooled_configuration,
+            pooler,
+            crate::deadpool_pg::Deadpool::fast(),
+        )));
+    }
+    out
+}

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use locklab_drivers::{ConnectSpec, DirectConn, Pooler, PoolerKind, PoolerMode};
+use locklab_drivers::{ConnectSpec, DirectConn, Pooler, PoolerMode};
 
 pub use external::parse_dsn;
 pub use local::{install_script, resolve_binaries};
@@ -70,7 +70,7 @@ pub struct Server {
     image: Option<String>,
     /// Poolers in front of this server, by pooler and mode, started on
     /// first use; declared before the server so they stop first.
-    poolers: tokio::sync::Mutex<std::collections::HashMap<Pooler, RunningPooler>>,
+    poolers: tokio::sync::Mutex<std::collections::HashMap<Pooler, poolers::RunningPooler>>,
     /// PgBouncers that another process runs in front of this server (a
     /// [`shared`] test server): mode → (port, version, client password).
     attached_poolers: std::collections::HashMap<PoolerMode, (u16, String, String)>,
@@ -79,30 +79,6 @@ pub struct Server {
     keeper: Option<u32>,
     local: Option<local::LocalCluster>,
     container: Option<container::ContainerServer>,
-}
-
-/// A pooler the harness started: Debian 12's PgBouncer as a process, the
-/// others in a container.
-enum RunningPooler {
-    Process(pgbouncer::PgBouncer),
-    Container(poolers::ContainerPooler),
-}
-
-impl RunningPooler {
-    /// Port, version and client password.
-    fn address(&self) -> (u16, String, String) {
-        match self {
-            RunningPooler::Process(b) => (b.port, b.version.clone(), b.password.clone()),
-            RunningPooler::Container(c) => (c.port, c.version.clone(), c.password.clone()),
-        }
-    }
-
-    async fn exited(&mut self) -> Option<String> {
-        match self {
-            RunningPooler::Process(b) => b.exited(),
-            RunningPooler::Container(c) => c.exited().await,
-        }
-    }
 }
 
 impl std::fmt::Debug for Server {
@@ -253,124 +229,6 @@ impl Server {
         admin.close().await;
         server.startup = began.elapsed().saturating_sub(server.image_time);
         Ok(server)
-    }
-
-    /// `pooler` in front of this server (started on first use, on a free
-    /// loopback port, stopped with the server): its port, version and the
-    /// password its clients give.
-    ///
-    /// # Errors
-    /// The pooler cannot be installed or started (no Docker engine or image
-    /// for one in a container), or is not ready within 30 s.
-    pub async fn pooler(&self, pooler: Pooler) -> Result<(u16, String, String)> {
-        if pooler.kind == PoolerKind::PgBouncer
-            && let Some(attached) = self.attached_poolers.get(&pooler.mode)
-        {
-            return Ok(attached.clone());
-        }
-        let mut poolers = self.poolers.lock().await;
-        if let Some(b) = poolers.get_mut(&pooler) {
-            match b.exited().await {
-                None => return Ok(b.address()),
-                Some(why) => {
-                    tracing::warn!("{} exited: {why}; starting a new one", pooler.label());
-                    eprintln!("locklab: {} exited: {why}; starting a new one", pooler.label());
-                    poolers.remove(&pooler);
-                }
-            }
-        }
-        let up = pgbouncer::Upstream {
-            host: &self.host,
-            port: self.port,
-            user: &self.user,
-            password: self.password.as_deref(),
-            admin_db: &self.admin_db,
-        };
-        let started = if pooler.kind.in_container() {
-            RunningPooler::Container(
-                poolers::ContainerPooler::start(pooler, &up, Duration::from_secs(30))
-                    .await
-                    .with_context(|| format!("cannot start {}", pooler.label()))?,
-            )
-        } else {
-            RunningPooler::Process(
-                pgbouncer::PgBouncer::start(&up, pooler.mode, Duration::from_secs(30))
-                    .await
-                    .with_context(|| format!("cannot start PgBouncer in {} mode", pooler.mode.as_str()))?,
-            )
-        };
-        let out = started.address();
-        poolers.insert(pooler, started);
-        Ok(out)
-    }
-
-    /// The version of each pooler started in front of this server (or
-    /// attached to it), e.g. `pgbouncer-trixie/session` → `PgBouncer 1.24.1`.
-    /// (A pooler being started at that moment is left out.)
-    pub fn pooler_versions(&self) -> std::collections::HashMap<Pooler, String> {
-        let mut out: std::collections::HashMap<Pooler, String> = self
-            .attached_poolers
-            .iter()
-            .map(|(mode, (_, version, _))| (Pooler::pgbouncer(*mode), version.clone()))
-            .collect();
-        if let Ok(poolers) = self.poolers.try_lock() {
-            for (p, running) in poolers.iter() {
-                out.insert(*p, running.address().1);
-            }
-        }
-        out
-    }
-
-    /// After a run through `pooler` in database `dbname`: closes the
-    /// pooler's client and server connections to it. PgBouncer: `KILL db`
-    /// on its admin console (see `PgBouncer::kill_database`), then, with
-    /// `reuse`, `RESUME db` for a later cell. Pgpool-II has no such command
-    /// for one database: the server connections it caches for `dbname` are
-    /// ended from the server (`pg_terminate_backend`), as the database is
-    /// never used again (these cells do not share databases).
-    ///
-    /// # Errors
-    /// PgBouncer's admin console or the server refuses the connection or a command.
-    pub async fn pooler_close_database(&self, pooler: Pooler, dbname: &str, reuse: bool) -> Result<()> {
-        // The console is reached without holding the lock that every run's
-        // `pooler()` takes.
-        let target = match self.attached_poolers.get(&pooler.mode) {
-            Some((port, _, password)) if pooler.kind == PoolerKind::PgBouncer => Some((*port, password.clone())),
-            _ => self.poolers.lock().await.get(&pooler).map(|b| {
-                let (port, _, password) = b.address();
-                (port, password)
-            }),
-        };
-        match (target, pooler.kind) {
-            (None, _) => Ok(()),
-            (Some((port, password)), PoolerKind::PgBouncer | PoolerKind::PgBouncerTrixie) => {
-                pgbouncer::kill_database(port, &password, &self.user, dbname, reuse).await
-            }
-            (Some(_), PoolerKind::Pgpool | PoolerKind::Pgagroal) => {
-                let admin = self.admin().await?;
-                let ended = tokio::time::timeout(
-                    Duration::from_secs(10),
-                    admin.client().execute(
-                        "select pg_terminate_backend(pid) from pg_stat_activity \
-                         where datname = $1 and pid <> pg_backend_pid()",
-                        &[&dbname],
-                    ),
-                )
-                .await;
-                admin.close().await;
-                match ended {
-                    Ok(Ok(_)) => Ok(()),
-                    Ok(Err(e)) => Err(anyhow!(
-                        "cannot end {}'s server connections: {e}",
-                        pooler.kind.product()
-                    )),
-                    Err(_) => Err(anyhow!(
-                        "ending {}'s server connections took over 10 s",
-                        pooler.kind.product()
-                    )),
-                }
-            }
-        }
     }
 
     /// Connection settings for database `dbname` with `application_name`.
