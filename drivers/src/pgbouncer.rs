@@ -86,6 +86,18 @@ impl PoolerKind {
         self != PoolerKind::PgBouncer
     }
 
+    /// Whether the harness can have it close its server connections to one
+    /// database on request (PgBouncer's `KILL db`, then `RESUME db`), so
+    /// that a cell behind it may share a database an earlier cell left
+    /// clean. Behind the others, whose server connections can only be ended
+    /// from the server, a cell keeps a database of its own.
+    pub fn closes_server_connections_on_request(self) -> bool {
+        match self {
+            PoolerKind::PgBouncer | PoolerKind::PgBouncerTrixie => true,
+            PoolerKind::Pgagroal | PoolerKind::Pgpool => false,
+        }
+    }
+
     /// Whether locklab sends cancel requests through it. Not through
     /// Debian 12's PgBouncer 1.18: there ours had no effect within 1 s in
     /// session mode, and in transaction mode PgBouncer exited ("FATAL …

@@ -245,3 +245,33 @@ pub fn creating_databases_sql(pattern: &str) -> String {
          and pid <> pg_backend_pid() and query like 'create database \"{pattern}'"
     )
 }
+
+/// The backend pid of the connection it runs on.
+pub const BACKEND_PID_SQL: &str = "select pg_backend_pid()";
+
+/// Whether none of `pids` (backend pids) is running a statement (`active`
+/// in `pg_stat_activity`): `t` or `f`.
+pub fn none_active_sql(pids: &[i32]) -> String {
+    let pids: Vec<String> = pids.iter().map(ToString::to_string).collect();
+    format!(
+        "select count(*) = 0 from pg_stat_activity where state = 'active' and pid in ({})",
+        pids.join(", ")
+    )
+}
+
+/// Ends backend `pid`, waiting up to `timeout_ms` (ms) until it has exited
+/// (PostgreSQL 14+: with a timeout, `pg_terminate_backend` waits, docs
+/// §9.28.2): `t` once it has, `f` (with a warning) if it had not.
+pub fn terminate_backend_sql(pid: i32, timeout_ms: u64) -> String {
+    format!("select pg_terminate_backend({pid}, {timeout_ms})")
+}
+
+/// Ends every backend connected to database `$1` but this one (asked from
+/// another database; the database name as a parameter).
+pub const TERMINATE_DATABASE_BACKENDS_SQL: &str = "select pg_terminate_backend(pid) from pg_stat_activity \
+     where datname = $1 and pid <> pg_backend_pid()";
+
+/// The names of the databases whose name matches the LIKE `pattern`.
+pub fn databases_like_sql(pattern: &str) -> String {
+    format!("select datname from pg_database where datname like '{pattern}'")
+}

@@ -8,8 +8,8 @@
 //! observation rows, the locks-left row and the expectations row, each cell
 //! with its text, status and evidence), computed once per document.
 //!
-//! `matrix.json`, schema version 6:
-//! - `schema_version` (6), `generated_at` (RFC 3339), `locklab_version`, `repeat`
+//! `matrix.json`, schema version 7:
+//! - `schema_version` (7), `generated_at` (RFC 3339), `locklab_version`, `repeat`
 //!   (runs per cell, `--repeat`)
 //! - `shard` (`"2/4"`): present only in a shard's file (`--shard I/N`): the
 //!   part of the matrix its `runs` hold (the header lists the whole
@@ -37,7 +37,8 @@
 //!   still in a statement; absent when none), `backends_left` (the leak
 //!   guard: `pid N (application_name, state)` / `lock KEY (pid N)` still in the
 //!   run's database 5 s after the run was over, which fails the cell; absent when none),
-//!   `observations[]` (`name`, `step`, `value`, `display`, `sqlstate`, `elapsed_ms`,
+//!   `observations[]` (`name`, `step`, `value` (typed: `{"kind": KIND, "value": …}`,
+//!   see [`crate::outcome::Value`]), `display`, `sqlstate`, `elapsed_ms`,
 //!   `waited_ms` for `await` steps (the part of `elapsed_ms` spent at the await),
 //!   `notices` when the server sent any, `elapsed_stats`/`waited_stats`:
 //!   `{n, min, p50, p95, max}` over the repeats),
@@ -49,7 +50,10 @@
 //!   `not_applicable`, `failed` (including `unstable`), `unstable`, `elapsed_ms`
 //!
 //! All times are in ms. With `repeat` > 1 a cell's values are its first
-//! repeat's (its first failing one's, if any failed). Version 5 had no
+//! repeat's (its first failing one's, if any failed). Version 6 wrote a
+//! value as plain JSON (`true`, `7`, `null`, `{"checkout": "ok"}`), which lost
+//! which kind of `null`, a number's written form, a bound's ms and why no
+//! cancel request was sent. Version 5 had no
 //! `backends_left`. Version 4 had no `repeat`,
 //! `environment`, `observation_steps`, `*_stats`, `repeats`, `unstable`;
 //! version 3 had no `drivers[].pooler` and no `runs[].deviation`/`skipped`/`cleaned_backends`;
@@ -60,7 +64,10 @@ mod chart;
 pub mod html;
 mod json;
 mod markdown;
+mod merge;
 mod view;
+
+pub use merge::{load, merge};
 
 use std::path::{Path, PathBuf};
 
@@ -68,12 +75,12 @@ use anyhow::{Context, Result};
 use locklab_drivers::Driver;
 use serde::{Deserialize, Serialize};
 
-use crate::outcome::RunResult;
+use crate::outcome::{Phase, RunResult, Status};
 use crate::scenario::Scenario;
 use crate::server::Server;
 
 /// Version of the `matrix.json` layout; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 6;
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// Everything one `locklab report` produced.
 #[derive(Debug, Serialize, Deserialize)]
@@ -87,7 +94,7 @@ pub struct Report {
     /// Runs per cell (`--repeat`).
     pub repeat: usize,
     /// The part of the matrix this report holds (`--shard I/N`); `None` for
-    /// the whole matrix (also after [`crate::shard::merge`]).
+    /// the whole matrix (also after [`merge`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<crate::shard::Shard>,
     /// Where the report was made.
@@ -278,14 +285,15 @@ pub struct Summary {
 impl Summary {
     /// The totals of `runs`; `elapsed_ms` is the wall time of the whole matrix.
     pub fn of(runs: &[RunResult], elapsed_ms: f64) -> Summary {
-        let passed = runs.iter().filter(|r| r.passed()).count();
+        let count = |want: Status| runs.iter().filter(|r| r.status() == want).count();
+        let passed = runs.iter().filter(|r| r.status().passed()).count();
         Summary {
             runs: runs.len(),
             passed,
-            deviated: runs.iter().filter(|r| r.passed() && r.deviation.is_some()).count(),
-            not_applicable: runs.iter().filter(|r| r.passed() && r.skipped.is_some()).count(),
+            deviated: count(Status::Deviates),
+            not_applicable: count(Status::NotApplicable),
             failed: runs.len() - passed,
-            unstable: runs.iter().filter(|r| !r.unstable.is_empty()).count(),
+            unstable: count(Status::Unstable),
             elapsed_ms,
         }
     }
@@ -389,15 +397,15 @@ impl Report {
                         driver.id.clone()
                     },
                     cells: runs.len(),
-                    phases_ms: PHASES
+                    phases_ms: Phase::ALL
                         .iter()
-                        .map(|p| median(runs.iter().filter_map(|r| r.phases_ms.get(*p).copied()).collect()))
+                        .map(|p| median(runs.iter().filter_map(|r| r.phases_ms.get(p).copied()).collect()))
                         .collect(),
                     cell_ms: median(runs.iter().map(|r| r.elapsed_ms).collect()).unwrap_or(0.0),
                 });
             }
         }
-        (PHASES.to_vec(), rows)
+        (Phase::ALL.iter().map(|p| p.as_str()).collect(), rows)
     }
 
     /// What both templates show: the header fields, servers, drivers, summary
@@ -444,20 +452,6 @@ impl Report {
 
 pub use crate::outcome::describe_locks_left;
 
-/// The phases of a cell in run order, as [`RunResult::phases_ms`] names them
-/// (see there).
-pub const PHASES: [&str; 9] = [
-    "create_database",
-    "open",
-    "actors",
-    "steps",
-    "verify",
-    "close",
-    "teardown",
-    "leak_guard",
-    "drop_database",
-];
-
 /// One column's row of [`Report::phase_medians`].
 #[derive(Debug, Serialize)]
 pub struct PhaseRow {
@@ -465,7 +459,7 @@ pub struct PhaseRow {
     pub column: String,
     /// How many of its cells ran (not `n/a`).
     pub cells: usize,
-    /// Median ms of each of [`PHASES`] over those cells (`None`: no cell reached it).
+    /// Median ms of each of [`Phase::ALL`] over those cells (`None`: no cell reached it).
     pub phases_ms: Vec<Option<f64>>,
     /// Median ms of a whole cell.
     pub cell_ms: f64,

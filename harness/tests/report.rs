@@ -416,7 +416,7 @@ fn a_sharded_matrix_merges_into_the_unsharded_one() {
     for f in ["matrix.json", "matrix.md", "index.html"] {
         assert!(merged_dir.join(f).is_file(), "no {f}");
     }
-    let merged = locklab::shard::load(&merged_dir.join("matrix.json")).unwrap();
+    let merged = locklab::report::load(&merged_dir.join("matrix.json")).unwrap();
     assert_eq!(merged.shard, None);
     let cell = |r: &RunResult| format!("{} × {} × {}", r.server, r.scenario, r.driver);
     assert_eq!(
@@ -489,7 +489,7 @@ fn check_of_a_shard_compares_its_cells() {
 fn check_from_a_report_file_runs_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let committed = root().join("reports").join("matrix.json");
-    let report = locklab::shard::load(&committed).unwrap();
+    let report = locklab::report::load(&committed).unwrap();
     let baseline = dir.path().join("baseline.json");
     Baseline::from_report(&report).unwrap().save(&baseline).unwrap();
     let check = |file: &Path| {
@@ -537,7 +537,7 @@ fn check_from_a_report_file_runs_nothing() {
 /// the file lacks, is refused.
 fn upgrade_between_columns_of_the_committed_report() {
     let committed = root().join("reports").join("matrix.json");
-    let report = locklab::shard::load(&committed).unwrap();
+    let report = locklab::report::load(&committed).unwrap();
     let upgrade = |file: &Path, from: &str, to: &str| {
         Command::new(env!("CARGO_BIN_EXE_locklab"))
             .args(["check", "--upgrade", from, to, "--full", "--from"])

@@ -225,6 +225,102 @@ impl Host {
             .ok_or_else(|| protocol(format!("no pool '{id}'")))
     }
 
+    /// `open_pool`: the driver's pool under the request's id.
+    async fn open_pool(&self, req: &Value) -> Result<Value, (Failure, Option<f64>)> {
+        let plain = |f: Failure| (f, None);
+        let spec = ConnectSpec::from_json(&req["spec"]);
+        let opts = PoolOptions {
+            max_size: req["max_size"]
+                .as_u64()
+                .and_then(|m| u32::try_from(m).ok())
+                .unwrap_or(1),
+            checkout_timeout: Duration::from_millis(req["checkout_timeout_ms"].as_u64().unwrap_or(10_000)),
+        };
+        let pool = self.driver.pool(&spec, opts).await.map_err(|e| plain(e.into()))?;
+        let id = req["pool"].as_str().unwrap_or_default().to_owned();
+        self.lock().pools.insert(id, Arc::from(pool));
+        Ok(json!({}))
+    }
+
+    /// `checkout` (within `bound`, if given): a connection under the request's id.
+    async fn checkout(&self, req: &Value, bound: Option<Duration>) -> Result<Value, (Failure, Option<f64>)> {
+        let plain = |f: Failure| (f, None);
+        let pool = self.pool(req).map_err(plain)?;
+        let conn = match bound {
+            Some(b) => match pool.checkout_within(b).await {
+                None => return Ok(json!({"gave_up": true})),
+                Some(c) => c,
+            },
+            None => pool.checkout().await,
+        }
+        .map_err(|e| plain(e.into()))?;
+        let answer = json!({
+            "cancel": conn.canceller().is_some(),
+            "no_cancel_reason": conn.no_cancel_reason(),
+        });
+        let id = req["conn"].as_str().unwrap_or_default().to_owned();
+        let pool_id = req["pool"].as_str().unwrap_or_default().to_owned();
+        self.lock()
+            .conns
+            .insert(id, (pool_id, Arc::new(tokio::sync::Mutex::new(Some(conn)))));
+        Ok(answer)
+    }
+
+    /// `query` (within `bound`, if given), `begin`, `commit` or `rollback`
+    /// on a checked-out connection, with the time it took (ms).
+    async fn statement(&self, op: &str, req: &Value, bound: Option<Duration>) -> Result<Value, (Failure, Option<f64>)> {
+        let plain = |f: Failure| (f, None);
+        let shared = self.conn(req).map_err(plain)?;
+        let mut guard = shared.lock().await;
+        let conn = guard
+            .as_mut()
+            .ok_or_else(|| plain(protocol("the connection was abandoned".into())))?;
+        let id = req["conn"].as_str().unwrap_or_default().to_owned();
+        if let Some(c) = conn.canceller() {
+            self.lock().cancellers.insert(id.clone(), c);
+        }
+        let t0 = Instant::now();
+        let sql = req["sql"].as_str().unwrap_or_default();
+        let outcome = match (op, bound) {
+            ("query", Some(b)) => conn.simple_query_within(sql, b).await,
+            ("query", None) => Some(conn.simple_query(sql).await),
+            (action, _) => Some(conn.transaction(tx_control(action)).await),
+        };
+        let elapsed_ms = conn.last_elapsed().unwrap_or_else(|| t0.elapsed()).as_secs_f64() * 1e3;
+        self.lock().cancellers.remove(&id);
+        match outcome {
+            None => Ok(json!({"gave_up": true, "elapsed_ms": elapsed_ms})),
+            Some(Ok(rows)) => Ok(json!({
+                "columns": rows.columns, "rows": rows.rows, "notices": rows.notices, "elapsed_ms": elapsed_ms,
+            })),
+            Some(Err(e)) => Err((e.into(), Some(elapsed_ms))),
+        }
+    }
+
+    /// `return` (within `bound`, if given): the connection given back.
+    async fn give_back(&self, req: &Value, bound: Option<Duration>) -> Result<Value, (Failure, Option<f64>)> {
+        let plain = |f: Failure| (f, None);
+        let id = req["conn"].as_str().unwrap_or_default();
+        let shared = self.conn(req).map_err(plain)?;
+        self.lock().conns.remove(id);
+        let Some(conn) = shared.lock().await.take() else {
+            return Err(plain(protocol(format!("connection '{id}' was abandoned"))));
+        };
+        let returned = match bound {
+            Some(b) => match conn.give_back_within(b).await {
+                None => return Ok(json!({"gave_up": true})),
+                Some(r) => r,
+            },
+            None => conn.give_back().await,
+        };
+        let returned = match returned {
+            Returned::ToPool => "to_pool",
+            Returned::Closed => "closed",
+            Returned::ToPooler => "to_pooler",
+        };
+        Ok(json!({"returned": returned}))
+    }
+
     /// One request: its `ok` object, or why it failed (with the call's time in ms, for a `query`).
     async fn handle(&self, op: &str, req: &Value) -> Result<Value, (Failure, Option<f64>)> {
         let bound = req["timeout_ms"].as_u64().map(Duration::from_millis);
@@ -237,20 +333,7 @@ impl Host {
                 "cancel": true,
             })),
             "ping" => Ok(json!({})),
-            "open_pool" => {
-                let spec = ConnectSpec::from_json(&req["spec"]);
-                let opts = PoolOptions {
-                    max_size: req["max_size"]
-                        .as_u64()
-                        .and_then(|m| u32::try_from(m).ok())
-                        .unwrap_or(1),
-                    checkout_timeout: Duration::from_millis(req["checkout_timeout_ms"].as_u64().unwrap_or(10_000)),
-                };
-                let pool = self.driver.pool(&spec, opts).await.map_err(|e| plain(e.into()))?;
-                let id = req["pool"].as_str().unwrap_or_default().to_owned();
-                self.lock().pools.insert(id, Arc::from(pool));
-                Ok(json!({}))
-            }
+            "open_pool" => self.open_pool(req).await,
             "close_pool" => {
                 let id = req["pool"].as_str().unwrap_or_default();
                 let pool = {
@@ -263,75 +346,9 @@ impl Host {
                 }
                 Ok(json!({}))
             }
-            "checkout" => {
-                let pool = self.pool(req).map_err(plain)?;
-                let conn = match bound {
-                    Some(b) => match pool.checkout_within(b).await {
-                        None => return Ok(json!({"gave_up": true})),
-                        Some(c) => c,
-                    },
-                    None => pool.checkout().await,
-                }
-                .map_err(|e| plain(e.into()))?;
-                let answer = json!({
-                    "cancel": conn.canceller().is_some(),
-                    "no_cancel_reason": conn.no_cancel_reason(),
-                });
-                let id = req["conn"].as_str().unwrap_or_default().to_owned();
-                let pool_id = req["pool"].as_str().unwrap_or_default().to_owned();
-                self.lock()
-                    .conns
-                    .insert(id, (pool_id, Arc::new(tokio::sync::Mutex::new(Some(conn)))));
-                Ok(answer)
-            }
-            "query" | "begin" | "commit" | "rollback" => {
-                let shared = self.conn(req).map_err(plain)?;
-                let mut guard = shared.lock().await;
-                let conn = guard
-                    .as_mut()
-                    .ok_or_else(|| plain(protocol("the connection was abandoned".into())))?;
-                let id = req["conn"].as_str().unwrap_or_default().to_owned();
-                if let Some(c) = conn.canceller() {
-                    self.lock().cancellers.insert(id.clone(), c);
-                }
-                let t0 = Instant::now();
-                let sql = req["sql"].as_str().unwrap_or_default();
-                let outcome = match (op, bound) {
-                    ("query", Some(b)) => conn.simple_query_within(sql, b).await,
-                    ("query", None) => Some(conn.simple_query(sql).await),
-                    (action, _) => Some(conn.transaction(tx_control(action)).await),
-                };
-                let elapsed_ms = conn.last_elapsed().unwrap_or_else(|| t0.elapsed()).as_secs_f64() * 1e3;
-                self.lock().cancellers.remove(&id);
-                match outcome {
-                    None => Ok(json!({"gave_up": true, "elapsed_ms": elapsed_ms})),
-                    Some(Ok(rows)) => Ok(json!({
-                        "columns": rows.columns, "rows": rows.rows, "notices": rows.notices, "elapsed_ms": elapsed_ms,
-                    })),
-                    Some(Err(e)) => Err((e.into(), Some(elapsed_ms))),
-                }
-            }
-            "return" => {
-                let id = req["conn"].as_str().unwrap_or_default();
-                let shared = self.conn(req).map_err(plain)?;
-                self.lock().conns.remove(id);
-                let Some(conn) = shared.lock().await.take() else {
-                    return Err(plain(protocol(format!("connection '{id}' was abandoned"))));
-                };
-                let returned = match bound {
-                    Some(b) => match conn.give_back_within(b).await {
-                        None => return Ok(json!({"gave_up": true})),
-                        Some(r) => r,
-                    },
-                    None => conn.give_back().await,
-                };
-                let returned = match returned {
-                    Returned::ToPool => "to_pool",
-                    Returned::Closed => "closed",
-                    Returned::ToPooler => "to_pooler",
-                };
-                Ok(json!({"returned": returned}))
-            }
+            "checkout" => self.checkout(req, bound).await,
+            "query" | "begin" | "commit" | "rollback" => self.statement(op, req, bound).await,
+            "return" => self.give_back(req, bound).await,
             "cancel" => {
                 let id = req["conn"].as_str().unwrap_or_default();
                 let canceller = self.lock().cancellers.remove(id);

@@ -195,41 +195,7 @@ impl KeyNames {
                     "'seed' goes with hash: hashtextextended only".into(),
                 ));
             }
-            let ids: Vec<String> = match r.ids.value {
-                RawIds::Range { from, to } => {
-                    if from > to {
-                        return Err(at(
-                            &r.ids.referenced,
-                            format!("the range's from ({from}) is above its to ({to})"),
-                        ));
-                    }
-                    let n = to.abs_diff(from).saturating_add(1);
-                    if n > MAX_IDS - total {
-                        return Err(at(
-                            &r.ids.referenced,
-                            format!("more than {MAX_IDS} ids in the file's rules"),
-                        ));
-                    }
-                    (from..=to).map(|i| i.to_string()).collect()
-                }
-                RawIds::List(list) => list
-                    .into_iter()
-                    .map(|id| match id {
-                        Id::Int(i) => i.to_string(),
-                        Id::Text(t) => t,
-                    })
-                    .collect(),
-            };
-            if ids.is_empty() {
-                return Err(at(&r.ids.referenced, "a rule needs at least one id".into()));
-            }
-            total += ids.len() as u64;
-            if total > MAX_IDS {
-                return Err(at(
-                    &r.ids.referenced,
-                    format!("more than {MAX_IDS} ids in the file's rules"),
-                ));
-            }
+            let ids = rule_ids(r.ids, &mut total, &at)?;
             let prefix = r.prefix.unwrap_or_else(|| format!("{}:", r.namespace));
             let texts = ids.into_iter().map(|id| {
                 let text = format!("{prefix}{id}");
@@ -256,29 +222,7 @@ impl KeyNames {
                 }),
             }
         }
-        for e in raw.expected {
-            let v = e.value;
-            if let Some(rule) = &v.rule
-                && !namespaces.contains(rule)
-            {
-                return Err(at(
-                    &e.referenced,
-                    format!("no rule has namespace '{rule}' (the rules: {})", namespaces.join(", ")),
-                ));
-            }
-            if v.key.is_none() && v.rule.is_none() && v.application_name.is_none() {
-                return Err(at(
-                    &e.referenced,
-                    "an expected entry needs a key, a rule or an application_name (or several)".into(),
-                ));
-            }
-            names.expected.push(Expected {
-                key: v.key,
-                rule: v.rule,
-                application_name: v.application_name,
-                reason: v.reason.unwrap_or_else(|| "listed as expected".into()),
-            });
-        }
+        names.expected = expected(raw.expected, &namespaces, &at)?;
         Ok(names)
     }
 
@@ -383,6 +327,91 @@ fn sqlx_key(text: &str) -> Option<AdvisoryKey> {
         PgAdvisoryLockKey::IntPair(a, b) => Some(AdvisoryKey::Pair(*a, *b)),
         _ => None,
     }
+}
+
+/// The ids a rule names, as text (a range's, or a list's); `total` counts
+/// the file's ids so far, at most [`MAX_IDS`].
+///
+/// # Errors
+/// An empty or reversed range, no ids, too many ids in the file (located by `at`).
+fn rule_ids(
+    spanned: Spanned<RawIds>,
+    total: &mut u64,
+    at: &dyn Fn(&serde_saphyr::Location, String) -> anyhow::Error,
+) -> Result<Vec<String>> {
+    let ids: Vec<String> = match spanned.value {
+        RawIds::Range { from, to } => {
+            if from > to {
+                return Err(at(
+                    &spanned.referenced,
+                    format!("the range's from ({from}) is above its to ({to})"),
+                ));
+            }
+            let n = to.abs_diff(from).saturating_add(1);
+            if n > MAX_IDS - *total {
+                return Err(at(
+                    &spanned.referenced,
+                    format!("more than {MAX_IDS} ids in the file's rules"),
+                ));
+            }
+            (from..=to).map(|i| i.to_string()).collect()
+        }
+        RawIds::List(list) => list
+            .into_iter()
+            .map(|id| match id {
+                Id::Int(i) => i.to_string(),
+                Id::Text(t) => t,
+            })
+            .collect(),
+    };
+    if ids.is_empty() {
+        return Err(at(&spanned.referenced, "a rule needs at least one id".into()));
+    }
+    *total += ids.len() as u64;
+    if *total > MAX_IDS {
+        return Err(at(
+            &spanned.referenced,
+            format!("more than {MAX_IDS} ids in the file's rules"),
+        ));
+    }
+    Ok(ids)
+}
+
+/// The file's `expected` entries, each naming a known rule (`namespaces`)
+/// or a key or an application_name.
+///
+/// # Errors
+/// An entry that names an unknown rule, or nothing (located by `at`).
+fn expected(
+    expected: Vec<Spanned<RawExpected>>,
+    namespaces: &[String],
+    at: &dyn Fn(&serde_saphyr::Location, String) -> anyhow::Error,
+) -> Result<Vec<Expected>> {
+    let mut out = Vec::new();
+    for e in expected {
+        let v = e.value;
+        if let Some(rule) = &v.rule
+            && !namespaces.contains(rule)
+        {
+            return Err(at(
+                &e.referenced,
+                format!("no rule has namespace '{rule}' (the rules: {})", namespaces.join(", ")),
+            ));
+        }
+        if v.key.is_none() && v.rule.is_none() && v.application_name.is_none() {
+            return Err(at(
+                &e.referenced,
+                "an expected entry needs a key, a rule or an application_name (or several)".into(),
+            ));
+        }
+        out.push(Expected {
+            key: v.key,
+            rule: v.rule,
+            application_name: v.application_name,
+            reason: v.reason.unwrap_or_else(|| "listed as expected".into()),
+        });
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

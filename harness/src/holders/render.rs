@@ -26,40 +26,7 @@ pub fn table(j: &Judged, width: Option<u16>) -> String {
         j.judged.len() - held
     );
     if !j.judged.is_empty() {
-        let mut t = Table::new();
-        t.load_style(UTF8_FULL_CONDENSED);
-        match width {
-            Some(w) => {
-                t.set_content_arrangement(ContentArrangement::Dynamic).set_width(w);
-            }
-            None => {
-                t.set_content_arrangement(ContentArrangement::Disabled);
-            }
-        }
-        let names = j.judged.iter().any(|l| l.name.is_some());
-        let mut header = vec!["verdict", "key"];
-        if names {
-            header.push("name");
-        }
-        header.extend([
-            "mode",
-            "granted",
-            "database",
-            "pid",
-            "application",
-            "user",
-            "client",
-            "state (for)",
-            "xact age",
-            "blocks",
-            "blocked by",
-            "query",
-        ]);
-        t.set_header(header);
-        for l in &j.judged {
-            t.add_row(row(l, names));
-        }
-        let _ = writeln!(out, "{t}");
+        let _ = writeln!(out, "{}", lock_table(j, width));
     }
     for v in Verdict::ALL {
         let of: Vec<&JudgedLock> = j.judged.iter().filter(|l| l.verdict == v).collect();
@@ -83,6 +50,54 @@ pub fn table(j: &Judged, width: Option<u16>) -> String {
             let _ = writeln!(out, "- pid {}: {key}, {}", l.lock.pid.unwrap_or_default(), l.why);
         }
     }
+    actions(&mut out, j);
+    if let Some(note) = &j.not_visible {
+        let _ = writeln!(out, "\nNot visible: {note}");
+    }
+    out
+}
+
+/// One row per lock, as [`table`] shows them.
+fn lock_table(j: &Judged, width: Option<u16>) -> Table {
+    let mut t = Table::new();
+    t.load_style(UTF8_FULL_CONDENSED);
+    match width {
+        Some(w) => {
+            t.set_content_arrangement(ContentArrangement::Dynamic).set_width(w);
+        }
+        None => {
+            t.set_content_arrangement(ContentArrangement::Disabled);
+        }
+    }
+    let names = j.judged.iter().any(|l| l.name.is_some());
+    let mut header = vec!["verdict", "key"];
+    if names {
+        header.push("name");
+    }
+    header.extend([
+        "mode",
+        "granted",
+        "database",
+        "pid",
+        "application",
+        "user",
+        "client",
+        "state (for)",
+        "xact age",
+        "blocks",
+        "blocked by",
+        "query",
+    ]);
+    t.set_header(header);
+    for l in &j.judged {
+        t.add_row(row(l, names));
+    }
+    t
+}
+
+/// "What an operator could do": one action per session (ending it releases
+/// every lock it holds), for the locks with one.
+fn actions(out: &mut String, j: &Judged) {
     // One action per session: ending it releases every lock it holds.
     let mut actions: Vec<(i32, Vec<&JudgedLock>)> = Vec::new();
     for l in j.judged.iter().filter(|l| l.terminate.is_some()) {
@@ -125,10 +140,6 @@ pub fn table(j: &Judged, width: Option<u16>) -> String {
             );
         }
     }
-    if let Some(note) = &j.not_visible {
-        let _ = writeln!(out, "\nNot visible: {note}");
-    }
-    out
 }
 
 fn row(l: &JudgedLock, names: bool) -> Vec<String> {

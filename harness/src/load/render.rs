@@ -119,6 +119,32 @@ pub fn markdown(report: &LoadReport) -> String {
             }
         }
     }
+    curves(&mut md, report);
+    let bad: Vec<&LoadResult> = report
+        .headline
+        .iter()
+        .chain(&report.patterns)
+        .chain(&report.curves)
+        .filter(|r| r.spec.pattern.is_right() && r.violations() > 0)
+        .collect();
+    let _ = writeln!(
+        md,
+        "Right patterns with a violation: {}.",
+        if bad.is_empty() {
+            "none".to_owned()
+        } else {
+            bad.iter()
+                .map(|r| format!("{} × {} × {} workers", r.client, r.spec.pattern.name(), r.spec.workers))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    );
+    md
+}
+
+/// The contention curves' section: per number of keys, a chart and a table
+/// of sections per second (with the ratio to pgbench) by workers.
+fn curves(md: &mut String, report: &LoadReport) {
     let _ = writeln!(md, "\n## Contention curves (xact-wait, sections per second)\n");
     for keys in CURVE_KEYS {
         let (points, clients) = curve(report, keys);
@@ -148,26 +174,6 @@ pub fn markdown(report: &LoadReport) -> String {
         }
         let _ = writeln!(md);
     }
-    let bad: Vec<&LoadResult> = report
-        .headline
-        .iter()
-        .chain(&report.patterns)
-        .chain(&report.curves)
-        .filter(|r| r.spec.pattern.is_right() && r.violations() > 0)
-        .collect();
-    let _ = writeln!(
-        md,
-        "Right patterns with a violation: {}.",
-        if bad.is_empty() {
-            "none".to_owned()
-        } else {
-            bad.iter()
-                .map(|r| format!("{} × {} × {} workers", r.client, r.spec.pattern.name(), r.spec.workers))
-                .collect::<Vec<_>>()
-                .join(", ")
-        }
-    );
-    md
 }
 
 fn table(md: &mut String, rows: &[LoadResult], all: &[LoadResult]) {

@@ -34,6 +34,50 @@ pub enum Status {
 }
 
 impl Status {
+    /// The status of one run: unstable (its repeats disagreed), fail, n/a
+    /// (skipped), deviates (behind a pooler that breaks session
+    /// assumptions), pass, in that precedence. The one place it is decided.
+    pub fn of(unstable: bool, failed: bool, skipped: bool, deviated: bool) -> Status {
+        if unstable {
+            Status::Unstable
+        } else if failed {
+            Status::Fail
+        } else if skipped {
+            Status::NotApplicable
+        } else if deviated {
+            Status::Deviates
+        } else {
+            Status::Pass
+        }
+    }
+
+    /// The status of several runs shown as one (a scenario file's parameter
+    /// sets in one column), with how many runs have it: unstable or fail if
+    /// any run is; n/a only if every run is; else deviates if any run does;
+    /// else pass (count 0). `None` for no runs.
+    pub fn of_family(statuses: &[Status]) -> Option<(Status, usize)> {
+        let count = |want: &[Status]| statuses.iter().filter(|s| want.contains(s)).count();
+        let n = statuses.len();
+        Some(if n == 0 {
+            return None;
+        } else if count(&[Status::Unstable]) > 0 {
+            (Status::Unstable, count(&[Status::Unstable]))
+        } else if count(&[Status::Fail]) > 0 {
+            (Status::Fail, count(&[Status::Fail]))
+        } else if count(&[Status::NotApplicable]) == n {
+            (Status::NotApplicable, n)
+        } else if count(&[Status::Deviates]) > 0 {
+            (Status::Deviates, count(&[Status::Deviates]))
+        } else {
+            (Status::Pass, 0)
+        })
+    }
+
+    /// Whether a run with it passed (deviates and n/a included).
+    pub fn passed(self) -> bool {
+        matches!(self, Status::Pass | Status::Deviates | Status::NotApplicable)
+    }
+
     /// The serialised form: `pass`, `deviates`, `n/a`, `fail` or `unstable`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -52,6 +96,63 @@ impl std::fmt::Display for Status {
     }
 }
 
+/// A phase of a cell's life, in run order (README, "How a run works"):
+/// what [`RunResult::phases_ms`] times. Serialised as its snake-case name
+/// (`create_database`, …, `drop_database`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// `create database` (or a database an earlier cell left clean), with
+    /// the scenario's server settings.
+    CreateDatabase,
+    /// The pool, the monitor connection, `setup`.
+    Open,
+    /// The direct actors' connections.
+    Actors,
+    /// The steps (or the trials).
+    Steps,
+    /// The Verify step and the end of leftovers.
+    Verify,
+    /// Connections, background steps, the pool closed.
+    Close,
+    /// `teardown`.
+    Teardown,
+    /// The pooler told to close its server connections, then the leak guard.
+    LeakGuard,
+    /// `drop database` (or the database kept for a later cell).
+    DropDatabase,
+}
+
+impl Phase {
+    /// Every phase, in run order.
+    pub const ALL: [Phase; 9] = [
+        Phase::CreateDatabase,
+        Phase::Open,
+        Phase::Actors,
+        Phase::Steps,
+        Phase::Verify,
+        Phase::Close,
+        Phase::Teardown,
+        Phase::LeakGuard,
+        Phase::DropDatabase,
+    ];
+
+    /// Its serialised name (`create_database`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::CreateDatabase => "create_database",
+            Phase::Open => "open",
+            Phase::Actors => "actors",
+            Phase::Steps => "steps",
+            Phase::Verify => "verify",
+            Phase::Close => "close",
+            Phase::Teardown => "teardown",
+            Phase::LeakGuard => "leak_guard",
+            Phase::DropDatabase => "drop_database",
+        }
+    }
+}
+
 /// `key 43 (idle), key (1, 2) (idle in transaction)`: the "locks left after run" cell,
 /// sorted (so that it does not depend on which backend pid came first).
 pub fn describe_locks_left(locks: &[LockRow]) -> String {
@@ -64,16 +165,13 @@ pub fn describe_locks_left(locks: &[LockRow]) -> String {
 }
 
 /// One recorded observation: a row of the matrix, for one driver column.
-/// Read back from `matrix.json` through [`Value::from_report`].
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(try_from = "ObservationFile")]
 pub struct Observation {
     /// The `record:` name.
     pub name: String,
     /// 1-based step number that recorded it.
     pub step: usize,
-    /// Machine-readable value (serialised as a bool, number, string, null,
-    /// or an object; see [`Value`]).
+    /// What was measured, typed (serialised as `{"kind", "value"}`; see [`Value`]).
     pub value: Value,
     /// What the report cell shows, e.g. `true`, `55P03`, `held by worker (idle)`.
     pub display: String,
@@ -84,77 +182,24 @@ pub struct Observation {
     /// For an `await` step: the part of `elapsed_ms` spent at the `await` (from
     /// the step's start until the result was in, 0 when it already was), in ms:
     /// e.g. how long a waiter still waited once the step before it released the lock.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waited_ms: Option<f64>,
     /// Server notices of the step (`SEVERITY: message`; direct actors only).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notices: Vec<String>,
     /// Spread of `elapsed_ms` over the cell's repeats (`--repeat`), in ms; set
     /// by [`crate::matrix::run_all`], `None` for observations without a timing.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elapsed_stats: Option<Stats>,
     /// Spread of `waited_ms` over the cell's repeats, in ms (`await` steps).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waited_stats: Option<Stats>,
     /// In a cell with `trials`: how often each value (its display) was
     /// recorded over the trials. `display` is then the values seen in at
     /// least [`trials::SEEN_SHARE`] of them, which is what comparisons use
     /// ([`trials`]); `elapsed_stats` is over the trials.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub distribution: Option<std::collections::BTreeMap<String, u64>>,
-}
-
-/// An [`Observation`] as `matrix.json` has it: the value as JSON, read
-/// into a [`Value`] with the help of the displayed text.
-#[derive(Deserialize)]
-struct ObservationFile {
-    name: String,
-    step: usize,
-    value: serde_json::Value,
-    display: String,
-    sqlstate: Option<String>,
-    elapsed_ms: Option<f64>,
-    #[serde(default)]
-    waited_ms: Option<f64>,
-    #[serde(default)]
-    notices: Vec<String>,
-    #[serde(default)]
-    elapsed_stats: Option<Stats>,
-    #[serde(default)]
-    waited_stats: Option<Stats>,
-    #[serde(default)]
-    distribution: Option<std::collections::BTreeMap<String, u64>>,
-}
-
-impl TryFrom<ObservationFile> for Observation {
-    type Error = String;
-
-    fn try_from(o: ObservationFile) -> Result<Observation, String> {
-        // The value's own text, without the ` + SEVERITY` of a first notice.
-        let severity = o
-            .notices
-            .first()
-            .map(|n| format!(" + {}", n.split(':').next().unwrap_or_default()));
-        let shown = severity
-            .as_deref()
-            .and_then(|s| o.display.strip_suffix(s))
-            .unwrap_or(&o.display);
-        let value = Value::from_report(&o.value, shown, o.sqlstate.as_deref())
-            .map_err(|e| format!("observation `{}` of step {}: {e}", o.name, o.step))?;
-        Ok(Observation {
-            name: o.name,
-            step: o.step,
-            value,
-            display: o.display,
-            sqlstate: o.sqlstate,
-            elapsed_ms: o.elapsed_ms,
-            waited_ms: o.waited_ms,
-            notices: o.notices,
-            elapsed_stats: o.elapsed_stats,
-            waited_stats: o.waited_stats,
-            distribution: o.distribution,
-        })
-    }
 }
 
 /// min / p50 / p95 / max of one timing over a cell's repeats, in ms
@@ -269,7 +314,7 @@ pub struct RunResult {
     /// guard), `drop_database`. A phase a run did not reach is missing. With
     /// repeats, the first run's.
     #[serde(default, skip_serializing_if = "indexmap::IndexMap::is_empty")]
-    pub phases_ms: indexmap::IndexMap<String, f64>,
+    pub phases_ms: indexmap::IndexMap<Phase, f64>,
     /// How many times the cell ran (`--repeat`, 1 by default). With more than
     /// one, the fields above are the first run's, or the first failing run's
     /// if any failed, and the timings' spread is in `*_stats`.
@@ -395,14 +440,12 @@ impl RunResult {
         }
     }
 
-    /// Records phase `name` as the time since `since` (ms) and returns now,
+    /// Records `phase` as the time since `since` (ms) and returns now,
     /// the start of the next phase.
-    pub fn phase(&mut self, name: &'static str, since: std::time::Instant) -> std::time::Instant {
+    pub fn phase(&mut self, phase: Phase, since: std::time::Instant) -> std::time::Instant {
         let now = std::time::Instant::now();
-        self.phases_ms.insert(
-            name.to_owned(),
-            (now.duration_since(since).as_secs_f64() * 1e6).round() / 1e3,
-        );
+        self.phases_ms
+            .insert(phase, (now.duration_since(since).as_secs_f64() * 1e6).round() / 1e3);
         now
     }
 
@@ -413,17 +456,12 @@ impl RunResult {
 
     /// Unstable, fail, n/a, deviates or pass, in that precedence.
     pub fn status(&self) -> Status {
-        if !self.unstable.is_empty() {
-            Status::Unstable
-        } else if self.failure.is_some() {
-            Status::Fail
-        } else if self.skipped.is_some() {
-            Status::NotApplicable
-        } else if self.deviation.is_some() {
-            Status::Deviates
-        } else {
-            Status::Pass
-        }
+        Status::of(
+            !self.unstable.is_empty(),
+            self.failure.is_some(),
+            self.skipped.is_some(),
+            self.deviation.is_some(),
+        )
     }
 
     /// What this run measured, for comparing repeats and baselines.

@@ -1,72 +1,78 @@
 //! What one observation measured, typed ([`Value`]), with the two forms the
-//! later stages read: the machine-readable JSON of `matrix.json`
-//! (`Serialize`) and the text of a report cell (`Display`). The runner makes
-//! values; it never writes cell text.
+//! later stages read: the machine-readable JSON of `matrix.json` (serde,
+//! without loss: what is written reads back as the same value) and the text
+//! of a report cell (`Display`). The runner makes values; it never writes
+//! cell text, and nothing reads cell text back into a value.
 
 use std::fmt;
 
-use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
 use crate::keys::AdvisoryKey;
 
-/// The value of an observation.
-#[derive(Clone, Debug, PartialEq)]
+/// The value of an observation. In `matrix.json` (schema 7) a value is
+/// `{"kind": KIND, "value": …}`, KIND the variant's snake-case name
+/// (`no_rows`, `bool`, `error`, `locks`, …) and `value` its content (absent
+/// for the kinds without one): e.g. `{"kind": "bool", "value": true}`,
+/// `{"kind": "number", "value": [7, "007"]}`, `{"kind": "dropped", "value":
+/// {"at_ms": 200, "cancel": {"not_sent": "…"}}}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
 pub enum Value {
-    /// The statement returned no row: `null`, shown `(no rows)`.
+    /// The statement returned no row: shown `(no rows)`.
     NoRows,
-    /// SQL NULL: `null`, shown `NULL`.
+    /// SQL NULL: shown `NULL`.
     Null,
-    /// The step does not apply to this driver kind (`when:`): `null`, shown `n/a`.
+    /// The step does not apply to this driver kind (`when:`): shown `n/a`.
     NotApplicable,
-    /// The cell was not run (PgBouncer cannot carry the scenario's connection
-    /// settings): `null`, shown `n/a (settings cannot pass PgBouncer)`.
+    /// The cell was not run (the pooler cannot carry the scenario's
+    /// connection settings): shown `n/a (settings cannot pass PgBouncer)`.
+    #[serde(rename = "settings_cannot_pass")]
     SettingsCannotPassPgBouncer,
-    /// `t` / `f` from the server: a JSON boolean, shown `true` / `false`.
+    /// `t` / `f` from the server: shown `true` / `false`.
     Bool(bool),
-    /// A value that parses as an i64 and is written as Rust writes it: a JSON number.
+    /// A value that parses as an i64 and is written as Rust writes it.
     Int(i64),
-    /// A value that parses as an i64 but is written otherwise (`007`): a
-    /// JSON number, shown as the server wrote it.
+    /// A value that parses as an i64 but is written otherwise (`007`): the
+    /// number and the text, shown as the server wrote it.
     Number(i64, String),
-    /// Any other text: a JSON string (an empty one, e.g. the result of a
-    /// function returning `void`, is shown `(empty)`).
+    /// Any other text (an empty one, e.g. the result of a function
+    /// returning `void`, is shown `(empty)`).
     Text(String),
-    /// A failed statement: `{error}`, shown as its SQLSTATE.
+    /// A failed statement, shown as its SQLSTATE.
     Error(StatementError),
-    /// An `observe` step: `{held, holders, waiters}`, shown `held by a (idle); waiting: b`.
+    /// An `observe` step: shown `held by a (idle); waiting: b`.
     Locks(LockSnapshot),
     /// An `order` step: the step ids in completion order, shown `a → b`.
     Order(Vec<String>),
-    /// A checkout bounded by `client_timeout_ms`: `{checkout, error?, first_statement?}`.
+    /// A checkout bounded by `client_timeout_ms`.
     Checkout(Checkout),
-    /// A return bounded by `client_timeout_ms`: `{return}`.
+    /// A return bounded by `client_timeout_ms`.
     Return(Return),
-    /// A call dropped at its `client_timeout_ms` (ms): `{dropped_at_ms, cancel}`.
+    /// A call dropped at its `client_timeout_ms` (ms).
     Dropped {
         /// The bound, in ms.
         at_ms: u64,
         /// Whether a cancel request was sent, and its effect.
         cancel: Cancel,
     },
-    /// A `lock_guard` step whose guard was acquired and ended: `{guard}`.
+    /// A `lock_guard` step whose guard was acquired and ended.
     Guard(GuardEnded),
-    /// A capability the driver does not have: `{unsupported}`, shown `n/a (no guard API)`.
+    /// A capability the driver does not have (which): shown `n/a (no guard API)`.
     Unsupported(String),
-    /// A step of an actor whose bounded checkout gave up (why): `{no_connection}`.
+    /// A step of an actor whose bounded checkout gave up (why).
     NoConnection(String),
     /// A `granted` step: the waiter stopped waiting (the lock was released to
     /// it, or its own bound ended the wait) within the bound; the time since
-    /// the fault is the observation's `elapsed_ms`: `{released: true}`,
-    /// shown `released`.
+    /// the fault is the observation's `elapsed_ms`: shown `released`.
     Released,
     /// A `granted` step whose waiter still waited at the bound, ms after the
-    /// fault: `{still_held_at_ms}`, shown `still held at N s`.
+    /// fault: shown `still held at N s`.
     StillHeld(u64),
 }
 
 /// A statement's error as the driver reported it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatementError {
     /// The driver's message.
     pub message: String,
@@ -76,8 +82,9 @@ pub struct StatementError {
     pub from_server: bool,
 }
 
-/// How a bounded checkout went.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// How a bounded checkout went (`"ok"`, `{"no_answer": MS}`, …).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Checkout {
     /// A connection, and its first statement answered.
     Ok,
@@ -90,8 +97,9 @@ pub enum Checkout {
     Failed(String),
 }
 
-/// How a bounded return went.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How a bounded return went (`"to_pool"`, `{"unfinished": MS}`, …).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Return {
     /// Into the pool.
     ToPool,
@@ -104,8 +112,10 @@ pub enum Return {
     Unfinished(u64),
 }
 
-/// What happened to the cancel request of a dropped call.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What happened to the cancel request of a dropped call (`"none"`,
+/// `{"not_sent": WHY}`, `{"no_effect": MS}`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Cancel {
     /// None was asked for (`on_timeout: drop`).
     None,
@@ -115,8 +125,9 @@ pub enum Cancel {
     NoEffect(u128),
 }
 
-/// How a lock guard ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How a lock guard ended (`"release_now"`, `"dropped"`, `"leaked"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum GuardEnded {
     /// `release_now()`.
     ReleaseNow,
@@ -226,7 +237,7 @@ impl fmt::Display for Value {
                 Checkout::Failed(e) => write!(f, "checkout failed: {e}"),
             },
             Value::Return(Return::Unfinished(ms)) => write!(f, "unfinished at {ms} ms"),
-            Value::Return(r) => f.write_str(r.json()),
+            Value::Return(r) => f.write_str(r.text()),
             Value::Dropped { at_ms, cancel } => match cancel {
                 Cancel::None => write!(f, "dropped at {at_ms} ms"),
                 Cancel::NotSent(why) => write!(f, "no cancel request sent ({why}); dropped at {at_ms} ms"),
@@ -244,122 +255,9 @@ impl fmt::Display for Value {
     }
 }
 
-impl Value {
-    /// Reads a value back from `matrix.json` (`locklab merge`): `json` as
-    /// [`Serialize`] wrote it, and `display`, the cell text the report
-    /// recorded with it (without a notice's ` + SEVERITY`), for what the
-    /// JSON leaves out: which kind of `null`, a number's written form, the
-    /// ms of a bound, why no cancel request was sent. Serialising the result
-    /// gives `json` again, and for a value whose cell shows the value itself
-    /// (not a race's distribution), displaying it gives `display`.
-    ///
-    /// # Errors
-    /// A JSON shape no [`Value`] serialises to, named.
-    pub fn from_report(json: &serde_json::Value, display: &str, sqlstate: Option<&str>) -> Result<Value, String> {
-        use serde_json::Value as J;
-        // The first number in a text such as "dropped at 200 ms", else 0.
-        let ms_in = |t: &str| -> u64 {
-            t.split(|c: char| !c.is_ascii_digit())
-                .find(|w| !w.is_empty())
-                .and_then(|w| w.parse().ok())
-                .unwrap_or(0)
-        };
-        let text = |key: &str| json.get(key).and_then(J::as_str).map(str::to_owned);
-        Ok(match json {
-            J::Null => match display {
-                "(no rows)" => Value::NoRows,
-                "n/a" => Value::NotApplicable,
-                "n/a (settings cannot pass PgBouncer)" => Value::SettingsCannotPassPgBouncer,
-                _ => Value::Null,
-            },
-            J::Bool(b) => Value::Bool(*b),
-            J::Number(n) => {
-                let n = n.as_i64().ok_or_else(|| format!("not a bigint: {n}"))?;
-                if display == n.to_string() || display.parse::<i64>().ok() != Some(n) {
-                    Value::Int(n)
-                } else {
-                    Value::Number(n, display.to_owned())
-                }
-            }
-            J::String(t) => Value::Text(t.clone()),
-            J::Array(ids) => Value::Order(
-                ids.iter()
-                    .map(|i| {
-                        i.as_str()
-                            .map(str::to_owned)
-                            .ok_or_else(|| format!("not a step id: {i}"))
-                    })
-                    .collect::<Result<_, _>>()?,
-            ),
-            J::Object(m) if m.contains_key("held") => {
-                Value::Locks(LockSnapshot::deserialize(json).map_err(|e| format!("a lock snapshot: {e}"))?)
-            }
-            J::Object(m) if m.contains_key("checkout") => {
-                Value::Checkout(match (text("checkout").as_deref(), m.len()) {
-                    (Some("ok"), 1) => Checkout::Ok,
-                    (Some("ok"), _) => Checkout::NoAnswer(ms_in(display)),
-                    (Some("dropped"), _) => Checkout::Dropped(ms_in(display)),
-                    (Some("failed"), _) => Checkout::Failed(text("error").unwrap_or_default()),
-                    (other, _) => return Err(format!("an unknown checkout: {other:?}")),
-                })
-            }
-            J::Object(m) if m.contains_key("error") => Value::Error(StatementError {
-                message: text("error").unwrap_or_default(),
-                sqlstate: sqlstate.map(str::to_owned),
-                from_server: display != "client error",
-            }),
-            J::Object(m) if m.contains_key("return") => Value::Return(match text("return").as_deref() {
-                Some("to pool") => Return::ToPool,
-                Some("closed") => Return::Closed,
-                Some("closed, server connection to the pooler") => Return::ToPooler,
-                Some("unfinished") => Return::Unfinished(ms_in(display)),
-                other => return Err(format!("an unknown return: {other:?}")),
-            }),
-            J::Object(m) if m.contains_key("dropped_at_ms") => Value::Dropped {
-                at_ms: m["dropped_at_ms"].as_u64().ok_or("dropped_at_ms is not a number")?,
-                cancel: match text("cancel").as_deref() {
-                    Some("none") => Cancel::None,
-                    Some("not sent") => Cancel::NotSent(
-                        display
-                            .strip_prefix("no cancel request sent (")
-                            .and_then(|t| t.rsplit_once("); dropped at "))
-                            .map_or_else(String::new, |(why, _)| why.to_owned()),
-                    ),
-                    Some("sent, no effect") => Cancel::NoEffect(u128::from(ms_in(display))),
-                    other => return Err(format!("an unknown cancel: {other:?}")),
-                },
-            },
-            J::Object(m) if m.contains_key("guard") => Value::Guard(
-                [GuardEnded::ReleaseNow, GuardEnded::Dropped, GuardEnded::Leaked]
-                    .into_iter()
-                    .find(|g| text("guard").as_deref() == Some(g.text()))
-                    .ok_or_else(|| format!("an unknown guard end: {:?}", text("guard")))?,
-            ),
-            J::Object(m) if m.contains_key("unsupported") => {
-                Value::Unsupported(text("unsupported").unwrap_or_default())
-            }
-            J::Object(m) if m.contains_key("no_connection") => {
-                Value::NoConnection(text("no_connection").unwrap_or_default())
-            }
-            J::Object(m) if m.contains_key("released") => Value::Released,
-            J::Object(m) if m.contains_key("still_held_at_ms") => Value::StillHeld(
-                m["still_held_at_ms"]
-                    .as_u64()
-                    .ok_or("still_held_at_ms is not a number")?,
-            ),
-            J::Object(m) => {
-                return Err(format!(
-                    "an object with keys {:?}, which no value has",
-                    m.keys().collect::<Vec<_>>()
-                ));
-            }
-        })
-    }
-}
-
 impl Return {
-    /// The `return` text of `matrix.json`.
-    fn json(self) -> &'static str {
+    /// The cell text of a return that finished.
+    fn text(self) -> &'static str {
         match self {
             Return::ToPool => "to pool",
             Return::Closed => "closed",
@@ -392,101 +290,16 @@ impl fmt::Display for LockSnapshot {
     }
 }
 
-impl Serialize for Value {
-    /// The shapes `matrix.json` has had since values were built with `json!`.
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let one = |s: S, key: &str, value: &str| {
-            let mut m = s.serialize_map(Some(1))?;
-            m.serialize_entry(key, value)?;
-            m.end()
-        };
-        match self {
-            Value::NoRows | Value::Null | Value::NotApplicable | Value::SettingsCannotPassPgBouncer => {
-                s.serialize_unit()
-            }
-            Value::Bool(b) => s.serialize_bool(*b),
-            Value::Int(n) | Value::Number(n, _) => s.serialize_i64(*n),
-            Value::Text(t) => s.serialize_str(t),
-            Value::Error(e) => one(s, "error", &e.message),
-            Value::Locks(l) => l.serialize(s),
-            Value::Order(ids) => ids.serialize(s),
-            Value::Checkout(c) => {
-                let mut m = s.serialize_map(None)?;
-                match c {
-                    Checkout::Ok => m.serialize_entry("checkout", "ok")?,
-                    Checkout::NoAnswer(_) => {
-                        m.serialize_entry("checkout", "ok")?;
-                        m.serialize_entry("first_statement", "no answer")?;
-                    }
-                    Checkout::Dropped(_) => m.serialize_entry("checkout", "dropped")?,
-                    Checkout::Failed(e) => {
-                        m.serialize_entry("checkout", "failed")?;
-                        m.serialize_entry("error", e)?;
-                    }
-                }
-                m.end()
-            }
-            Value::Return(r) => one(s, "return", r.json()),
-            Value::Dropped { at_ms, cancel } => {
-                let mut m = s.serialize_map(Some(2))?;
-                m.serialize_entry("dropped_at_ms", at_ms)?;
-                let cancel = match cancel {
-                    Cancel::None => "none",
-                    Cancel::NotSent(_) => "not sent",
-                    Cancel::NoEffect(_) => "sent, no effect",
-                };
-                m.serialize_entry("cancel", cancel)?;
-                m.end()
-            }
-            Value::Guard(g) => one(s, "guard", g.text()),
-            Value::Unsupported(why) => one(s, "unsupported", why),
-            Value::NoConnection(why) => one(s, "no_connection", why),
-            Value::Released => {
-                let mut m = s.serialize_map(Some(1))?;
-                m.serialize_entry("released", &true)?;
-                m.end()
-            }
-            Value::StillHeld(ms) => {
-                let mut m = s.serialize_map(Some(1))?;
-                m.serialize_entry("still_held_at_ms", ms)?;
-                m.end()
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// `matrix.json` keeps the shapes it had when values were built with `json!`.
+    /// Every kind of value reads back from its JSON as itself (nothing is
+    /// lost, so nothing needs the cell text to rebuild it), in the shape
+    /// the schema documents.
     #[test]
-    fn values_serialise_as_matrix_json_has_them() {
-        let json = |v: Value| serde_json::to_string(&v).unwrap();
-        assert_eq!(json(Value::NoRows), "null");
-        assert_eq!(json(Value::of_text("t")), "true");
-        assert_eq!(json(Value::of_text("-7")), "-7");
-        assert_eq!(json(Value::of_text("007")), "7");
-        assert_eq!(Value::of_text("007").to_string(), "007");
-        assert_eq!(json(Value::of_text("")), "\"\"");
-        assert_eq!(json(Value::of_text("1.5")), "\"1.5\"");
-        assert_eq!(json(Value::Order(vec!["a".into(), "b".into()])), r#"["a","b"]"#);
-        assert_eq!(
-            json(Value::Checkout(Checkout::NoAnswer(200))),
-            r#"{"checkout":"ok","first_statement":"no answer"}"#
-        );
-        assert_eq!(
-            json(Value::Checkout(Checkout::Failed("x".into()))),
-            r#"{"checkout":"failed","error":"x"}"#
-        );
-        assert_eq!(json(Value::Return(Return::ToPool)), r#"{"return":"to pool"}"#);
-        assert_eq!(
-            json(Value::Dropped {
-                at_ms: 200,
-                cancel: Cancel::None
-            }),
-            r#"{"dropped_at_ms":200,"cancel":"none"}"#
-        );
+    fn values_read_back_from_their_json_without_loss() {
+        let json = |v: &Value| serde_json::to_string(v).unwrap();
         let snapshot = LockSnapshot {
             held: true,
             holders: vec![LockHolder {
@@ -498,9 +311,69 @@ mod tests {
             }],
             waiters: Vec::new(),
         };
+        let every = [
+            Value::NoRows,
+            Value::Null,
+            Value::NotApplicable,
+            Value::SettingsCannotPassPgBouncer,
+            Value::of_text("t"),
+            Value::of_text("-7"),
+            Value::of_text("007"),
+            Value::of_text(""),
+            Value::Error(StatementError {
+                message: "m".into(),
+                sqlstate: Some("55P03".into()),
+                from_server: true,
+            }),
+            Value::Error(StatementError {
+                message: "closed".into(),
+                sqlstate: None,
+                from_server: false,
+            }),
+            Value::Locks(snapshot),
+            Value::Order(vec!["a".into(), "b".into()]),
+            Value::Checkout(Checkout::Ok),
+            Value::Checkout(Checkout::NoAnswer(200)),
+            Value::Checkout(Checkout::Dropped(300)),
+            Value::Checkout(Checkout::Failed("x".into())),
+            Value::Return(Return::ToPool),
+            Value::Return(Return::Closed),
+            Value::Return(Return::ToPooler),
+            Value::Return(Return::Unfinished(500)),
+            Value::Dropped {
+                at_ms: 200,
+                cancel: Cancel::None,
+            },
+            Value::Dropped {
+                at_ms: 200,
+                cancel: Cancel::NotSent("no cancel API".into()),
+            },
+            Value::Dropped {
+                at_ms: 200,
+                cancel: Cancel::NoEffect(1000),
+            },
+            Value::Guard(GuardEnded::ReleaseNow),
+            Value::Guard(GuardEnded::Dropped),
+            Value::Guard(GuardEnded::Leaked),
+            Value::Unsupported("guard".into()),
+            Value::NoConnection("checkout dropped at 300 ms".into()),
+            Value::Released,
+            Value::StillHeld(3000),
+        ];
+        for v in &every {
+            let back: Value = serde_json::from_str(&json(v)).unwrap();
+            assert_eq!(&back, v, "{}", json(v));
+        }
+        assert_eq!(json(&Value::NoRows), r#"{"kind":"no_rows"}"#);
+        assert_eq!(json(&Value::of_text("t")), r#"{"kind":"bool","value":true}"#);
+        assert_eq!(json(&Value::of_text("007")), r#"{"kind":"number","value":[7,"007"]}"#);
         assert_eq!(
-            json(Value::Locks(snapshot)),
-            r#"{"held":true,"holders":[{"actor":null,"pid":9,"state":"idle","key":"(1, 2)","mode":"ShareLock"}],"waiters":[]}"#
+            json(&every[21]),
+            r#"{"kind":"dropped","value":{"at_ms":200,"cancel":{"not_sent":"no cancel API"}}}"#
+        );
+        assert_eq!(
+            json(&every[10]),
+            r#"{"kind":"locks","value":{"held":true,"holders":[{"actor":null,"pid":9,"state":"idle","key":"(1, 2)","mode":"ShareLock"}],"waiters":[]}}"#
         );
     }
 

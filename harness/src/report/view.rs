@@ -428,23 +428,10 @@ impl<'a> Cells<'a> {
         let first = family[0];
         let runs: Vec<&RunResult> = family.iter().filter_map(|s| self.run(column, &s.name)).collect();
         let n = runs.len();
-        let count = |f: &dyn Fn(&RunResult) -> bool| runs.iter().filter(|r| f(r)).count();
-        let unstable = count(&|r| !r.unstable.is_empty());
-        let failed = count(&|r| !r.passed());
-        let deviated = count(&|r| r.deviation.is_some());
-        let skipped = count(&|r| r.skipped.is_some());
-        let (status, count) = if n == 0 {
-            (None, 0)
-        } else if unstable > 0 {
-            (Some(Status::Unstable), unstable)
-        } else if failed > 0 {
-            (Some(Status::Fail), failed)
-        } else if skipped == n {
-            (Some(Status::NotApplicable), skipped)
-        } else if deviated > 0 {
-            (Some(Status::Deviates), deviated)
-        } else {
-            (Some(Status::Pass), 0)
+        let statuses: Vec<Status> = runs.iter().map(|r| r.status()).collect();
+        let (status, count) = match Status::of_family(&statuses) {
+            Some((status, count)) => (Some(status), count),
+            None => (None, 0),
         };
         let mut evidence = vec![format!("{} · {}", column.header, first.family)];
         let mut differing = 0;

@@ -65,7 +65,7 @@ impl Run<'_> {
         self.slots[a.actor] = Slot::Ready(conn);
         self.finished.insert(a.target, done);
         let waited = done.saturating_duration_since(await_began);
-        let timed_elsewhere = self.timed_by_granted.get(&a.actor) == Some(&started);
+        let timed_elsewhere = self.faults.timed_by_granted(a.actor, started);
         self.finish_sql(step, a.actor, a.expect.as_ref(), None, outcome, Some(waited))?;
         if timed_elsewhere && step.record.is_some() {
             // A `granted` step timed this call's end (from the fault); its

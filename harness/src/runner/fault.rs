@@ -24,122 +24,137 @@ impl Run<'_> {
         pool: &dyn locklab_drivers::Pool,
         monitor: &mut DirectConn,
     ) -> StepResult {
-        let name = self.scenario.actors[actor].name.clone();
         match fault {
-            Fault::Crash if self.scenario.actors[actor].via == Via::Pool => {
-                for i in 0..self.scenario.actors.len() {
-                    if self.scenario.actors[i].via == Via::Pool {
-                        self.wait_statement_arrived(i, monitor).await?;
-                    }
-                }
-                self.fault_at = Some(Instant::now());
-                pool.crash()
-                    .await
-                    .map_err(|e| StepError::Harness(format!("cannot crash the pool under test: {e}")))?;
-                // Every connection of the pool died with its process: the
-                // connection objects (idle, or in a background step's task)
-                // only hold the adapter's ids.
-                for i in 0..self.scenario.actors.len() {
-                    if self.scenario.actors[i].via == Via::Pool {
-                        self.lose_connection(i);
-                    }
-                }
-                Ok(())
-            }
-            Fault::Crash => {
-                let child = self
-                    .children
-                    .get(&actor)
-                    .cloned()
-                    .ok_or_else(|| StepError::Harness(format!("actor '{name}' has no child process to crash")))?;
-                self.wait_statement_arrived(actor, monitor).await?;
-                self.fault_at = Some(Instant::now());
-                child.crash().await.map_err(StepError::Harness)?;
-                // The connection object (idle, or inside the background
-                // step's task) goes with it: its pipes are closed.
-                self.lose_connection(actor);
-                Ok(())
-            }
-            Fault::Terminate => {
-                let pid = self
-                    .pids
-                    .get(&actor)
-                    .or_else(|| self.had_pid.get(&actor))
-                    .copied()
-                    .ok_or_else(|| StepError::Harness(format!("the backend pid of '{name}' is unknown")))?;
-                self.fault_at = Some(Instant::now());
-                // PostgreSQL 14+: with a timeout, pg_terminate_backend waits
-                // until the backend has exited (docs §9.28.2).
-                let sql = format!(
-                    "select pg_terminate_backend({pid}, {})",
-                    step.deadline_ms.saturating_sub(100).max(1)
-                );
-                let rows = tokio::time::timeout(
-                    Duration::from_millis(step.deadline_ms),
-                    monitor.client().simple_query(&sql),
-                )
-                .await
-                .map_err(|_| {
-                    StepError::Deadline(format!(
-                        "backend {pid} of '{name}' had not exited within {} ms",
-                        step.deadline_ms
-                    ))
-                })?
-                .map_err(|e| {
-                    StepError::Driver(format!(
-                        "cannot terminate backend {pid} of '{name}': {}",
-                        locklab_drivers::DriverError::from(e)
-                    ))
-                })?;
-                let terminated = rows.iter().any(|m| match m {
-                    tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0) == Some("t"),
-                    _ => false,
-                });
-                // A backend already gone (its client crashed, or the pool
-                // closed the connection) counts: the step ensures it is gone.
-                if !terminated
-                    && !crate::observe::backend_gone(monitor, pid)
-                        .await
-                        .map_err(|e| StepError::Driver(e.to_string()))?
-                {
-                    return Err(StepError::Deadline(format!(
-                        "backend {pid} of '{name}' had not exited {} ms after pg_terminate_backend",
-                        step.deadline_ms
-                    )));
-                }
-                Ok(())
-            }
-            Fault::Partition | Fault::Heal => {
-                let port = *self.ns_ports.get(&actor).ok_or_else(|| {
-                    StepError::Harness(format!(
-                        "actor '{name}' has no connection in the run's network namespace"
-                    ))
-                })?;
-                let ns = Namespace::get().map_err(StepError::Harness)?;
-                if fault == Fault::Partition {
-                    // An idle connection: what the server sent is acknowledged
-                    // (see Namespace::wait_acknowledged), unless the actor is
-                    // running a statement.
-                    if matches!(self.slots[actor], Slot::Ready(_)) {
-                        let server_port = self.server.spec(self.db, "").port;
-                        let acked = ns
-                            .wait_acknowledged(port, server_port, Duration::from_secs(1))
-                            .await
-                            .map_err(StepError::Harness)?;
-                        if !acked {
-                            return Err(StepError::Harness(format!(
-                                "the server's last data to '{name}' was not acknowledged within 1 s"
-                            )));
-                        }
-                    }
-                    self.wait_statement_arrived(actor, monitor).await?;
-                    self.fault_at = Some(Instant::now());
-                    ns.cut(port).await.map_err(StepError::Harness)
-                } else {
-                    ns.heal(port).await.map_err(StepError::Harness)
-                }
+            Fault::Crash if self.scenario.actors[actor].via == Via::Pool => self.crash_pool(pool, monitor).await,
+            Fault::Crash => self.crash_child(actor, monitor).await,
+            Fault::Terminate => self.terminate(step, actor, monitor).await,
+            Fault::Partition | Fault::Heal => self.cut(actor, fault == Fault::Partition, monitor).await,
+        }
+    }
+
+    /// `crash` on a pool actor: kills the process the pool under test lives
+    /// in, with every connection of the pool.
+    async fn crash_pool(&mut self, pool: &dyn locklab_drivers::Pool, monitor: &mut DirectConn) -> StepResult {
+        for i in 0..self.scenario.actors.len() {
+            if self.scenario.actors[i].via == Via::Pool {
+                self.wait_statement_arrived(i, monitor).await?;
             }
         }
+        self.faults.struck();
+        pool.crash()
+            .await
+            .map_err(|e| StepError::Harness(format!("cannot crash the pool under test: {e}")))?;
+        // Every connection of the pool died with its process: the
+        // connection objects (idle, or in a background step's task)
+        // only hold the adapter's ids.
+        for i in 0..self.scenario.actors.len() {
+            if self.scenario.actors[i].via == Via::Pool {
+                self.lose_connection(i);
+            }
+        }
+        Ok(())
+    }
+
+    /// `crash` on a direct actor: kills its child process.
+    async fn crash_child(&mut self, actor: usize, monitor: &mut DirectConn) -> StepResult {
+        let scenario = self.scenario;
+        let name = &scenario.actors[actor].name;
+        let child = self
+            .faults
+            .children
+            .get(&actor)
+            .cloned()
+            .ok_or_else(|| StepError::Harness(format!("actor '{name}' has no child process to crash")))?;
+        self.wait_statement_arrived(actor, monitor).await?;
+        self.faults.struck();
+        child.crash().await.map_err(StepError::Harness)?;
+        // The connection object (idle, or inside the background
+        // step's task) goes with it: its pipes are closed.
+        self.lose_connection(actor);
+        Ok(())
+    }
+
+    /// `terminate`: ends the actor's backend (or the one it last had) and
+    /// waits until it has exited.
+    async fn terminate(&mut self, step: &Step, actor: usize, monitor: &mut DirectConn) -> StepResult {
+        let scenario = self.scenario;
+        let name = &scenario.actors[actor].name;
+        let pid = self
+            .pids
+            .get(&actor)
+            .or_else(|| self.had_pid.get(&actor))
+            .copied()
+            .ok_or_else(|| StepError::Harness(format!("the backend pid of '{name}' is unknown")))?;
+        self.faults.struck();
+        // PostgreSQL 14+: with a timeout, pg_terminate_backend waits
+        // until the backend has exited (docs §9.28.2).
+        let sql = crate::observe::terminate_backend_sql(pid, step.deadline_ms.saturating_sub(100).max(1));
+        let rows = tokio::time::timeout(
+            Duration::from_millis(step.deadline_ms),
+            monitor.client().simple_query(&sql),
+        )
+        .await
+        .map_err(|_| {
+            StepError::Deadline(format!(
+                "backend {pid} of '{name}' had not exited within {} ms",
+                step.deadline_ms
+            ))
+        })?
+        .map_err(|e| {
+            StepError::Driver(format!(
+                "cannot terminate backend {pid} of '{name}': {}",
+                locklab_drivers::DriverError::from(e)
+            ))
+        })?;
+        let terminated = rows.iter().any(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0) == Some("t"),
+            _ => false,
+        });
+        // A backend already gone (its client crashed, or the pool
+        // closed the connection) counts: the step ensures it is gone.
+        if !terminated
+            && !crate::observe::backend_gone(monitor, pid)
+                .await
+                .map_err(|e| StepError::Driver(e.to_string()))?
+        {
+            return Err(StepError::Deadline(format!(
+                "backend {pid} of '{name}' had not exited {} ms after pg_terminate_backend",
+                step.deadline_ms
+            )));
+        }
+        Ok(())
+    }
+
+    /// `partition` (`cut`) or `heal` a `network: namespace` actor's connection.
+    async fn cut(&mut self, actor: usize, cut: bool, monitor: &mut DirectConn) -> StepResult {
+        let name = self.scenario.actors[actor].name.clone();
+        let port = *self.faults.ns_ports.get(&actor).ok_or_else(|| {
+            StepError::Harness(format!(
+                "actor '{name}' has no connection in the run's network namespace"
+            ))
+        })?;
+        let ns = Namespace::get().map_err(StepError::Harness)?;
+        if !cut {
+            return ns.heal(port).await.map_err(StepError::Harness);
+        }
+        // An idle connection: what the server sent is acknowledged
+        // (see Namespace::wait_acknowledged), unless the actor is
+        // running a statement.
+        if matches!(self.slots[actor], Slot::Ready(_)) {
+            let server_port = self.server.spec(self.db, "").port;
+            let acked = ns
+                .wait_acknowledged(port, server_port, Duration::from_secs(1))
+                .await
+                .map_err(StepError::Harness)?;
+            if !acked {
+                return Err(StepError::Harness(format!(
+                    "the server's last data to '{name}' was not acknowledged within 1 s"
+                )));
+            }
+        }
+        self.wait_statement_arrived(actor, monitor).await?;
+        self.faults.struck();
+        ns.cut(port).await.map_err(StepError::Harness)
     }
 
     /// With a background step in flight on `actor`, waits (up to 1 s) until
@@ -193,7 +208,7 @@ impl Run<'_> {
         immediate: bool,
         monitor: &mut DirectConn,
     ) -> StepResult {
-        self.fault_at = Some(Instant::now());
+        self.faults.struck();
         // Bounded inside (30 s to stop, 60 s to start): cutting it short here
         // would drop the postmaster's handle halfway.
         self.server
@@ -228,14 +243,14 @@ impl Run<'_> {
     /// single lock calls, which finish once granted.)
     pub(super) async fn granted(&mut self, step: &Step, observer: usize, target: usize) -> StepResult {
         let pid = self.pid_of(target)?;
-        let since = self.fault_at.unwrap_or_else(Instant::now);
+        let since = self.faults.at.unwrap_or_else(Instant::now);
         let until = since + Duration::from_millis(step.deadline_ms);
         if let Slot::Busy { started, .. } = &self.slots[target] {
-            self.timed_by_granted.insert(target, *started);
+            self.faults.timed_by_granted.insert(target, *started);
         }
         // Seen blocked by a `blocked` step before the fault, or here.
         let mut seen_blocked = matches!(
-            (&self.slots[target], self.seen_blocked.get(&target)),
+            (&self.slots[target], self.faults.seen_blocked.get(&target)),
             (Slot::Busy { started, .. }, Some(seen)) if started == seen
         );
         let polled = poll_until(until, async || {

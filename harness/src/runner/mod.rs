@@ -10,17 +10,20 @@
 //! connection returned, then `pg_locks`), ends leftover backends
 //! (`Run::end_leftovers`) and closes the pool (`Run::close`); then [`run`]
 //! has PgBouncer close its server connections, runs the [`leak_guard`] and
-//! drops the database (`phases::drop_database`).
+//! drops the database (`database::drop_database`).
 
 mod background;
 mod bounded;
 mod connection;
+mod database;
 mod error;
 mod expect;
 mod fault;
+mod faults;
 mod guard;
 mod observe;
 mod phases;
+mod place;
 mod sharing;
 mod sql;
 mod state;
@@ -31,7 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use locklab_drivers::{Driver, DriverError, PoolerKind, PoolerMode};
+use locklab_drivers::{Driver, DriverError, DriverInfo};
 
 pub use error::{StepError, StepResult};
 pub use expect::check_sql;
@@ -39,9 +42,10 @@ pub use phases::{drop_own_databases, leak_guard};
 pub use sharing::Sharing;
 pub use trials::{effective_trials, set_max_trials};
 
-use crate::outcome::RunResult;
+use crate::outcome::{Phase, RunResult};
 use crate::scenario::Scenario;
 use crate::server::Server;
+use place::{CellServer, Skip};
 use state::Run;
 
 /// How long the leak guard waits for a closed pool's backends to exit.
@@ -81,115 +85,41 @@ pub async fn run_sharing_databases(
     run_cell(server, scenario, driver, Some(sharing)).await
 }
 
-/// [`run`], or [`run_sharing_databases`] with `sharing`.
+/// [`run`], or [`run_sharing_databases`] with `sharing`: where the cell
+/// runs ([`place`]), then [`run_on`] that server.
 async fn run_cell(server: &Server, scenario: &Scenario, driver: &dyn Driver, sharing: Option<&Sharing>) -> RunResult {
     let info = driver.info();
     let began = Instant::now();
     let mut result = RunResult::new(&server.id(), &scenario.name, info.id);
-    if let Some(pooler) = info.pooler
-        && let Some(why) = crate::server::poolers::unavailable(pooler)
-    {
-        phases::not_applicable(scenario, &mut result, why);
-        return result;
-    }
-    // A race of a cancel with a grant (trials) behind transaction pooling,
-    // where the cancel request gets through: a session-level lock granted as
-    // the cancel landed stays on a server connection the pooler gives to
-    // other clients, which the next trial's `pg_advisory_unlock_all()` may
-    // not reach, and the next trial's holder then waits on it for good
-    // (seen with PgBouncer 1.24, transaction mode, at trial 6).
-    if scenario.trials.is_some()
-        && info
-            .pooler
-            .is_some_and(|p| p.mode == PoolerMode::Transaction && p.kind.sends_cancel())
-    {
-        phases::not_applicable(
-            scenario,
-            &mut result,
-            "trials behind transaction pooling that passes cancel requests: a session-level lock granted \
-             as a cancel landed stays on a pooled server connection that the next trial's clean-up may \
-             not reach"
-                .to_owned(),
-        );
-        return result;
-    }
-    if info.pooler.is_some() && scenario.pool_settings.list.iter().any(|(k, _)| k != "application_name") {
-        phases::not_applicable_behind_pgbouncer(scenario, &mut result);
-        return result;
-    }
-    // A cell with a `network: namespace` actor runs on a server of its own
-    // (faults::server): the shared one cannot be reached from the namespace.
-    if scenario.needs_fault_server()
-        && let Some(why) = crate::faults::netns::unavailable()
-    {
-        phases::not_applicable(
-            scenario,
-            &mut result,
-            format!("a fault cell with a `network: namespace` actor {why}"),
-        );
-        return result;
-    }
-    // A pool that a step crashes lives in a process of its own.
-    let hosted;
-    let driver = if scenario.pool_process == crate::scenario::Process::Child {
-        let program = match crate::faults::child::program() {
-            Ok(p) => p,
-            Err(e) => {
-                result.failure = Some(cell_error(server, scenario, info.id, &e));
-                return result;
-            }
-        };
-        match driver.in_own_process(&program) {
-            Some(d) => {
-                hosted = d;
-                hosted.as_ref()
-            }
-            None => {
-                phases::not_applicable(
-                    scenario,
-                    &mut result,
-                    format!("driver '{}' cannot host its pool in a process of its own", info.id),
-                );
-                return result;
-            }
-        }
-    } else {
-        driver
+    let skip = |result: &mut RunResult, skip: Skip| match skip {
+        Skip::Because(why) => phases::not_applicable(scenario, result, why),
+        Skip::SettingsCannotPass => phases::not_applicable_behind_pgbouncer(scenario, result),
     };
-    // A cell that restarts the server gets a local cluster of its own,
-    // removed once the cell is over: a restart must not hit other cells.
-    let own = if scenario.needs_own_cluster() {
-        let opts = crate::server::ServerOptions::new(crate::server::BackendChoice::Local, server.major());
-        match tokio::task::spawn_blocking(move || Server::start(&opts)).await {
-            Ok(Ok(s)) => Some(s),
-            Ok(Err(e)) => {
-                result.failure = Some(cell_error(
-                    server,
-                    scenario,
-                    info.id,
-                    &format!("cannot start the cell's own local cluster: {e:#}"),
-                ));
-                return result;
-            }
-            Err(e) => {
-                result.failure = Some(format!("the cell's own cluster's start-up panicked: {e}"));
-                return result;
-            }
-        }
-    } else {
-        None
+    if let Some(why) = place::not_applicable(scenario, &info) {
+        skip(&mut result, why);
+        return result;
+    }
+    let mut hosted = None;
+    let placed = match place::host_pool(scenario, driver, &mut hosted) {
+        Ok(driver) => CellServer::for_cell(server, scenario).await.map(|s| (driver, s)),
+        Err(e) => Err(e),
     };
-    if let Some(own) = &own {
-        result.ran_on = Some(format!(
-            "a local cluster of its own (PostgreSQL {}), restarted by the scenario",
-            own.version().split_whitespace().nth(1).unwrap_or("?")
-        ));
-    }
-    let result = run_on(own.as_ref().unwrap_or(server), scenario, driver, result, began, sharing).await;
-    if let Some(own) = own {
-        // (Stopping it blocks for a moment: not on a runtime thread.)
-        let _ = tokio::task::spawn_blocking(move || drop(own)).await;
-    }
+    let (driver, (cell_server, ran_on)) = match placed {
+        Ok(placed) => placed,
+        Err(Ok(failure)) => {
+            result.failure = Some(cell_error(server, scenario, info.id, &failure));
+            return result;
+        }
+        Err(Err(why)) => {
+            skip(&mut result, why);
+            return result;
+        }
+    };
+    result.ran_on = ran_on;
+    // A cell on a server of its own (fault cells, restarts) shares nothing.
+    let sharing = sharing.filter(|_| cell_server.is_shared());
+    let result = run_on(cell_server.server(), scenario, driver, result, began, sharing).await;
+    cell_server.finish().await;
     result
 }
 
@@ -202,7 +132,9 @@ fn cell_error(server: &Server, scenario: &Scenario, driver: &str, what: &str) ->
     )
 }
 
-/// [`run`] on `server` (the column's, or the cell's own).
+/// [`run`] on `server` (the column's, or the cell's own): phase 1, the
+/// phases inside the database ([`run_in_database`]), then the clean-up
+/// ([`clean_up`]).
 async fn run_on(
     server: &Server,
     scenario: &Scenario,
@@ -212,41 +144,14 @@ async fn run_on(
     sharing: Option<&Sharing>,
 ) -> RunResult {
     let info = driver.info();
-    let server = if scenario.needs_fault_server() {
-        match crate::faults::server::for_major(server.major()).await {
-            Ok(own) => {
-                result.ran_on = Some(format!(
-                    "a local cluster of its own (PostgreSQL {}), reached from the run's network namespace",
-                    own.version().split_whitespace().nth(1).unwrap_or("?")
-                ));
-                own
-            }
-            Err(e) if e.starts_with(crate::faults::server::NO_NAMESPACE) => {
-                phases::not_applicable(
-                    scenario,
-                    &mut result,
-                    format!("a fault cell with a `network: namespace` actor: {e}"),
-                );
-                return result;
-            }
-            Err(e) => {
-                result.failure = Some(cell_error(server, scenario, info.id, &e));
-                return result;
-            }
-        }
-    } else {
-        server
-    };
     let fail = |what: String| cell_error(server, scenario, info.id, &what);
-    // A cell on a server of its own (fault cells, restarts) shares nothing.
-    let sharing = sharing.filter(|_| !scenario.needs_own_cluster() && !scenario.needs_fault_server());
-    // Behind a pooler other than PgBouncer, whose server connections can
-    // only be ended from the server, a cell keeps a database of its own.
+    // Behind a pooler whose server connections can only be ended from the
+    // server, a cell keeps a database of its own.
     let share = sharing.is_some()
         && phases::may_share_database(scenario)
         && info
             .pooler
-            .is_none_or(|p| matches!(p.kind, PoolerKind::PgBouncer | PoolerKind::PgBouncerTrixie));
+            .is_none_or(|p| p.kind.closes_server_connections_on_request());
 
     let t = Instant::now();
     let (admin, db) =
@@ -258,39 +163,78 @@ async fn run_on(
             }
         };
     let settings = phases::apply_server_settings(&admin, scenario, &db).await;
-    result.phase("create_database", t);
+    result.phase(Phase::CreateDatabase, t);
     if let Err(e) = settings {
         result.failure = Some(fail(e));
     } else {
-        let mut run = Run::new(server, scenario, &info, &db, &mut result);
-        // A panic outside the steps (building the pool, the clean-up) fails
-        // the cell too; the database is still checked and dropped below.
-        let outcome = match std::panic::AssertUnwindSafe(run.execute(driver)).catch_unwind().await {
-            Ok(o) => o,
-            Err(payload) => Err(StepError::Harness(format!(
-                "panicked: {}",
-                panic_text(payload.as_ref())
-            ))),
-        };
-        // After a panic, the slots still hold what the run had: background
-        // steps stop here (their backends are the leak guard's to end).
-        run.heal_all().await;
-        run.abort_background();
-        drop(run);
-        if let Err(e) = outcome {
-            if e.is_mismatch() && info.pooler.is_some_and(|p| p.breaks_session_assumptions()) {
-                // Behind transaction pooling an actor's statements may run on
-                // different server connections (and another client's session
-                // locks may sit on the one it gets); behind Pgpool-II a new
-                // client connection may get another child process's server
-                // connection: session semantics the scenario assumes do not
-                // hold. That is the finding, recorded.
-                result.deviation = Some(fail(e.to_string()));
-            } else {
-                result.failure = Some(fail(e.to_string()));
-            }
+        run_in_database(server, scenario, driver, &info, &db, &mut result, &fail).await;
+    }
+    clean_up(server, scenario, &info, sharing, share, admin, &db, &mut result, &fail).await;
+    if let Some(failure) = &mut result.failure
+        && let Some(gone) = server_gone(server).await
+    {
+        failure.push_str(&gone);
+    }
+    result.elapsed_ms = ms(began.elapsed());
+    result
+}
+
+/// Phases 2 to 7 in database `db` ([`Run::execute`]); a failed expectation
+/// behind a pooler that breaks session assumptions is the deviation.
+async fn run_in_database(
+    server: &Server,
+    scenario: &Scenario,
+    driver: &dyn Driver,
+    info: &DriverInfo,
+    db: &str,
+    result: &mut RunResult,
+    fail: &dyn Fn(String) -> String,
+) {
+    let mut run = Run::new(server, scenario, info, db, result);
+    // A panic outside the steps (building the pool, the clean-up) fails
+    // the cell too; the database is still checked and dropped after.
+    let outcome = match std::panic::AssertUnwindSafe(run.execute(driver)).catch_unwind().await {
+        Ok(o) => o,
+        Err(payload) => Err(StepError::Harness(format!(
+            "panicked: {}",
+            panic_text(payload.as_ref())
+        ))),
+    };
+    // After a panic, the slots still hold what the run had: background
+    // steps stop here (their backends are the leak guard's to end).
+    run.heal_all().await;
+    run.abort_background();
+    drop(run);
+    if let Err(e) = outcome {
+        if e.is_mismatch() && info.pooler.is_some_and(|p| p.breaks_session_assumptions()) {
+            // Behind transaction pooling an actor's statements may run on
+            // different server connections (and another client's session
+            // locks may sit on the one it gets); behind Pgpool-II a new
+            // client connection may get another child process's server
+            // connection: session semantics the scenario assumes do not
+            // hold. That is the finding, recorded.
+            result.deviation = Some(fail(e.to_string()));
+        } else {
+            result.failure = Some(fail(e.to_string()));
         }
     }
+}
+
+/// Phases 8 and 9: the pooler told to close its server connections to
+/// `db`, the leak guard, and the database kept for a later cell (`share`,
+/// when the cell passed and left nothing) or dropped.
+#[allow(clippy::too_many_arguments)]
+async fn clean_up(
+    server: &Server,
+    scenario: &Scenario,
+    info: &DriverInfo,
+    sharing: Option<&Sharing>,
+    share: bool,
+    admin: locklab_drivers::DirectConn,
+    db: &str,
+    result: &mut RunResult,
+    fail: &dyn Fn(String) -> String,
+) {
     // After a restart the admin connection died with the server.
     let admin = if scenario.needs_own_cluster() {
         admin.close().await;
@@ -300,7 +244,7 @@ async fn run_on(
                 result
                     .failure
                     .get_or_insert_with(|| fail(format!("cannot reconnect after the restart: {e:#}")));
-                return result;
+                return;
             }
         }
     } else {
@@ -308,26 +252,19 @@ async fn run_on(
     };
     let t = Instant::now();
     if let Some(mode) = info.pooler
-        && let Err(e) = server.pooler_close_database(mode, &db, share).await
+        && let Err(e) = server.pooler_close_database(mode, db, share).await
     {
         result.failure.get_or_insert_with(|| fail(format!("{e:#}")));
     }
-    phases::guard_leaks(&admin, &db, &mut result, &fail).await;
-    let t = result.phase("leak_guard", t);
+    phases::guard_leaks(&admin, db, result, fail).await;
+    let t = result.phase(Phase::LeakGuard, t);
     let passed = result.failure.is_none();
     let keep = share && passed && result.backends_left.is_empty();
-    let dropped = phases::keep_or_drop_database(server, sharing, admin, &db, keep, passed).await;
-    result.phase("drop_database", t);
+    let dropped = phases::keep_or_drop_database(server, sharing, admin, db, keep, passed).await;
+    result.phase(Phase::DropDatabase, t);
     if let Err(e) = dropped {
         result.failure.get_or_insert_with(|| fail(e));
     }
-    if let Some(failure) = &mut result.failure
-        && let Some(gone) = server_gone(server).await
-    {
-        failure.push_str(&gone);
-    }
-    result.elapsed_ms = ms(began.elapsed());
-    result
 }
 
 /// After a failed cell: ` (the server does not answer any more: …)` when a

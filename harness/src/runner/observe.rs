@@ -41,18 +41,11 @@ impl Run<'_> {
     /// Waits until none of `actors`' backends (those whose pid is known) is
     /// `active` in `pg_stat_activity`.
     async fn until_idle(&mut self, observer: usize, actors: &[usize], until: Instant) -> Result<(), String> {
-        let pids: Vec<String> = actors
-            .iter()
-            .filter_map(|a| self.pids.get(a))
-            .map(ToString::to_string)
-            .collect();
+        let pids: Vec<i32> = actors.iter().filter_map(|a| self.pids.get(a)).copied().collect();
         if pids.is_empty() {
             return Ok(());
         }
-        let sql = format!(
-            "select count(*) = 0 from pg_stat_activity where state = 'active' and pid in ({})",
-            pids.join(", ")
-        );
+        let sql = crate::observe::none_active_sql(&pids);
         let polled = poll_until(until, async || {
             let conn = self.conn(observer)?;
             let rows = conn.simple_query(&sql).await.map_err(|e| e.to_string())?;
@@ -63,7 +56,7 @@ impl Run<'_> {
             Polled::Done(()) => Ok(()),
             Polled::TimedOut => Err(format!(
                 "backends {} were still active at the deadline (idle)",
-                pids.join(", ")
+                pids.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
             )),
         }
     }
@@ -183,7 +176,7 @@ impl Run<'_> {
             Polled::Done(()) => {
                 for (t, _) in &pids {
                     if let Slot::Busy { started, .. } = &self.slots[*t] {
-                        self.seen_blocked.insert(*t, *started);
+                        self.faults.saw_blocked(*t, *started);
                     }
                 }
                 Ok(())

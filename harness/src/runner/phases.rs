@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use locklab_drivers::{DirectConn, DriverError};
 
+use super::database::drop_database;
 use super::sharing::Sharing;
 use super::{CLEANUP_QUERY_TIMEOUT, LEAK_GUARD_WAIT, driver_text};
 use crate::observe::{self, Polled, poll_until};
@@ -164,24 +165,6 @@ pub(super) async fn keep_or_drop_database(
     outcome
 }
 
-/// `drop database … with (force)`, with its deadline.
-///
-/// # Errors
-/// No answer in time, or the server's error.
-pub(super) async fn drop_database(admin: &DirectConn, db: &str) -> Result<(), String> {
-    tokio::time::timeout(
-        CLEANUP_QUERY_TIMEOUT,
-        admin
-            .client()
-            .simple_query(&format!("drop database if exists \"{db}\" with (force)")),
-    )
-    .await
-    .map_err(|_| format!("no answer within {} s", CLEANUP_QUERY_TIMEOUT.as_secs()))
-    .and_then(|r| r.map_err(driver_text))
-    .map(|_| ())
-    .map_err(|e| format!("cannot drop database {db}: {e}"))
-}
-
 /// The leak guard, run after every scenario × driver run: waits up to
 /// [`LEAK_GUARD_WAIT`] (5 s) until database `db` has no backend
 /// (`pg_stat_activity`) and no advisory lock (`pg_locks`), polling from
@@ -238,11 +221,7 @@ pub async fn drop_own_databases(server: &Server) -> Result<usize, DriverError> {
         Ok::<_, DriverError>((rows.first_value().flatten() == Some("0")).then_some(()))
     })
     .await?;
-    let rows = locklab_drivers::simple_query_rows(
-        admin.client(),
-        &format!("select datname from pg_database where datname like '{pattern}'"),
-    )
-    .await?;
+    let rows = locklab_drivers::simple_query_rows(admin.client(), &observe::databases_like_sql(&pattern)).await?;
     let mut dropped = 0;
     for name in rows.rows.iter().filter_map(|r| r.first().cloned().flatten()) {
         if admin

@@ -90,7 +90,7 @@ impl Sharing {
                 }
             };
             for db in &spare {
-                match super::phases::drop_database(&admin, db).await {
+                match super::database::drop_database(&admin, db).await {
                     Ok(()) => dropped += 1,
                     Err(e) => {
                         first_error.get_or_insert(e);

@@ -10,7 +10,8 @@ use locklab_drivers::{Conn, DirectConn, Driver, DriverInfo, DriverKind, PoolOpti
 use tokio::task::JoinHandle;
 
 use super::{CHECKOUT_TIMEOUT_S, StepError, StepResult, injected_panic_step, ms, panic_text};
-use crate::outcome::{Observation, RunResult, StepReport, Value};
+use crate::outcome::{Observation, Phase, RunResult, StepReport, Value};
+use crate::scenario::kind::Connection;
 use crate::scenario::{Network, Pos, Process, Scenario, Settings, Step, StepKind, Via, When, template};
 use crate::server::Server;
 
@@ -60,21 +61,9 @@ pub(super) struct Run<'a> {
     /// Every backend pid each actor has had, the latest last (a pool actor's
     /// after its return: the backend a `terminate` ends).
     pub(super) had_pid: HashMap<usize, i32>,
-    /// The child process of each `process: child` actor.
-    pub(super) children: HashMap<usize, crate::faults::child::ChildProcess>,
-    /// The local port of each `network: namespace` actor's connection.
-    pub(super) ns_ports: HashMap<usize, u16>,
-    /// When the last fault step (crash, terminate, partition) struck.
-    pub(super) fault_at: Option<Instant>,
-    /// Per actor, the background step (by when it started) that a `blocked`
-    /// step saw blocked on the server: a later `granted` knows it reached
-    /// the server.
-    pub(super) seen_blocked: HashMap<usize, Instant>,
-    /// Per actor, the background step (by when it started) that a `granted`
-    /// step timed: its `await` records the value alone, since the time from
-    /// its start spans the harness's own steps (seeing it blocked, killing a
-    /// child process) and the time that matters is the `granted` step's.
-    pub(super) timed_by_granted: HashMap<usize, Instant>,
+    /// What the fault steps and the steps that time them keep from step
+    /// to step (child processes, namespace ports, when a fault struck).
+    pub(super) faults: super::faults::Faults,
 }
 
 /// How long a failed run waits for what its dropped calls set going in the
@@ -103,11 +92,7 @@ impl<'a> Run<'a> {
             vars: HashMap::new(),
             finished: HashMap::new(),
             had_pid: HashMap::new(),
-            children: HashMap::new(),
-            ns_ports: HashMap::new(),
-            fault_at: None,
-            seen_blocked: HashMap::new(),
-            timed_by_granted: HashMap::new(),
+            faults: super::faults::Faults::default(),
         }
     }
 
@@ -119,7 +104,7 @@ impl<'a> Run<'a> {
             .run_sql_list(&self.scenario.teardown, "teardown")
             .await
             .map_err(StepError::Harness);
-        self.result.phase("teardown", t);
+        self.result.phase(Phase::Teardown, t);
         outcome.and(teardown)
     }
 
@@ -127,17 +112,17 @@ impl<'a> Run<'a> {
     async fn execute_steps(&mut self, driver: &dyn Driver) -> StepResult {
         let t = Instant::now();
         let opened = self.open(driver).await;
-        let t = self.result.phase("open", t);
+        let t = self.result.phase(Phase::Open, t);
         let (pool, mut monitor) = opened?;
         let mut outcome = self.connect_actors().await;
-        let t = self.result.phase("actors", t);
+        let t = self.result.phase(Phase::Actors, t);
         if outcome.is_ok() {
             outcome = match &self.scenario.trials {
                 Some(trials) => self.run_trials(trials, pool.as_ref(), &mut monitor).await,
                 None => self.run_steps(pool.as_ref(), &mut monitor).await,
             };
         }
-        let t = self.result.phase("steps", t);
+        let t = self.result.phase(Phase::Steps, t);
         let stuck = if outcome.is_err() {
             // What the failed step's dropped calls set going in the driver
             // (an adapter's library cancelling its statement) first.
@@ -148,9 +133,9 @@ impl<'a> Run<'a> {
         };
         outcome = self.verify(outcome, &mut monitor).await;
         outcome = self.end_leftovers(outcome, stuck, &mut monitor).await;
-        let t = self.result.phase("verify", t);
+        let t = self.result.phase(Phase::Verify, t);
         self.close(pool, monitor).await;
-        self.result.phase("close", t);
+        self.result.phase(Phase::Close, t);
         outcome
     }
 
@@ -214,7 +199,7 @@ impl<'a> Run<'a> {
         match (actor.process, actor.network) {
             (Process::Child, _) => {
                 let (conn, process) = crate::faults::child::ChildConn::connect(&spec).await?;
-                self.children.insert(i, process);
+                self.faults.children.insert(i, process);
                 Ok(Box::new(conn))
             }
             (_, Network::Namespace) => {
@@ -228,7 +213,7 @@ impl<'a> Run<'a> {
                     .local_addr()
                     .map(|a| a.port())
                     .map_err(|e| client_err(e.to_string()))?;
-                self.ns_ports.insert(i, port);
+                self.faults.ns_ports.insert(i, port);
                 let mut spec = spec;
                 spec.host = ns.host_addr().to_string();
                 Ok(Box::new(DirectConn::connect_stream(&spec, stream).await?))
@@ -350,9 +335,11 @@ impl<'a> Run<'a> {
     /// running the step (`Ok(true)`), or fails a step that needs the
     /// connection. `Ok(false)`: the step runs.
     fn lost_connection(&mut self, step: &Step) -> Result<bool, StepError> {
+        // (An `await` or `order` uses no connection of its own, an `abandon`
+        // drops a background step's.)
         let uses_own_connection = !matches!(
-            step.kind,
-            StepKind::Await(_) | StepKind::Order { .. } | StepKind::Abandon { .. }
+            step.kind.kind().declaration().connection,
+            Connection::Finishes | Connection::Nothing | Connection::DropsBackground
         );
         let Some(actor) = step.actor().filter(|_| uses_own_connection) else {
             return Ok(false);
@@ -395,11 +382,11 @@ impl<'a> Run<'a> {
     /// the run: a partition left in place would cut a later connection that
     /// gets the same local port in the namespace.
     pub(super) async fn heal_all(&mut self) {
-        if self.ns_ports.is_empty() {
+        if self.faults.ns_ports.is_empty() {
             return;
         }
         if let Ok(ns) = crate::faults::netns::Namespace::get() {
-            for port in std::mem::take(&mut self.ns_ports).into_values() {
+            for port in std::mem::take(&mut self.faults.ns_ports).into_values() {
                 let _ = ns.heal(port).await;
             }
         }
@@ -512,7 +499,7 @@ impl<'a> Run<'a> {
     pub(super) async fn learn_pid(&mut self, actor: usize, within: Duration) -> bool {
         self.pids.remove(&actor);
         let Ok(conn) = self.conn(actor) else { return true };
-        let Ok(answer) = tokio::time::timeout(within, conn.simple_query("select pg_backend_pid()")).await else {
+        let Ok(answer) = tokio::time::timeout(within, conn.simple_query(crate::observe::BACKEND_PID_SQL)).await else {
             return false;
         };
         let Ok(rows) = answer else { return true };

@@ -50,7 +50,7 @@ impl Run<'_> {
                 };
                 self.vars.insert(r.name.clone(), Some(format!("{v:.3}")));
             }
-            self.fault_at = None;
+            self.faults.forget_the_last();
             let kept = self.result.steps.len();
             let outcome = self.run_steps(pool, monitor).await;
             let observations = std::mem::take(&mut self.result.observations);

@@ -9,6 +9,7 @@
 //! combination), [`template`] (the one `${name}` scanner), `validate` (typed
 //! steps, or located errors), [`step`] (the typed steps the runner executes).
 
+pub mod kind;
 mod params;
 pub mod raw;
 mod scalar;
@@ -21,6 +22,7 @@ pub(crate) mod yaml;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+pub use kind::{Declaration, Kind, Placement};
 pub use raw::{
     Action, Bounds, GuardEndRaw, Network, ObserveKind, OnTimeout, Process, RowsExpect, Scalar, Via, When, json_schema,
 };
@@ -126,16 +128,40 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// Whether each cell of the scenario runs on a local cluster of its own,
-    /// started for it and removed after it: it restarts the server.
-    pub fn needs_own_cluster(&self) -> bool {
-        self.steps.iter().any(|s| matches!(s.kind, StepKind::Restart { .. }))
+    /// Where each cell of the scenario runs, from its steps' declarations
+    /// ([`Declaration::placement`]) and its actors: on a local cluster of its
+    /// own, started for it and removed after it, when a step restarts the
+    /// server; on the fault cells' server ([`crate::faults::server`]) when
+    /// an actor has `network: namespace` (the shared one cannot be reached
+    /// from the namespace); else on the column's server. (The validator
+    /// refuses a scenario that would need both servers of its own.)
+    pub fn placement(&self) -> Placement {
+        let steps = self.steps.iter().map(|s| s.kind.kind().declaration().placement);
+        let actors = self
+            .actors
+            .iter()
+            .filter(|a| a.network == Network::Namespace)
+            .map(|_| Placement::FaultServer);
+        steps
+            .chain(actors)
+            .max_by_key(|p| match p {
+                Placement::ColumnServer => 0,
+                Placement::FaultServer => 1,
+                Placement::OwnCluster => 2,
+            })
+            .unwrap_or(Placement::ColumnServer)
     }
 
-    /// Whether the scenario runs on a server of its own
-    /// ([`crate::faults::server`]): it has a `network: namespace` actor.
+    /// Whether each cell of the scenario runs on a local cluster of its own
+    /// ([`Placement::OwnCluster`]).
+    pub fn needs_own_cluster(&self) -> bool {
+        self.placement() == Placement::OwnCluster
+    }
+
+    /// Whether the scenario runs on the fault cells' server
+    /// ([`Placement::FaultServer`]).
     pub fn needs_fault_server(&self) -> bool {
-        self.actors.iter().any(|a| a.network == Network::Namespace)
+        self.placement() == Placement::FaultServer
     }
 
     /// Whether the scenario's SQL (setup, steps, teardown) may leave

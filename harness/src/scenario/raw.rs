@@ -245,25 +245,6 @@ pub enum Action {
     Heal,
 }
 
-impl Action {
-    /// The SQL a transaction-control action sends, `None` for checkout/return/disconnect.
-    pub fn transaction_sql(self) -> Option<&'static str> {
-        match self {
-            Action::Begin => Some("begin"),
-            Action::Commit => Some("commit"),
-            Action::Rollback => Some("rollback"),
-            Action::Checkout
-            | Action::Return
-            | Action::Disconnect
-            | Action::Abandon
-            | Action::Crash
-            | Action::Terminate
-            | Action::Partition
-            | Action::Heal => None,
-        }
-    }
-}
-
 /// What happens when a step's `client_timeout_ms` elapses (`on_timeout:`).
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]

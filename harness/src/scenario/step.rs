@@ -2,7 +2,8 @@
 //! carrying exactly its own fields (so no combination of fields has to be
 //! ruled out at run time).
 
-use super::raw::{Bounds, GuardEndRaw, OnTimeout, RowsExpect, Scalar, When};
+use super::kind::Kind;
+use super::raw::{Action, Bounds, GuardEndRaw, OnTimeout, RowsExpect, Scalar, When};
 use super::{Actor, Pos};
 use crate::keys::AdvisoryKey;
 
@@ -138,14 +139,19 @@ pub enum Fault {
 }
 
 impl Fault {
+    /// The `do:` action.
+    pub fn action(self) -> Action {
+        match self {
+            Fault::Crash => Action::Crash,
+            Fault::Terminate => Action::Terminate,
+            Fault::Partition => Action::Partition,
+            Fault::Heal => Action::Heal,
+        }
+    }
+
     /// The `do:` word.
     pub fn word(self) -> &'static str {
-        match self {
-            Fault::Crash => "crash",
-            Fault::Terminate => "terminate",
-            Fault::Partition => "partition",
-            Fault::Heal => "heal",
-        }
+        self.action().declaration().word
     }
 }
 
@@ -188,6 +194,15 @@ pub enum Transaction {
 }
 
 impl Transaction {
+    /// The `do:` action.
+    pub fn action(self) -> Action {
+        match self {
+            Transaction::Begin => Action::Begin,
+            Transaction::Commit => Action::Commit,
+            Transaction::Rollback => Action::Rollback,
+        }
+    }
+
     /// The driver's transaction control for it.
     pub fn control(self) -> locklab_drivers::TxControl {
         match self {
@@ -197,13 +212,9 @@ impl Transaction {
         }
     }
 
-    /// The SQL it sends.
+    /// The SQL it sends (`begin`, `commit`, `rollback`: its `do:` word).
     pub fn sql(self) -> &'static str {
-        match self {
-            Transaction::Begin => "begin",
-            Transaction::Commit => "commit",
-            Transaction::Rollback => "rollback",
-        }
+        self.action().declaration().word
     }
 }
 
@@ -274,6 +285,29 @@ pub struct ObserveExpect {
     pub holder_pid: Option<String>,
     /// Every granted lock's backend is in this `pg_stat_activity.state`.
     pub holder_state: Option<String>,
+}
+
+impl StepKind {
+    /// The kind as the file names it, whose [`Kind::declaration`] says
+    /// what the validator and the runner's placement need to know of it.
+    pub fn kind(&self) -> Kind {
+        match self {
+            StepKind::Sql(_) | StepKind::Background { .. } => Kind::Sql,
+            StepKind::Transaction(t) => Kind::Do(t.action.action()),
+            StepKind::Checkout { .. } => Kind::Do(Action::Checkout),
+            StepKind::Return { .. } => Kind::Do(Action::Return),
+            StepKind::Disconnect { .. } => Kind::Do(Action::Disconnect),
+            StepKind::Abandon { .. } => Kind::Do(Action::Abandon),
+            StepKind::Fault { fault, .. } => Kind::Do(fault.action()),
+            StepKind::Observe(_) => Kind::Observe,
+            StepKind::Blocked { .. } => Kind::Blocked,
+            StepKind::Await(_) => Kind::Await,
+            StepKind::Order { .. } => Kind::Order,
+            StepKind::Granted { .. } => Kind::Granted,
+            StepKind::Restart { .. } => Kind::Restart,
+            StepKind::Guard { .. } => Kind::Guard,
+        }
+    }
 }
 
 impl Step {

@@ -504,11 +504,9 @@ impl super::Server {
                 let admin = self.admin().await?;
                 let ended = tokio::time::timeout(
                     Duration::from_secs(10),
-                    admin.client().execute(
-                        "select pg_terminate_backend(pid) from pg_stat_activity \
-                         where datname = $1 and pid <> pg_backend_pid()",
-                        &[&dbname],
-                    ),
+                    admin
+                        .client()
+                        .execute(crate::observe::TERMINATE_DATABASE_BACKENDS_SQL, &[&dbname]),
                 )
                 .await;
                 admin.close().await;

@@ -89,7 +89,7 @@ pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<E
     };
     let report = match &args.from {
         Some(file) => {
-            let report = locklab::shard::load(file)?;
+            let report = locklab::report::load(file)?;
             if args.update && !explicit {
                 whole_matrix(dir, file, &report)?;
             }
@@ -119,7 +119,7 @@ fn upgrade(plan: &CheckPlan, dir: &Path, file: Option<&Path>, from: &str, to: &s
         bail!("--upgrade needs two different columns, not {from} twice");
     }
     let report = match file {
-        Some(file) => locklab::shard::load(file)?,
+        Some(file) => locklab::report::load(file)?,
         None => {
             let mut run = plan.run.clone();
             run.driver = vec![from.to_owned(), to.to_owned()];

@@ -16,15 +16,15 @@ use crate::run::summary;
 ///
 /// # Errors
 /// A file that cannot be read or is not a shard's `matrix.json`; shards that
-/// do not make one whole matrix (see `locklab::shard::merge`); files that
+/// do not make one whole matrix (see `locklab::report::merge`); files that
 /// cannot be written.
 pub fn merge(args: &MergeArgs) -> Result<ExitCode> {
     let mut reports = Vec::new();
     for f in &args.files {
-        reports.push((f.display().to_string(), locklab::shard::load(f)?));
+        reports.push((f.display().to_string(), locklab::report::load(f)?));
     }
     let shards = reports.len();
-    let report = locklab::shard::merge(reports)?;
+    let report = locklab::report::merge(reports)?;
     let mut text = String::new();
     for p in report.write(&args.out, &args.format)? {
         let _ = writeln!(text, "wrote {}", p.display());

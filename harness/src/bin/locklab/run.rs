@@ -48,10 +48,13 @@ pub fn summary(runs: &[RunResult]) -> String {
     for r in runs {
         cell_lines(&mut lines, r, several, width, obs_width);
     }
-    let failed = runs.iter().filter(|r| !r.passed()).count();
-    let deviated = runs.iter().filter(|r| r.passed() && r.deviation.is_some()).count();
-    let skipped = runs.iter().filter(|r| r.passed() && r.skipped.is_some()).count();
-    let unstable = runs.iter().filter(|r| !r.unstable.is_empty()).count();
+    let summary = locklab::report::Summary::of(runs, 0.0);
+    let (failed, deviated, skipped, unstable) = (
+        summary.failed,
+        summary.deviated,
+        summary.not_applicable,
+        summary.unstable,
+    );
     let repeats = runs.iter().map(|r| r.repeats).max().unwrap_or(1);
     let each = if repeats > 1 {
         format!(" (cells, each run {repeats} times)")

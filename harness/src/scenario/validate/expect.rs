@@ -4,8 +4,8 @@
 use serde_saphyr::Spanned;
 
 use super::Validator;
-use super::step::Kind;
-use crate::scenario::raw::{Action, RawExpect, RawHolders, RowsExpect, Scalar};
+use crate::scenario::kind::{Expects, Kind};
+use crate::scenario::raw::{RawExpect, RawHolders, RowsExpect, Scalar};
 use crate::scenario::step::{ObserveExpect, SqlExpect};
 use crate::scenario::{Pos, template};
 
@@ -63,18 +63,16 @@ impl Validator<'_> {
         &mut self,
         n: usize,
         e: Spanned<RawExpect>,
-        kind: &Kind,
+        kind: Kind,
         background: bool,
         direct: bool,
         saved: &[String],
     ) -> Option<Expect> {
         let pos = Pos::of(&e.referenced);
         let e = e.value;
-        let is_observe = matches!(kind, Kind::Observe(..));
-        let runs_sql = matches!(
-            kind,
-            Kind::Sql(_) | Kind::Await(_) | Kind::Do(Action::Begin | Action::Commit | Action::Rollback)
-        );
+        let expects = kind.declaration().expects;
+        let is_observe = expects == Expects::Locks;
+        let runs_sql = expects == Expects::Sql;
         if background {
             self.err(
                 pos,

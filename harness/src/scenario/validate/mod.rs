@@ -9,6 +9,7 @@ mod expect;
 mod refs;
 mod step;
 mod trials;
+mod walk;
 
 use std::path::Path;
 

@@ -5,11 +5,11 @@
 use serde_saphyr::Spanned;
 
 use super::Validator;
-use super::conn::Conn;
-use super::step::{ABANDONED, Kind, Walk};
+use super::walk::{ABANDONED, Conn, Walk};
 use crate::scenario::Pos;
+use crate::scenario::kind::{Kind, Record, Side};
 use crate::scenario::params::is_identifier;
-use crate::scenario::raw::{Action, RawStep, Via};
+use crate::scenario::raw::{RawStep, Via};
 
 impl Validator<'_> {
     /// The actors a `blocked` step waits for: each with a background step in flight.
@@ -110,29 +110,23 @@ impl Validator<'_> {
         pos: Pos,
         index: usize,
         s: &RawStep,
-        kind: &Kind,
+        kind: Kind,
         actor: usize,
         client_timeout_ms: Option<u64>,
     ) {
+        let declared = kind.declaration();
         let an = walk.actors[actor].name.clone();
         let via = walk.actors[actor].via;
         if s.background {
-            match kind {
-                Kind::Sql(_) => {
-                    walk.state[actor] = Conn::Busy(index);
-                    walk.background.insert(index, None);
-                }
-                _ => self.err(pos, format!("step {n}: only 'sql' steps can run in the background")),
+            if declared.background {
+                walk.state[actor] = Conn::Busy(index);
+                walk.background.insert(index, None);
+            } else {
+                self.err(pos, format!("step {n}: only 'sql' steps can run in the background"));
             }
             if s.id.is_none() {
                 self.err(pos, format!("step {n}: a background step needs an 'id' to await it by"));
             }
-        }
-        if matches!(kind, Kind::Guard(..)) && via != Via::Pool {
-            self.err(
-                pos,
-                format!("step {n}: 'lock_guard' uses the driver under test, so it runs on a pool actor, not on direct actor '{an}'"),
-            );
         }
         if client_timeout_ms.is_some() {
             if s.save.is_some() {
@@ -147,11 +141,7 @@ impl Validator<'_> {
                 self.err(pos, format!("step {n}: a step with 'client_timeout_ms' needs 'record', so that a timeout shows in the report"));
             }
         }
-        if matches!(
-            kind,
-            Kind::Observe(..) | Kind::Blocked(_) | Kind::Granted(_) | Kind::Restart(_)
-        ) && via != Via::Direct
-        {
+        if declared.side == Side::Observer && via != Via::Direct {
             self.err(
                 pos,
                 format!("step {n}: observations run on a direct actor (the observer), not on pool actor '{an}'"),
@@ -167,8 +157,7 @@ impl Validator<'_> {
         }
         self.save(walk, n, s, kind);
         self.record(walk, n, s, kind, client_timeout_ms.is_some());
-        let foreground_sql_or_observe = matches!(kind, Kind::Sql(_) | Kind::Observe(..)) && !s.background;
-        if s.when.is_some() && !foreground_sql_or_observe {
+        if s.when.is_some() && !(declared.when && !s.background) {
             self.err(
                 pos,
                 format!("step {n}: 'when' applies to foreground 'sql' and 'observe' steps only"),
@@ -177,10 +166,10 @@ impl Validator<'_> {
     }
 
     /// `save:` on a foreground SQL step that runs everywhere and succeeds.
-    pub(super) fn save(&mut self, walk: &mut Walk, n: usize, s: &RawStep, kind: &Kind) {
+    pub(super) fn save(&mut self, walk: &mut Walk, n: usize, s: &RawStep, kind: Kind) {
         let Some(v) = &s.save else { return };
         let at = Pos::of(&v.referenced);
-        if !matches!(kind, Kind::Sql(_)) || s.background {
+        if !kind.declaration().save || s.background {
             self.err(at, format!("step {n}: 'save' works on foreground 'sql' steps only"));
         }
         // Later steps rely on the value: the step must run everywhere and succeed.
@@ -206,23 +195,15 @@ impl Validator<'_> {
     }
 
     /// `record:` on a step whose outcome can be shown, under a name not used before.
-    pub(super) fn record(&mut self, walk: &mut Walk, n: usize, s: &RawStep, kind: &Kind, timed: bool) {
+    pub(super) fn record(&mut self, walk: &mut Walk, n: usize, s: &RawStep, kind: Kind, timed: bool) {
         let Some(r) = &s.record else { return };
         let at = Pos::of(&r.referenced);
-        if matches!(
-            kind,
-            Kind::Do(
-                Action::Disconnect
-                    | Action::Abandon
-                    | Action::Crash
-                    | Action::Terminate
-                    | Action::Partition
-                    | Action::Heal
-            ) | Kind::Blocked(_)
-                | Kind::Restart(_)
-        ) || (matches!(kind, Kind::Do(Action::Checkout | Action::Return)) && !timed)
-            || s.background
-        {
+        let recordable = match kind.declaration().record {
+            Record::Yes => true,
+            Record::WhenBounded => timed,
+            Record::No => false,
+        };
+        if !recordable || s.background {
             self.err(
                 at,
                 if s.background {

@@ -6,22 +6,19 @@ use std::collections::HashMap;
 use serde_saphyr::Spanned;
 
 use super::Validator;
-use super::conn::Conn;
+use super::walk::{ABANDONED, Conn, Walk};
 use crate::keys::AdvisoryKey;
+use crate::scenario::kind::{Kind, Placement, Side};
 use crate::scenario::raw::{Action, GuardEndRaw, Process, RawStep, Via};
 use crate::scenario::step::{
     AwaitStep, ClientBound, Fault, ObserveStep, SqlStep, Step, StepKind, Transaction, TransactionStep,
 };
 use crate::scenario::{Actor, Pos, template};
 
-/// Marks a background step in [`Walk::background`] as dropped by `do: abandon`
-/// (it is never awaited and never completes).
-pub(super) const ABANDONED: usize = usize::MAX;
-
-/// What a step does, as the rules below see it (before it becomes a typed
-/// [`StepKind`]).
+/// What a step does with what it refers to, as the rules below see it
+/// (before it becomes a typed [`StepKind`]); its [`Kind`] says the rest.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) enum Kind {
+pub(super) enum Parsed {
     Sql(String),
     Do(Action),
     Observe(Option<AdvisoryKey>),
@@ -33,33 +30,21 @@ pub(super) enum Kind {
     Order(Vec<usize>),
 }
 
-/// What the validator knows while it walks the steps in order.
-pub(super) struct Walk<'s> {
-    /// The scenario's actors.
-    pub(super) actors: &'s [Actor],
-    /// Actor name → index.
-    pub(super) index_of: HashMap<&'s str, usize>,
-    /// Each actor's connection after the steps so far.
-    pub(super) state: Vec<Conn>,
-    /// Step id → step index.
-    pub(super) ids: HashMap<String, usize>,
-    /// Background step index → the step that awaited it (`None`: in flight,
-    /// [`ABANDONED`]: abandoned).
-    pub(super) background: HashMap<usize, Option<usize>>,
-    /// Names saved by earlier steps.
-    pub(super) saved: Vec<String>,
-    /// Record names used so far, with where.
-    pub(super) records: HashMap<String, Pos>,
-    /// The scenario's default step deadline, ms.
-    step_deadline: u64,
-    /// Whether a fault step (crash, terminate, partition, restart) came before.
-    faulted: bool,
-    /// `partition` steps (indices) not healed since.
-    partitioned: Vec<usize>,
-    /// Where the pool under test lives (`pool.process`).
-    pub(super) pool_process: Process,
-    /// The step (1-based) that crashed the pool under test, if one did.
-    pub(super) pool_crashed: Option<usize>,
+impl Parsed {
+    /// Its kind, whose declaration the rules read.
+    pub(super) fn kind(&self) -> Kind {
+        match self {
+            Parsed::Sql(_) => Kind::Sql,
+            Parsed::Do(a) => Kind::Do(*a),
+            Parsed::Observe(_) => Kind::Observe,
+            Parsed::Blocked(_) => Kind::Blocked,
+            Parsed::Granted(_) => Kind::Granted,
+            Parsed::Restart(_) => Kind::Restart,
+            Parsed::Await(_) => Kind::Await,
+            Parsed::Guard(..) => Kind::Guard,
+            Parsed::Order(_) => Kind::Order,
+        }
+    }
 }
 
 impl Validator<'_> {
@@ -117,10 +102,16 @@ impl Validator<'_> {
                     "with 'trials', each trial must end as it began: a 'crash' of the pool leaves no pool for the next trial",
                 );
             }
-            if let Some(r) = steps.iter().find(|s| matches!(s.kind, StepKind::Restart { .. })) {
+            if let Some(r) = steps
+                .iter()
+                .find(|s| s.kind.kind().declaration().placement == Placement::OwnCluster)
+            {
                 self.err(
                     r.pos,
-                    "with 'trials', each trial must end as it began: a 'restart' leaves every connection broken",
+                    format!(
+                        "with 'trials', each trial must end as it began: a '{}' leaves every connection broken",
+                        r.kind.kind().declaration().word
+                    ),
                 );
             }
         }
@@ -156,18 +147,17 @@ impl Validator<'_> {
             // Already reported ("a scenario needs at least one actor").
             return None;
         }
-        if !self.one_kind(n, pos, &s) {
-            return None;
-        }
-        let deadline_ms = self.step_deadline(n, &s, walk.step_deadline);
-        let client_timeout_ms = self.field_combinations(n, pos, &s, deadline_ms);
-        let actor = self.resolve_actor(walk, n, pos, &s)?;
-        let kind = self.kind(walk, n, pos, index, &s)?;
-        self.connection_rules(walk, n, pos, &kind, actor);
-        self.uses(walk, n, pos, index, &s, &kind, actor, client_timeout_ms);
+        let kind = self.one_kind(n, pos, &s)?;
+        let deadline_ms = self.step_deadline(n, &s, kind, walk.step_deadline);
+        let client_timeout_ms = self.field_combinations(n, pos, &s, kind, deadline_ms);
+        let actor = self.resolve_actor(walk, n, pos, &s, kind)?;
+        let parsed = self.parse(walk, n, pos, index, &s, kind)?;
+        debug_assert_eq!(parsed.kind(), kind, "step {n}: parsed as another kind than its key");
+        self.connection_rules(walk, n, pos, kind, actor);
+        self.uses(walk, n, pos, index, &s, kind, actor, client_timeout_ms);
         let direct = walk.actors[actor].via == Via::Direct;
         let expect = match s.expect {
-            Some(e) => self.expect(n, e, &kind, s.background, direct, &walk.saved),
+            Some(e) => self.expect(n, e, kind, s.background, direct, &walk.saved),
             None => None,
         };
         let bound = client_timeout_ms.map(|ms| ClientBound {
@@ -176,7 +166,7 @@ impl Validator<'_> {
         });
         let idle = self.idle_actors(walk, n, s.idle.as_ref());
         let kind = typed(
-            kind,
+            parsed,
             actor,
             s.background,
             (s.settle, idle),
@@ -195,41 +185,76 @@ impl Validator<'_> {
         })
     }
 
-    /// Whether the step has exactly one kind key.
-    fn one_kind(&mut self, n: usize, pos: Pos, s: &RawStep) -> bool {
+    /// The step's one kind, from its kind keys; `None` (the error
+    /// recorded) unless it has exactly one. Every field of [`RawStep`] is
+    /// named here: a new one does not compile until it is said whether it
+    /// makes a kind.
+    fn one_kind(&mut self, n: usize, pos: Pos, s: &RawStep) -> Option<Kind> {
+        let RawStep {
+            sql,
+            action,
+            observe,
+            blocked,
+            granted,
+            restart,
+            await_step,
+            order,
+            lock_guard,
+            // The fields that go with a kind, or with any.
+            actor: _,
+            id: _,
+            key: _,
+            end: _,
+            background: _,
+            client_timeout_ms: _,
+            on_timeout: _,
+            settle: _,
+            idle: _,
+            deadline_ms: _,
+            expect: _,
+            record: _,
+            save: _,
+            when: _,
+        } = s;
         let kinds = [
-            s.sql.is_some(),
-            s.action.is_some(),
-            s.observe.is_some(),
-            s.blocked.is_some(),
-            s.granted.is_some(),
-            s.restart.is_some(),
-            s.await_step.is_some(),
-            s.order.is_some(),
-            s.lock_guard.is_some(),
+            sql.as_ref().map(|_| Kind::Sql),
+            action.map(Kind::Do),
+            observe.as_ref().map(|_| Kind::Observe),
+            blocked.as_ref().map(|_| Kind::Blocked),
+            granted.as_ref().map(|_| Kind::Granted),
+            restart.map(|_| Kind::Restart),
+            await_step.as_ref().map(|_| Kind::Await),
+            order.as_ref().map(|_| Kind::Order),
+            lock_guard.as_ref().map(|_| Kind::Guard),
         ];
-        let count = kinds.iter().filter(|k| **k).count();
-        if count != 1 {
-            self.err(
-                pos,
-                format!(
-                    "step {n} must have exactly one of 'sql', 'do', 'observe', 'blocked', 'granted', 'restart', 'await', 'order', 'lock_guard' (found {count})"
-                ),
-            );
+        let mut found = kinds.into_iter().flatten();
+        let (first, count) = (found.next(), 1 + found.count());
+        match first {
+            Some(kind) if count == 1 => Some(kind),
+            _ => {
+                let count = if first.is_some() { count } else { 0 };
+                self.err(
+                    pos,
+                    format!(
+                        "step {n} must have exactly one of 'sql', 'do', 'observe', 'blocked', 'granted', 'restart', 'await', 'order', 'lock_guard' (found {count})"
+                    ),
+                );
+                None
+            }
         }
-        count == 1
     }
 
     /// The step's deadline in ms (an `await` or `order` step has the
     /// background step's and may not set its own).
-    fn step_deadline(&mut self, n: usize, s: &RawStep, default: u64) -> u64 {
+    fn step_deadline(&mut self, n: usize, s: &RawStep, kind: Kind, default: u64) -> u64 {
+        let declared = kind.declaration();
         match &s.deadline_ms {
-            Some(d) if s.await_step.is_some() || s.order.is_some() => {
+            Some(d) if !declared.own_deadline => {
                 self.err(
                     Pos::of(&d.referenced),
                     format!(
                         "step {n}: an '{}' step runs within the background step's deadline; set 'deadline_ms' there",
-                        if s.order.is_some() { "order" } else { "await" }
+                        declared.word
                     ),
                 );
                 default
@@ -240,29 +265,25 @@ impl Validator<'_> {
     }
 
     /// Fields that belong to one kind only; returns the valid `client_timeout_ms`.
-    fn field_combinations(&mut self, n: usize, pos: Pos, s: &RawStep, deadline_ms: u64) -> Option<u64> {
-        if s.key.is_some() && s.observe.is_none() {
+    fn field_combinations(&mut self, n: usize, pos: Pos, s: &RawStep, kind: Kind, deadline_ms: u64) -> Option<u64> {
+        let declared = kind.declaration();
+        // The fields of one kind's own.
+        let observe = kind == Kind::Observe;
+        if s.key.is_some() && !observe {
             self.err(pos, format!("step {n}: 'key' only applies to 'observe' steps"));
         }
-        if s.settle && s.observe.is_none() {
+        if s.settle && !observe {
             self.err(pos, format!("step {n}: 'settle' only applies to 'observe' steps"));
         }
-        if s.idle.is_some() && s.observe.is_none() {
+        if s.idle.is_some() && !observe {
             self.err(pos, format!("step {n}: 'idle' only applies to 'observe' steps"));
         }
-        if s.end.is_some() != s.lock_guard.is_some() {
+        if s.end.is_some() != (kind == Kind::Guard) {
             self.err(pos, format!("step {n}: 'lock_guard' and 'end' go together"));
         }
         let client_timeout_ms = s.client_timeout_ms.as_ref().and_then(|c| {
             let cpos = Pos::of(&c.referenced);
-            let takes = !s.background
-                && (s.sql.is_some()
-                    || s.lock_guard.is_some()
-                    || matches!(
-                        s.action,
-                        Some(Action::Checkout | Action::Return | Action::Begin | Action::Commit | Action::Rollback)
-                    ));
-            if !takes {
+            if s.background || !declared.bounded {
                 self.err(
                     cpos,
                     format!("step {n}: 'client_timeout_ms' applies to foreground 'sql', transaction, 'checkout', 'return' and 'lock_guard' steps"),
@@ -282,7 +303,7 @@ impl Validator<'_> {
                 }
             }
         });
-        if s.on_timeout.is_some() && (s.client_timeout_ms.is_none() || s.sql.is_none()) {
+        if s.on_timeout.is_some() && (s.client_timeout_ms.is_none() || !declared.on_timeout) {
             self.err(
                 pos,
                 format!("step {n}: 'on_timeout' goes with 'client_timeout_ms' on an 'sql' step"),
@@ -293,8 +314,11 @@ impl Validator<'_> {
 
     /// The step's actor: named by `actor`, or for `await` the awaited step's
     /// (for `order`, 0 and unused).
-    fn resolve_actor(&mut self, walk: &Walk, n: usize, pos: Pos, s: &RawStep) -> Option<usize> {
-        if let Some(aw) = &s.await_step {
+    fn resolve_actor(&mut self, walk: &Walk, n: usize, pos: Pos, s: &RawStep, kind: Kind) -> Option<usize> {
+        let side = kind.declaration().side;
+        if side == Side::Awaited
+            && let Some(aw) = &s.await_step
+        {
             if s.actor.is_some() {
                 self.err(
                     pos,
@@ -323,7 +347,7 @@ impl Validator<'_> {
             };
             return Some(a);
         }
-        if s.order.is_some() {
+        if side == Side::Nobody {
             if s.actor.is_some() {
                 self.err(pos, format!("step {n}: an 'order' step has no actor; remove 'actor'"));
             }
@@ -348,98 +372,95 @@ impl Validator<'_> {
         found
     }
 
-    /// What the step does; `None` when its kind's own fields are unusable.
-    fn kind(&mut self, walk: &mut Walk, n: usize, pos: Pos, index: usize, s: &RawStep) -> Option<Kind> {
-        if let Some(sql) = &s.sql {
-            if sql.trim().is_empty() {
-                self.err(pos, format!("step {n}: 'sql' is empty"));
-            }
-            for var in template::names(sql) {
-                if !walk.saved.contains(&var) {
-                    self.err(
-                        pos,
-                        format!("step {n}: '${{{var}}}' is neither a parameter nor saved by an earlier step"),
-                    );
-                }
-            }
-            return Some(Kind::Sql(sql.clone()));
-        }
-        if let Some(a) = s.action {
-            match a {
-                Action::Crash | Action::Terminate | Action::Partition => walk.faulted = true,
-                _ => {}
-            }
-            if a == Action::Partition {
-                walk.partitioned.push(index);
-            }
-            if a == Action::Heal {
-                walk.partitioned.clear();
-            }
-            return Some(Kind::Do(a));
-        }
-        if let Some(k) = &s.lock_guard {
-            return Some(Kind::Guard(k.value, s.end.unwrap_or(GuardEndRaw::ReleaseNow)));
-        }
-        if s.observe.is_some() {
-            return Some(Kind::Observe(s.key));
-        }
-        if let Some(b) = &s.blocked {
-            return self.blocked(walk, n, b).map(Kind::Blocked);
-        }
-        if let Some(mode) = s.restart {
-            if walk
+    /// What the step of kind `kind` does, with what it refers to; `None`
+    /// when its kind's own fields are unusable.
+    fn parse(&mut self, walk: &mut Walk, n: usize, pos: Pos, index: usize, s: &RawStep, kind: Kind) -> Option<Parsed> {
+        let declared = kind.declaration();
+        if declared.placement == Placement::OwnCluster
+            && walk
                 .actors
                 .iter()
                 .any(|a| a.network == crate::scenario::Network::Namespace)
-            {
-                self.err(
-                    pos,
-                    format!("step {n}: 'restart' runs on a cluster of the cell's own, 'network: namespace' actors on the fault cells' shared server: a scenario cannot have both"),
-                );
-            }
-            walk.faulted = true;
-            return Some(Kind::Restart(mode == crate::scenario::raw::RestartMode::Immediate));
+        {
+            self.err(
+                pos,
+                format!("step {n}: '{}' runs on a cluster of the cell's own, 'network: namespace' actors on the fault cells' shared server: a scenario cannot have both", declared.word),
+            );
         }
-        if let Some(g) = &s.granted {
-            let gpos = Pos::of(&g.referenced);
-            let name = &g.value;
-            if !walk.faulted {
-                self.err(
-                    gpos,
-                    format!("step {n}: 'granted' times the lock's release from a fault; put a 'do: crash', 'terminate' or 'partition' (or a 'restart') before it"),
-                );
+        // (`granted` asks for a fault before it, not counting itself.)
+        let faulted_before = walk.faulted;
+        walk.faulted |= declared.fault;
+        Some(match kind {
+            Kind::Sql => {
+                let sql = s.sql.as_ref()?;
+                if sql.trim().is_empty() {
+                    self.err(pos, format!("step {n}: 'sql' is empty"));
+                }
+                for var in template::names(sql) {
+                    if !walk.saved.contains(&var) {
+                        self.err(
+                            pos,
+                            format!("step {n}: '${{{var}}}' is neither a parameter nor saved by an earlier step"),
+                        );
+                    }
+                }
+                Parsed::Sql(sql.clone())
             }
-            return match walk.index_of.get(name.as_str()) {
-                Some(&t) if matches!(walk.state[t], Conn::Busy(_)) => Some(Kind::Granted(t)),
-                Some(_) => {
+            Kind::Do(a) => {
+                if a == Action::Partition {
+                    walk.partitioned.push(index);
+                }
+                if a == Action::Heal {
+                    walk.partitioned.clear();
+                }
+                Parsed::Do(a)
+            }
+            Kind::Guard => Parsed::Guard(s.lock_guard.as_ref()?.value, s.end.unwrap_or(GuardEndRaw::ReleaseNow)),
+            Kind::Observe => Parsed::Observe(s.key),
+            Kind::Blocked => Parsed::Blocked(self.blocked(walk, n, s.blocked.as_ref()?)?),
+            Kind::Restart => Parsed::Restart(s.restart? == crate::scenario::raw::RestartMode::Immediate),
+            Kind::Granted => {
+                let g = s.granted.as_ref()?;
+                let gpos = Pos::of(&g.referenced);
+                let name = &g.value;
+                if !faulted_before {
                     self.err(
                         gpos,
-                        format!(
-                            "step {n}: 'granted: {name}' needs a background step of '{name}' in flight (its lock call)"
-                        ),
+                        format!("step {n}: 'granted' times the lock's release from a fault; put a 'do: crash', 'terminate' or 'partition' (or a 'restart') before it"),
                     );
-                    None
                 }
-                None => {
-                    self.err(gpos, format!("step {n}: unknown actor '{name}' in 'granted'"));
-                    None
+                match walk.index_of.get(name.as_str()) {
+                    Some(&t) if matches!(walk.state[t], Conn::Busy(_)) => Parsed::Granted(t),
+                    Some(_) => {
+                        self.err(
+                            gpos,
+                            format!(
+                                "step {n}: 'granted: {name}' needs a background step of '{name}' in flight (its lock call)"
+                            ),
+                        );
+                        return None;
+                    }
+                    None => {
+                        self.err(gpos, format!("step {n}: unknown actor '{name}' in 'granted'"));
+                        return None;
+                    }
                 }
-            };
-        }
-        if let Some(o) = &s.order {
-            return Some(Kind::Order(self.order(walk, n, o)));
-        }
-        let aw = s.await_step.as_ref()?;
-        let target = walk.ids[&aw.value];
-        walk.background.insert(target, Some(index));
-        Some(Kind::Await(target))
+            }
+            Kind::Order => Parsed::Order(self.order(walk, n, s.order.as_ref()?)),
+            Kind::Await => {
+                let aw = s.await_step.as_ref()?;
+                let target = walk.ids[&aw.value];
+                walk.background.insert(target, Some(index));
+                Parsed::Await(target)
+            }
+        })
     }
 }
 
 /// The typed step kind of a step that passed validation.
 #[allow(clippy::too_many_arguments)]
 fn typed(
-    kind: Kind,
+    kind: Parsed,
     actor: usize,
     background: bool,
     (settle, idle): (bool, Vec<usize>),
@@ -459,8 +480,8 @@ fn typed(
         })
     };
     match kind {
-        Kind::Sql(sql) if background => StepKind::Background { actor, sql },
-        Kind::Sql(sql) => StepKind::Sql(SqlStep {
+        Parsed::Sql(sql) if background => StepKind::Background { actor, sql },
+        Parsed::Sql(sql) => StepKind::Sql(SqlStep {
             actor,
             sql,
             expect: sql_expect,
@@ -468,44 +489,44 @@ fn typed(
             when,
             bound,
         }),
-        Kind::Do(Action::Begin) => transaction(Transaction::Begin),
-        Kind::Do(Action::Commit) => transaction(Transaction::Commit),
-        Kind::Do(Action::Rollback) => transaction(Transaction::Rollback),
-        Kind::Do(Action::Checkout) => StepKind::Checkout {
+        Parsed::Do(Action::Begin) => transaction(Transaction::Begin),
+        Parsed::Do(Action::Commit) => transaction(Transaction::Commit),
+        Parsed::Do(Action::Rollback) => transaction(Transaction::Rollback),
+        Parsed::Do(Action::Checkout) => StepKind::Checkout {
             actor,
             client_timeout_ms: bound.map(|b| b.ms),
         },
-        Kind::Do(Action::Return) => StepKind::Return {
+        Parsed::Do(Action::Return) => StepKind::Return {
             actor,
             client_timeout_ms: bound.map(|b| b.ms),
         },
-        Kind::Do(Action::Disconnect) => StepKind::Disconnect { actor },
-        Kind::Do(Action::Abandon) => StepKind::Abandon { actor },
-        Kind::Do(Action::Crash) => StepKind::Fault {
+        Parsed::Do(Action::Disconnect) => StepKind::Disconnect { actor },
+        Parsed::Do(Action::Abandon) => StepKind::Abandon { actor },
+        Parsed::Do(Action::Crash) => StepKind::Fault {
             actor,
             fault: Fault::Crash,
         },
-        Kind::Do(Action::Terminate) => StepKind::Fault {
+        Parsed::Do(Action::Terminate) => StepKind::Fault {
             actor,
             fault: Fault::Terminate,
         },
-        Kind::Do(Action::Partition) => StepKind::Fault {
+        Parsed::Do(Action::Partition) => StepKind::Fault {
             actor,
             fault: Fault::Partition,
         },
-        Kind::Do(Action::Heal) => StepKind::Fault {
+        Parsed::Do(Action::Heal) => StepKind::Fault {
             actor,
             fault: Fault::Heal,
         },
-        Kind::Restart(immediate) => StepKind::Restart {
+        Parsed::Restart(immediate) => StepKind::Restart {
             observer: actor,
             immediate,
         },
-        Kind::Granted(target) => StepKind::Granted {
+        Parsed::Granted(target) => StepKind::Granted {
             observer: actor,
             target,
         },
-        Kind::Observe(key) => StepKind::Observe(ObserveStep {
+        Parsed::Observe(key) => StepKind::Observe(ObserveStep {
             observer: actor,
             key,
             settle,
@@ -513,21 +534,21 @@ fn typed(
             expect: expect.map(|e| e.observe),
             when,
         }),
-        Kind::Blocked(targets) => StepKind::Blocked {
+        Parsed::Blocked(targets) => StepKind::Blocked {
             observer: actor,
             targets,
         },
-        Kind::Await(target) => StepKind::Await(AwaitStep {
+        Parsed::Await(target) => StepKind::Await(AwaitStep {
             actor,
             target,
             expect: sql_expect,
         }),
-        Kind::Guard(key, end) => StepKind::Guard {
+        Parsed::Guard(key, end) => StepKind::Guard {
             actor,
             key,
             end,
             client_timeout_ms: bound.map(|b| b.ms),
         },
-        Kind::Order(steps) => StepKind::Order { steps },
+        Parsed::Order(steps) => StepKind::Order { steps },
     }
 }
