@@ -327,3 +327,77 @@ const fn fault(word: &'static str, connection: Connection, needs: Needs, placeme
         ..BASE
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `do:` action.
+    const ACTIONS: [Action; 11] = [
+        Action::Checkout,
+        Action::Return,
+        Action::Disconnect,
+        Action::Begin,
+        Action::Commit,
+        Action::Rollback,
+        Action::Abandon,
+        Action::Crash,
+        Action::Terminate,
+        Action::Partition,
+        Action::Heal,
+    ];
+
+    fn every_kind() -> Vec<Kind> {
+        let mut kinds = vec![
+            Kind::Sql,
+            Kind::Observe,
+            Kind::Blocked,
+            Kind::Granted,
+            Kind::Restart,
+            Kind::Await,
+            Kind::Order,
+            Kind::Guard,
+        ];
+        kinds.extend(ACTIONS.map(Kind::Do));
+        kinds
+    }
+
+    /// A `do:` action's word is how a file spells it, and no two kinds
+    /// share a word (error messages name kinds by it).
+    #[test]
+    fn words_are_the_files_spelling_and_unique() {
+        for a in ACTIONS {
+            let back: Action = serde_saphyr::from_str(a.declaration().word).unwrap();
+            assert_eq!(back, a);
+        }
+        let mut words: Vec<&str> = every_kind().iter().map(|k| k.declaration().word).collect();
+        words.sort_unstable();
+        let n = words.len();
+        words.dedup();
+        assert_eq!(words.len(), n, "{words:?}");
+    }
+
+    /// The declarations agree with each other where the rules assume so.
+    #[test]
+    fn declarations_are_consistent() {
+        for k in every_kind() {
+            let d = k.declaration();
+            assert!(!d.word.is_empty(), "{k:?}");
+            // Recorded only when bounded: it must take the bound.
+            assert!(d.record != Record::WhenBounded || d.bounded, "{k:?}");
+            // `on_timeout` goes with a bound; a background step is SQL on the actor's own connection.
+            assert!(!d.on_timeout || d.bounded, "{k:?}");
+            assert!(!d.background || d.connection == Connection::Uses, "{k:?}");
+            // A lock snapshot is taken by the observer.
+            assert!(d.expects != Expects::Locks || d.side == Side::Observer, "{k:?}");
+            // Only what acts on a namespace actor runs on the fault cells' server.
+            assert_eq!(
+                d.placement == Placement::FaultServer,
+                d.needs == Needs::Namespace,
+                "{k:?}"
+            );
+            // A kind without an actor, or with the awaited step's, sets no deadline of its own.
+            assert_eq!(matches!(d.side, Side::Awaited | Side::Nobody), !d.own_deadline, "{k:?}");
+        }
+    }
+}
