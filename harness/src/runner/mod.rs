@@ -45,7 +45,7 @@ pub use trials::{effective_trials, set_max_trials};
 use crate::outcome::{Phase, RunResult};
 use crate::scenario::Scenario;
 use crate::server::Server;
-use place::{CellServer, Skip};
+use place::{CellServer, NotRun};
 use state::Run;
 
 /// How long the leak guard waits for a closed pool's backends to exit.
@@ -91,27 +91,26 @@ async fn run_cell(server: &Server, scenario: &Scenario, driver: &dyn Driver, sha
     let info = driver.info();
     let began = Instant::now();
     let mut result = RunResult::new(&server.id(), &scenario.name, info.id);
-    let skip = |result: &mut RunResult, skip: Skip| match skip {
-        Skip::Because(why) => phases::not_applicable(scenario, result, why),
-        Skip::SettingsCannotPass => phases::not_applicable_behind_pgbouncer(scenario, result),
-    };
-    if let Some(why) = place::not_applicable(scenario, &info) {
-        skip(&mut result, why);
-        return result;
-    }
     let mut hosted = None;
-    let placed = match place::host_pool(scenario, driver, &mut hosted) {
-        Ok(driver) => CellServer::for_cell(server, scenario).await.map(|s| (driver, s)),
-        Err(e) => Err(e),
+    let placed = match place::not_applicable(scenario, &info) {
+        Some(not_run) => Err(not_run),
+        None => match place::host_pool(scenario, driver, &mut hosted) {
+            Ok(driver) => CellServer::for_cell(server, scenario).await.map(|s| (driver, s)),
+            Err(e) => Err(e),
+        },
     };
     let (driver, (cell_server, ran_on)) = match placed {
         Ok(placed) => placed,
-        Err(Ok(failure)) => {
-            result.failure = Some(cell_error(server, scenario, info.id, &failure));
+        Err(NotRun::Fails(what)) => {
+            result.failure = Some(cell_error(server, scenario, info.id, &what));
             return result;
         }
-        Err(Err(why)) => {
-            skip(&mut result, why);
+        Err(NotRun::NotApplicable(why)) => {
+            phases::not_applicable(scenario, &mut result, why);
+            return result;
+        }
+        Err(NotRun::SettingsCannotPass) => {
+            phases::not_applicable_behind_pgbouncer(scenario, &mut result);
             return result;
         }
     };

@@ -8,22 +8,24 @@ use locklab_drivers::{Driver, DriverInfo, PoolerMode};
 use crate::scenario::{Placement, Process, Scenario};
 use crate::server::Server;
 
-/// Why a column cannot run a cell as written.
-pub(super) enum Skip {
+/// Why a cell is not run as written.
+pub(super) enum NotRun {
     /// This machine or configuration cannot (the reason); its observations are `n/a`.
-    Because(String),
+    NotApplicable(String),
     /// The pooler cannot carry the scenario's connection settings; its
     /// observations are `n/a (settings cannot pass PgBouncer)`.
     SettingsCannotPass,
+    /// Something the cell needs failed (what): the cell fails.
+    Fails(String),
 }
 
 /// Why `scenario` cannot run through the column `info` here, if it cannot;
 /// asked before anything of the cell starts.
-pub(super) fn not_applicable(scenario: &Scenario, info: &DriverInfo) -> Option<Skip> {
+pub(super) fn not_applicable(scenario: &Scenario, info: &DriverInfo) -> Option<NotRun> {
     if let Some(pooler) = info.pooler
         && let Some(why) = crate::server::poolers::unavailable(pooler)
     {
-        return Some(Skip::Because(why));
+        return Some(NotRun::NotApplicable(why));
     }
     // A race of a cancel with a grant (trials) behind transaction pooling,
     // where the cancel request gets through: a session-level lock granted as
@@ -36,7 +38,7 @@ pub(super) fn not_applicable(scenario: &Scenario, info: &DriverInfo) -> Option<S
             .pooler
             .is_some_and(|p| p.mode == PoolerMode::Transaction && p.kind.sends_cancel())
     {
-        return Some(Skip::Because(
+        return Some(NotRun::NotApplicable(
             "trials behind transaction pooling that passes cancel requests: a session-level lock granted \
              as a cancel landed stays on a pooled server connection that the next trial's clean-up may \
              not reach"
@@ -44,12 +46,12 @@ pub(super) fn not_applicable(scenario: &Scenario, info: &DriverInfo) -> Option<S
         ));
     }
     if info.pooler.is_some() && scenario.pool_settings.list.iter().any(|(k, _)| k != "application_name") {
-        return Some(Skip::SettingsCannotPass);
+        return Some(NotRun::SettingsCannotPass);
     }
     if scenario.placement() == Placement::FaultServer
         && let Some(why) = crate::faults::netns::unavailable()
     {
-        return Some(Skip::Because(format!(
+        return Some(NotRun::NotApplicable(format!(
             "a fault cell with a `network: namespace` actor {why}"
         )));
     }
@@ -61,23 +63,23 @@ pub(super) fn not_applicable(scenario: &Scenario, info: &DriverInfo) -> Option<S
 /// hosting its pool in a process of its own (`hosted` keeps it).
 ///
 /// # Errors
-/// `Err(Ok(why))`: the cell fails (the child program cannot be found);
-/// `Err(Err(skip))`: the driver cannot host its pool in a process of its own.
+/// The child program cannot be found ([`NotRun::Fails`]); the driver
+/// cannot host its pool in a process of its own ([`NotRun::NotApplicable`]).
 pub(super) fn host_pool<'d>(
     scenario: &Scenario,
     driver: &'d dyn Driver,
     hosted: &'d mut Option<Box<dyn Driver>>,
-) -> Result<&'d dyn Driver, Result<String, Skip>> {
+) -> Result<&'d dyn Driver, NotRun> {
     if scenario.pool_process != Process::Child {
         return Ok(driver);
     }
-    let program = crate::faults::child::program().map_err(Ok)?;
+    let program = crate::faults::child::program().map_err(NotRun::Fails)?;
     match driver.in_own_process(&program) {
         Some(d) => Ok(&**hosted.insert(d)),
-        None => Err(Err(Skip::Because(format!(
+        None => Err(NotRun::NotApplicable(format!(
             "driver '{}' cannot host its pool in a process of its own",
             driver.info().id
-        )))),
+        ))),
     }
 }
 
@@ -98,12 +100,12 @@ impl<'s> CellServer<'s> {
     /// not run on its column's server.
     ///
     /// # Errors
-    /// `Err(Ok(why))`: the cell fails (the server cannot start);
-    /// `Err(Err(skip))`: the machine cannot make the fault cells' namespace.
+    /// The server cannot start ([`NotRun::Fails`]); the machine cannot make
+    /// the fault cells' namespace ([`NotRun::NotApplicable`]).
     pub(super) async fn for_cell(
         column: &'s Server,
         scenario: &Scenario,
-    ) -> Result<(CellServer<'s>, Option<String>), Result<String, Skip>> {
+    ) -> Result<(CellServer<'s>, Option<String>), NotRun> {
         let version = |s: &Server| s.version().split_whitespace().nth(1).unwrap_or("?").to_owned();
         match scenario.placement() {
             Placement::ColumnServer => Ok((CellServer::Column(column), None)),
@@ -111,8 +113,16 @@ impl<'s> CellServer<'s> {
                 let opts = crate::server::ServerOptions::new(crate::server::BackendChoice::Local, column.major());
                 let own = match tokio::task::spawn_blocking(move || Server::start(&opts)).await {
                     Ok(Ok(s)) => s,
-                    Ok(Err(e)) => return Err(Ok(format!("cannot start the cell's own local cluster: {e:#}"))),
-                    Err(e) => return Err(Ok(format!("the cell's own cluster's start-up panicked: {e}"))),
+                    Ok(Err(e)) => {
+                        return Err(NotRun::Fails(format!(
+                            "cannot start the cell's own local cluster: {e:#}"
+                        )));
+                    }
+                    Err(e) => {
+                        return Err(NotRun::Fails(format!(
+                            "the cell's own cluster's start-up panicked: {e}"
+                        )));
+                    }
                 };
                 let ran_on = format!(
                     "a local cluster of its own (PostgreSQL {}), restarted by the scenario",
@@ -128,10 +138,10 @@ impl<'s> CellServer<'s> {
                     );
                     Ok((CellServer::Fault(fault), Some(ran_on)))
                 }
-                Err(e) if e.starts_with(crate::faults::server::NO_NAMESPACE) => Err(Err(Skip::Because(format!(
+                Err(e) if e.starts_with(crate::faults::server::NO_NAMESPACE) => Err(NotRun::NotApplicable(format!(
                     "a fault cell with a `network: namespace` actor: {e}"
-                )))),
-                Err(e) => Err(Ok(e)),
+                ))),
+                Err(e) => Err(NotRun::Fails(e)),
             },
         }
     }

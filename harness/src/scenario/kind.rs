@@ -117,17 +117,18 @@ pub enum Needs {
     Namespace,
 }
 
-/// Where a cell whose scenario has the step must run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where a cell whose scenario has the step must run, in precedence order
+/// (a scenario runs where its most demanding step says: the greatest).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Placement {
     /// On the column's server (shared by the run's cells).
     ColumnServer,
-    /// On a local cluster of the cell's own, removed after it (the step
-    /// restarts the server).
-    OwnCluster,
     /// On the fault cells' local cluster, reached from the run's network
     /// namespace (the step acts on a `network: namespace` actor).
     FaultServer,
+    /// On a local cluster of the cell's own, removed after it (the step
+    /// restarts the server).
+    OwnCluster,
 }
 
 /// Everything the validator and the runner's placement need to know of a
@@ -375,6 +376,13 @@ mod tests {
         let n = words.len();
         words.dedup();
         assert_eq!(words.len(), n, "{words:?}");
+    }
+
+    /// A restart outranks the fault server, which outranks the column's.
+    #[test]
+    fn placements_are_ordered_by_precedence() {
+        assert!(Placement::ColumnServer < Placement::FaultServer);
+        assert!(Placement::FaultServer < Placement::OwnCluster);
     }
 
     /// The declarations agree with each other where the rules assume so.

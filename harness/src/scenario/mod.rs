@@ -142,14 +142,7 @@ impl Scenario {
             .iter()
             .filter(|a| a.network == Network::Namespace)
             .map(|_| Placement::FaultServer);
-        steps
-            .chain(actors)
-            .max_by_key(|p| match p {
-                Placement::ColumnServer => 0,
-                Placement::FaultServer => 1,
-                Placement::OwnCluster => 2,
-            })
-            .unwrap_or(Placement::ColumnServer)
+        steps.chain(actors).max().unwrap_or(Placement::ColumnServer)
     }
 
     /// Whether each cell of the scenario runs on a local cluster of its own
