@@ -1,5 +1,5 @@
 # locklab tasks. Install just with `pip install rust-just` (or use the cargo
-# commands in the README, which need nothing but the Rust toolchain).
+# commands in docs/src/getting-started.md, which need nothing but the Rust toolchain).
 
 # List the recipes.
 default:
@@ -32,6 +32,10 @@ check *args:
 soak *args:
     cargo run --release --quiet -p locklab -- soak {{args}}
 
+# Build the book (docs/) into target/book/html and check its internal links; installs mdbook and mdbook-linkcheck2 into .cache/tools on first use.
+docs:
+    bash harness/scripts/build-docs.sh
+
 # Fuzz the scenario parser and validator with cargo-fuzz (libFuzzer) for SECONDS (default 600), seeded from scenarios/ and the invalid fixtures; installs cargo-fuzz into .cache/tools on first use.
 fuzz seconds="600":
     bash harness/scripts/fuzz.sh {{seconds}}
@@ -52,7 +56,7 @@ load *args:
 stress *args:
     cargo run --release --quiet -p locklab -- stress {{args}}
 
-# Who holds and who awaits advisory locks on a running server, with a verdict per lock (LOCKLAB_DSN or --dsn; e.g. just holders --fail-on leaked, just holders serve). See the README's "In production".
+# Who holds and who awaits advisory locks on a running server, with a verdict per lock (LOCKLAB_DSN or --dsn; e.g. just holders --fail-on leaked, just holders serve). See docs/src/holders.md.
 holders *args:
     cargo run --release --quiet -p locklab -- holders {{args}}
 
@@ -68,9 +72,10 @@ run *args:
 validate *files:
     cargo run --quiet -p locklab -- validate {{files}}
 
-# Regenerate the scenario format's JSON Schema (scenarios/scenario.schema.json) from the Rust types.
+# Regenerate the JSON Schemas from the Rust types: the scenario format's (scenarios/scenario.schema.json) and the driver protocol's (drivers/adapters/protocol.schema.json).
 schema:
-    cargo run --quiet -p locklab -- schema > scenarios/scenario.schema.json
+    cargo run --quiet -p locklab -- schema scenario > scenarios/scenario.schema.json
+    cargo run --quiet -p locklab -- schema protocol > drivers/adapters/protocol.schema.json
 
 # List scenarios and drivers.
 list:

@@ -9,7 +9,7 @@
 //! Adding a driver: write one module with a type implementing [`Driver`] and add
 //! one line to [`registry`].
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod bb8_pg;
 mod deadpool_pg;
@@ -27,105 +27,9 @@ use std::path::Path;
 use std::time::Duration;
 
 pub use direct::{CONNECT_TIMEOUT, DirectConn, simple_query_rows};
+pub use locklab_core::{ConnectSpec, with_sources};
 pub use pgbouncer::{Pooler, PoolerKind, PoolerMode};
 pub use versions::{crate_version, crate_version_matching};
-
-/// Where and as whom to connect. Every driver builds its own client
-/// configuration from this, so all drivers reach the same server the same way.
-#[derive(Clone)]
-pub struct ConnectSpec {
-    /// Host name or IP address (the harness uses `127.0.0.1`).
-    pub host: String,
-    /// TCP port.
-    pub port: u16,
-    /// Role to connect as.
-    pub user: String,
-    /// Password, if the server asks for one. Never printed: messages use
-    /// [`ConnectSpec::redacted`].
-    pub password: Option<String>,
-    /// Database name (the harness gives every scenario × driver run its own).
-    pub dbname: String,
-    /// `application_name` reported in `pg_stat_activity`.
-    pub application_name: String,
-    /// Run-time parameters (name, value) sent in the startup packet as
-    /// `options=-c name=value` (PostgreSQL docs §20.1.4 and libpq `options`), e.g.
-    /// `("lock_timeout", "200ms")`. Values contain no spaces or backslashes.
-    pub options: Vec<(String, String)>,
-}
-
-impl ConnectSpec {
-    /// A tokio-postgres configuration for this spec (no TLS; connect timeout 10 s).
-    pub fn tokio_postgres_config(&self) -> tokio_postgres::Config {
-        let mut c = tokio_postgres::Config::new();
-        c.host(&self.host)
-            .port(self.port)
-            .user(&self.user)
-            .dbname(&self.dbname)
-            .application_name(&self.application_name)
-            .connect_timeout(Duration::from_secs(10));
-        if let Some(p) = &self.password {
-            c.password(p);
-        }
-        if !self.options.is_empty() {
-            c.options(self.options_string());
-        }
-        c
-    }
-
-    /// The libpq `options` string for [`ConnectSpec::options`]: `-c a=1 -c b=2`.
-    pub fn options_string(&self) -> String {
-        self.options
-            .iter()
-            .map(|(k, v)| format!("-c {k}={v}"))
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
-
-    /// The spec as the driver protocol's `spec` object (README, "Driver
-    /// protocol"): `host`, `port`, `user`, `password` (null without one),
-    /// `dbname`, `application_name`, `options` as `[[name, value], …]`.
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "host": self.host, "port": self.port, "user": self.user, "password": self.password,
-            "dbname": self.dbname, "application_name": self.application_name, "options": self.options,
-        })
-    }
-
-    /// The spec from [`ConnectSpec::to_json`]'s object; a missing field is
-    /// empty (port: 5432), never an error: the other end connects and
-    /// reports what the server says.
-    pub fn from_json(v: &serde_json::Value) -> ConnectSpec {
-        let text = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
-        ConnectSpec {
-            host: text("host"),
-            port: v["port"].as_u64().and_then(|p| u16::try_from(p).ok()).unwrap_or(5432),
-            user: text("user"),
-            password: v["password"].as_str().map(str::to_owned),
-            dbname: text("dbname"),
-            application_name: text("application_name"),
-            options: serde_json::from_value(v["options"].clone()).unwrap_or_default(),
-        }
-    }
-
-    /// `host:port/dbname as user`, without the password, for messages.
-    pub fn redacted(&self) -> String {
-        format!("{}@{}:{}/{}", self.user, self.host, self.port, self.dbname)
-    }
-}
-
-impl fmt::Debug for ConnectSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConnectSpec")
-            .field("host", &self.host)
-            .field("port", &self.port)
-            .field("user", &self.user)
-            .field("password", &self.password.as_ref().map(|_| "***"))
-            .field("dbname", &self.dbname)
-            .field("application_name", &self.application_name)
-            .field("options", &self.options)
-            .finish()
-    }
-}
 
 /// Pool sizing requested by a scenario.
 #[derive(Clone, Copy, Debug)]
@@ -231,22 +135,6 @@ impl From<tokio_postgres::Error> for DriverError {
     }
 }
 
-/// `error` followed by its chain of sources, `: `-separated (tokio-postgres puts
-/// the useful part, e.g. "Connection refused", in the source).
-pub fn with_sources(error: &dyn std::error::Error) -> String {
-    let mut out = error.to_string();
-    let mut next = error.source();
-    while let Some(e) = next {
-        let s = e.to_string();
-        if !out.contains(&s) {
-            out.push_str(": ");
-            out.push_str(&s);
-        }
-        next = e.source();
-    }
-    out
-}
-
 /// Rows returned by a statement, every value in PostgreSQL's text format
 /// (`t`/`f` for booleans, decimal for numbers), `None` for NULL.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -269,8 +157,10 @@ impl Rows {
     }
 }
 
-/// What happened to a connection on [`Conn::give_back`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What happened to a connection on [`Conn::give_back`] (on the driver
+/// protocol's wire: `to_pool`, `closed`, `to_pooler`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum Returned {
     /// The connection went back to the pool (still open).
     ToPool,
@@ -290,8 +180,10 @@ pub enum Returned {
 pub type Canceller = Box<dyn FnOnce() -> futures::future::BoxFuture<'static, Result<(), DriverError>> + Send>;
 
 /// How a test of an advisory-lock guard API ends (sqlx `PgAdvisoryLockGuard`,
-/// sqlx-postgres `src/advisory_lock.rs`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// sqlx-postgres `src/advisory_lock.rs`); on the driver protocol's wire:
+/// `release_now`, `drop`, `leak`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
 pub enum GuardEnd {
     /// `release_now()`: runs `pg_advisory_unlock` and waits for it.
     ReleaseNow,

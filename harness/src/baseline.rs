@@ -4,16 +4,20 @@
 //! [`crate::compare`]).
 //!
 //! A baseline keeps, per scenario × driver cell, what [`RunResult::outcome`]
-//! keeps (status, each observation's displayed value and SQLSTATE, the locks
-//! left, how many backends had to be ended) plus each observation's p50 time
-//! in ms. Values must be equal; times only within a [`Tolerance`].
+//! keeps (status, each observation's reading and SQLSTATE, the locks left,
+//! how many backends had to be ended) plus each observation's p50 time in ms.
+//! Values must be equal (as typed values); times only within a [`Tolerance`].
 //!
-//! `baseline.json` layout (`baseline_version` 1): `baseline_version`,
+//! `baseline.json` layout (`baseline_version` 2): `baseline_version`,
 //! `generated_at`, `locklab_version`, `repeat`, `git_commit`, `server`
 //! (`major`, `version`, `backend`), `drivers` (id → `crate_name`,
 //! `crate_version`, `configuration`), `cells[]` (`scenario`, `driver`,
-//! `status`, `observations` (name → `value`, `sqlstate`, `p50_ms`),
-//! `locks_left`, `cleaned_backends`).
+//! `status`, `observations` (name → `value` (a [`crate::outcome::Reading`]:
+//! `{"kind", "value", "notice"}`) or, for a race row, `seen` (the readings
+//! seen often), `sqlstate`, `p50_ms`, and for a race row `shares` (readings
+//! with `share`) and `trials`), `locks_left` (`[{"key", "state"}]`),
+//! `cleaned_backends`, `backends_left`). Version 1 kept each value as its
+//! report text: rewrite it with `locklab check --update`.
 
 mod comparison;
 
@@ -25,11 +29,11 @@ use serde::{Deserialize, Serialize};
 
 pub use self::comparison::{CellDiff, Comparison, compare, short_version};
 pub use crate::compare::Tolerance;
-use crate::outcome::{Outcome, RunResult};
+use crate::outcome::{LocksLeft, Outcome, Reading, Recorded, RunResult, Seen};
 use crate::report::Report;
 
 /// Version of the `baseline.json` layout.
-pub const BASELINE_VERSION: u32 = 1;
+pub const BASELINE_VERSION: u32 = 2;
 
 /// Steps faster than this (p50, in ms) keep no time in the baseline; `check`
 /// compares them as if they took this long, so a round trip that now waits
@@ -90,8 +94,8 @@ pub struct BaselineCell {
     pub status: crate::outcome::Status,
     /// Observations in step order: name → value.
     pub observations: IndexMap<String, BaselineObservation>,
-    /// The "locks left after run" cell (`none`, or keys with backend states).
-    pub locks_left: String,
+    /// The "locks left after run" cell: keys with backend states.
+    pub locks_left: LocksLeft,
     /// Backends the harness had to end after the run.
     pub cleaned_backends: usize,
     /// Backends or advisory locks the leak guard found in the run's database
@@ -103,22 +107,36 @@ pub struct BaselineCell {
 /// One observation of a cell.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BaselineObservation {
-    /// The displayed value (as in the report cell, without the timing).
-    pub value: String,
+    /// What it compares as: its reading (`"value"`), or a race row's
+    /// often-seen readings (`"seen"`).
+    #[serde(flatten)]
+    pub seen: Seen,
     /// SQLSTATE, if the step failed on the server.
     pub sqlstate: Option<String>,
     /// p50 wall time of the step over the repeats, in ms, to two significant
     /// digits (`200.6` → `200`, `1001.6` → `1000`), so that regenerating the
     /// baseline does not rewrite every line; `None` without a timing or when
-    /// under [`TIMED_FROM_MS`] (a round trip, whose time is noise).
+    /// under [`TIMED_FROM_MS`] (a round trip, whose time is noise) or when the
+    /// step said `time_varies: true`.
     pub p50_ms: Option<f64>,
-    /// For a cell with `trials`: each value's share of the trials (0–1, two
-    /// decimals), compared within [`crate::outcome::trials::SHARE_TOLERANCE`].
+    /// For a cell with `trials`: each reading's share of the trials (0–1,
+    /// two decimals), compared within
+    /// [`crate::outcome::trials::SHARE_TOLERANCE`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shares: Option<std::collections::BTreeMap<String, f64>>,
+    pub shares: Option<Vec<Share>>,
     /// For a cell with `trials`: how many trials the shares are of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trials: Option<u64>,
+}
+
+/// A reading's share of a race cell's trials.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Share {
+    /// What was read.
+    #[serde(flatten)]
+    pub reading: Reading,
+    /// Its share of the trials, 0–1 with two decimals.
+    pub share: f64,
 }
 
 impl BaselineCell {
@@ -135,19 +153,22 @@ impl BaselineCell {
                     (
                         ob.name.clone(),
                         BaselineObservation {
-                            value: ob.display.clone(),
+                            seen: ob.seen(),
                             sqlstate: ob.sqlstate.clone(),
                             p50_ms: ob
                                 .elapsed_stats
                                 .map(|s| s.p50)
                                 .or(ob.elapsed_ms)
-                                .filter(|ms| *ms >= TIMED_FROM_MS)
+                                .filter(|ms| *ms >= TIMED_FROM_MS && !ob.time_varies)
                                 .map(two_digits),
-                            trials: ob.distribution.as_ref().map(|d| d.values().sum()),
+                            trials: ob.distribution.as_ref().map(|d| d.iter().map(|c| c.trials).sum()),
                             shares: ob.distribution.as_ref().map(|d| {
-                                let n: u64 = d.values().sum();
+                                let n: u64 = d.iter().map(|c| c.trials).sum();
                                 d.iter()
-                                    .map(|(v, c)| (v.clone(), (100.0 * *c as f64 / n.max(1) as f64).round() / 100.0))
+                                    .map(|c| Share {
+                                        reading: c.reading.clone(),
+                                        share: (100.0 * c.trials as f64 / n.max(1) as f64).round() / 100.0,
+                                    })
                                     .collect()
                             }),
                         },
@@ -167,7 +188,11 @@ impl BaselineCell {
             observations: self
                 .observations
                 .iter()
-                .map(|(name, o)| (name.clone(), o.value.clone(), o.sqlstate.clone()))
+                .map(|(name, o)| Recorded {
+                    name: name.clone(),
+                    seen: o.seen.clone(),
+                    sqlstate: o.sqlstate.clone(),
+                })
                 .collect(),
             locks_left: self.locks_left.clone(),
             cleaned_backends: self.cleaned_backends,

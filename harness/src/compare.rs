@@ -3,8 +3,10 @@
 //! `soak`), and `locklab check` against the baseline ([`crate::baseline`]).
 //!
 //! [`align`] lines up the items of several outcomes (status, each
-//! observation's displayed value and SQLSTATE, locks left, backends ended,
-//! leak-guard leftovers), each with its [`Field`] in every outcome. From that:
+//! observation's reading and SQLSTATE, locks left, backends ended,
+//! leak-guard leftovers), each with its typed [`Field`] in every outcome;
+//! fields compare as typed values, and their `Display` writes the lines.
+//! From that:
 //! - [`diff`] compares two outcomes (before, after) into [`Change`]s, rendered
 //!   `` `name`: before → after ``; with [`Timings`], observations whose values
 //!   agree also compare their p50 times within a [`Tolerance`];
@@ -13,7 +15,7 @@
 
 use std::fmt;
 
-use crate::outcome::{Outcome, Status};
+use crate::outcome::{LocksLeft, Outcome, Seen, Status};
 
 /// An item of an outcome, named as the lines of a diff name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,18 +49,19 @@ impl fmt::Display for Item<'_> {
 pub enum Field<'a> {
     /// The status (of [`Item::Status`]).
     Status(Status),
-    /// A recorded observation: its displayed value and SQLSTATE, shown as
-    /// `value [SQLSTATE]` unless the value already contains the SQLSTATE.
+    /// A recorded observation: what it compares as and its SQLSTATE, shown
+    /// as `value [SQLSTATE]` unless the value's text already contains the
+    /// SQLSTATE.
     Observed {
-        /// The displayed value.
-        value: &'a str,
+        /// Its reading (or a race row's often-seen readings).
+        seen: &'a Seen,
         /// SQLSTATE, if the step failed on the server.
         sqlstate: Option<&'a str>,
     },
     /// An observation this outcome did not record: `(not recorded)`.
     NotRecorded,
     /// The locks left (`none`, or keys with backend states).
-    Text(&'a str),
+    Locks(&'a LocksLeft),
     /// A number of backends.
     Count(usize),
 }
@@ -67,13 +70,15 @@ impl fmt::Display for Field<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Field::Status(s) => write!(f, "{s}"),
-            Field::Observed {
-                value,
-                sqlstate: Some(state),
-            } if !value.contains(state) => write!(f, "{value} [{state}]"),
-            Field::Observed { value, .. } => f.write_str(value),
+            Field::Observed { seen, sqlstate } => {
+                let value = seen.to_string();
+                match sqlstate {
+                    Some(state) if !value.contains(state) => write!(f, "{value} [{state}]"),
+                    _ => f.write_str(&value),
+                }
+            }
             Field::NotRecorded => f.write_str("(not recorded)"),
-            Field::Text(t) => f.write_str(t),
+            Field::Locks(l) => write!(f, "{l}"),
             Field::Count(n) => write!(f, "{n}"),
         }
     }
@@ -88,23 +93,23 @@ pub fn align<'a>(outcomes: &[&'a Outcome]) -> Vec<(Item<'a>, Vec<Field<'a>>)> {
     let mut items = vec![(Item::Status, each(&|o| Field::Status(o.status)))];
     let mut names: Vec<&str> = Vec::new();
     for o in outcomes {
-        for (name, _, _) in &o.observations {
-            if !names.contains(&name.as_str()) {
-                names.push(name);
+        for r in &o.observations {
+            if !names.contains(&r.name.as_str()) {
+                names.push(&r.name);
             }
         }
     }
     for name in names {
-        let field = |o: &'a Outcome| match o.observations.iter().find(|(n, _, _)| n == name) {
-            Some((_, value, sqlstate)) => Field::Observed {
-                value,
-                sqlstate: sqlstate.as_deref(),
+        let field = |o: &'a Outcome| match o.observations.iter().find(|r| r.name == name) {
+            Some(r) => Field::Observed {
+                seen: &r.seen,
+                sqlstate: r.sqlstate.as_deref(),
             },
             None => Field::NotRecorded,
         };
         items.push((Item::Observation(name), each(&field)));
     }
-    items.push((Item::LocksLeft, each(&|o| Field::Text(&o.locks_left))));
+    items.push((Item::LocksLeft, each(&|o| Field::Locks(&o.locks_left))));
     items.push((Item::CleanedBackends, each(&|o| Field::Count(o.cleaned_backends))));
     items.push((Item::BackendsLeft, each(&|o| Field::Count(o.backends_left))));
     items
@@ -216,7 +221,7 @@ impl fmt::Display for Change<'_> {
 /// [`Timings::untimed_ms`]) moved outside the tolerance, when either has one.
 pub fn diff<'a>(before: &'a Outcome, after: &'a Outcome, timings: Option<Timings<'_>>) -> Vec<Change<'a>> {
     let time = |o: &Outcome, times: &[Option<f64>], name: &str| {
-        let i = o.observations.iter().position(|(n, _, _)| n == name)?;
+        let i = o.observations.iter().position(|r| r.name == name)?;
         times.get(i).copied().flatten()
     };
     let mut changes = Vec::new();
@@ -252,13 +257,13 @@ pub fn diff<'a>(before: &'a Outcome, after: &'a Outcome, timings: Option<Timings
 }
 
 /// An item the repeats of a cell disagree on, with how often each value
-/// (as displayed) occurred, in first-seen order: `` `held`: true ×19, false ×1 ``.
+/// occurred, in first-seen order: `` `held`: true ×19, false ×1 ``.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Disagreement<'a> {
     /// What they disagree on.
     pub item: Item<'a>,
-    /// Each distinct displayed value and its count.
-    pub tally: Vec<(String, usize)>,
+    /// Each distinct value and its count.
+    pub tally: Vec<(Field<'a>, usize)>,
 }
 
 impl fmt::Display for Disagreement<'_> {
@@ -272,14 +277,14 @@ impl fmt::Display for Disagreement<'_> {
     }
 }
 
-/// The items whose displayed values differ between `outcomes`, in
-/// [`align`]'s order; empty when they all agree.
+/// The items whose values differ between `outcomes`, in [`align`]'s
+/// order; empty when they all agree.
 pub fn disagreements(outcomes: &[Outcome]) -> Vec<Disagreement<'_>> {
     let all: Vec<&Outcome> = outcomes.iter().collect();
     align(&all)
         .into_iter()
         .filter_map(|(item, fields)| {
-            let tally = tally(fields.iter().map(ToString::to_string));
+            let tally = tally(fields);
             (tally.len() > 1).then_some(Disagreement { item, tally })
         })
         .collect()
@@ -300,12 +305,22 @@ fn tally<T: PartialEq>(values: impl IntoIterator<Item = T>) -> Vec<(T, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::keys::AdvisoryKey;
+    use crate::outcome::{LeftLock, Reading, Recorded, Value};
+
+    fn recorded(name: &str, text: &str, sqlstate: Option<&str>) -> Recorded {
+        Recorded {
+            name: name.into(),
+            seen: Seen::Value(Reading::plain(Value::of_text(text))),
+            sqlstate: sqlstate.map(str::to_owned),
+        }
+    }
 
     fn outcome(status: Status, held: &str) -> Outcome {
         Outcome {
             status,
-            observations: vec![("held".into(), held.into(), None)],
-            locks_left: "none".into(),
+            observations: vec![recorded("held", held, None)],
+            locks_left: LocksLeft::default(),
             cleaned_backends: 0,
             backends_left: 0,
         }
@@ -334,11 +349,12 @@ mod tests {
     #[test]
     fn repeats_and_baselines_name_the_same_items_alike() {
         let mut after = outcome(Status::Fail, "55P03 lock timeout");
-        after.observations[0].2 = Some("55P03".into());
-        after
-            .observations
-            .push(("late".into(), "1".into(), Some("P0001".into())));
-        after.locks_left = "key 43 (idle)".into();
+        after.observations[0].sqlstate = Some("55P03".into());
+        after.observations.push(recorded("late", "1", Some("P0001")));
+        after.locks_left = LocksLeft(vec![LeftLock {
+            key: AdvisoryKey::Big(43),
+            state: Some("idle".into()),
+        }]);
         after.cleaned_backends = 1;
         after.backends_left = 2;
         let before = outcome(Status::Pass, "true");
@@ -365,6 +381,24 @@ mod tests {
                 "left in the run's database once it was over (leak guard): 0 ×1, 2 ×2",
             ]
         );
+    }
+
+    /// A value is compared typed, not by its text: the text "true" a
+    /// statement returned is not the boolean true, though both read `true`.
+    #[test]
+    fn values_that_read_alike_but_differ_in_kind_differ() {
+        let with = |v: Value| Outcome {
+            observations: vec![Recorded {
+                seen: Seen::Value(Reading::plain(v)),
+                ..recorded("held", "x", None)
+            }],
+            ..outcome(Status::Pass, "x")
+        };
+        let (text, boolean) = (with(Value::Text("true".into())), with(Value::Bool(true)));
+        let changes: Vec<String> = diff(&boolean, &text, None).iter().map(ToString::to_string).collect();
+        assert_eq!(changes, ["`held`: true → true"]);
+        assert_eq!(disagreements(&[boolean.clone(), text]).len(), 1);
+        assert!(diff(&boolean, &boolean.clone(), None).is_empty());
     }
 
     #[test]

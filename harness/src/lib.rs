@@ -7,15 +7,19 @@
 //! server's view, and [`report`] turns the results into the driver matrix;
 //! [`baseline`] compares them with the committed expected matrix, and
 //! [`browser`] renders the HTML report in headless Chromium.
+//!
+//! A program outside this repository uses [`lab`]: load scenarios, choose
+//! drivers, start a server, run, read typed outcomes, write a report.
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod baseline;
 pub mod browser;
 pub mod compare;
 pub mod faults;
-pub mod holders;
-pub mod keys;
+pub mod lab;
+pub use locklab_core::keys;
+pub use locklab_holders as holders;
 pub mod load;
 pub mod matrix;
 pub mod observe;

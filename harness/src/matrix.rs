@@ -146,8 +146,7 @@ mod tests {
             observations: vec![crate::outcome::Observation {
                 name: "held".into(),
                 step: 1,
-                value: crate::outcome::Value::Null,
-                display: held.into(),
+                value: crate::outcome::Value::of_text(held),
                 sqlstate: None,
                 elapsed_ms: Some(ms),
                 waited_ms: None,
@@ -155,6 +154,7 @@ mod tests {
                 elapsed_stats: None,
                 waited_stats: None,
                 distribution: None,
+                time_varies: false,
             }],
             deviation: deviation.map(str::to_owned),
             elapsed_ms: ms,

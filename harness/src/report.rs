@@ -8,8 +8,8 @@
 //! observation rows, the locks-left row and the expectations row, each cell
 //! with its text, status and evidence), computed once per document.
 //!
-//! `matrix.json`, schema version 7:
-//! - `schema_version` (7), `generated_at` (RFC 3339), `locklab_version`, `repeat`
+//! `matrix.json`, schema version 8:
+//! - `schema_version` (8), `generated_at` (RFC 3339), `locklab_version`, `repeat`
 //!   (runs per cell, `--repeat`)
 //! - `shard` (`"2/4"`): present only in a shard's file (`--shard I/N`): the
 //!   part of the matrix its `runs` hold (the header lists the whole
@@ -38,19 +38,24 @@
 //!   guard: `pid N (application_name, state)` / `lock KEY (pid N)` still in the
 //!   run's database 5 s after the run was over, which fails the cell; absent when none),
 //!   `observations[]` (`name`, `step`, `value` (typed: `{"kind": KIND, "value": …}`,
-//!   see [`crate::outcome::Value`]), `display`, `sqlstate`, `elapsed_ms`,
+//!   see [`crate::outcome::Value`]; in a race cell the first trial's), `sqlstate`, `elapsed_ms`,
 //!   `waited_ms` for `await` steps (the part of `elapsed_ms` spent at the await),
 //!   `notices` when the server sent any, `elapsed_stats`/`waited_stats`:
-//!   `{n, min, p50, p95, max}` over the repeats),
+//!   `{n, min, p50, p95, max}` over the repeats; in a race cell
+//!   `distribution`: `[{"kind", "value", "notice", "trials"}]`, each
+//!   [`crate::outcome::Reading`] and in how many trials it was seen),
 //!   `steps[]` (failed runs only: `step`, `label`, `elapsed_ms`, `outcome`), `locks_left[]` (`key`, `mode`,
 //!   `granted`, `pid`, `state`, `application_name`), `elapsed_ms`, `phases_ms` (phase → ms),
-//!   `trials` and `ran_on` (race and fault cells), `repeats`,
+//!   `trials` (race cells: `n`, `outcomes[]` (`values`: name → reading,
+//!   `trials`), `invariants[]`) and `ran_on` (fault cells), `repeats`,
 //!   `elapsed_stats`, `unstable` (what the repeats disagreed on; absent when they agreed)
 //! - `summary`: `runs` (cells), `passed` (including `deviated` and `not_applicable`), `deviated`,
 //!   `not_applicable`, `failed` (including `unstable`), `unstable`, `elapsed_ms`
 //!
 //! All times are in ms. With `repeat` > 1 a cell's values are its first
-//! repeat's (its first failing one's, if any failed). Version 6 wrote a
+//! repeat's (its first failing one's, if any failed). Version 7 kept each
+//! observation's report text (`display`) and keyed a race's `distribution`
+//! and `trials.outcomes` by text. Version 6 wrote a
 //! value as plain JSON (`true`, `7`, `null`, `{"checkout": "ok"}`), which lost
 //! which kind of `null`, a number's written form, a bound's ms and why no
 //! cancel request was sent. Version 5 had no
@@ -80,7 +85,7 @@ use crate::scenario::Scenario;
 use crate::server::Server;
 
 /// Version of the `matrix.json` layout; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 7;
+pub const SCHEMA_VERSION: u32 = 8;
 
 /// Everything one `locklab report` produced.
 #[derive(Debug, Serialize, Deserialize)]
@@ -449,8 +454,6 @@ impl Report {
         Ok(written)
     }
 }
-
-pub use crate::outcome::describe_locks_left;
 
 /// One column's row of [`Report::phase_medians`].
 #[derive(Debug, Serialize)]

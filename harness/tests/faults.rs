@@ -1,4 +1,4 @@
-//! The harness under faults (README, "Faults"): a server that dies (its
+//! The harness under faults (docs/src/faults-and-races.md): a server that dies (its
 //! postmaster or its container killed) in the
 //! middle of a matrix fails the cells in flight and after it with a message
 //! that says so, nothing hangs, and nothing is left; a run with crashed

@@ -1,4 +1,4 @@
-//! Load runs (README, "Under load") on a local cluster of their own: the
+//! Load runs (docs/src/load.md) on a local cluster of their own: the
 //! right patterns keep mutual exclusion and every update through each
 //! driver and through pgbench; the wrong one (a session-level lock taken on
 //! one connection, the section run on another) is caught with the two

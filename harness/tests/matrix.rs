@@ -19,6 +19,9 @@
 //!   `holders_named_after_latest_actor::DRIVER`,
 //!   `aborted_transaction_is_recorded_not_fatal::DRIVER`: properties every
 //!   driver must have, on the local cluster.
+//! - After the trials: every driver-protocol line of the run (requests to
+//!   the adapters, their answers) is valid by the shipped
+//!   `drivers/adapters/protocol.schema.json`; an invalid one fails the binary.
 //! - `baseline_has_a_cell_for_every_scenario_and_driver`: without a server,
 //!   the baseline's cells are exactly scenarios × registered drivers; and
 //!   `one_cell_of_the_baseline_reads_as_in_the_whole_file`: the shortcut a
@@ -159,7 +162,25 @@ fn main() {
         None
     };
     let trials = common::ignore_when(trials, in_container, "needs Docker", docker.as_deref(), &args);
-    libtest_mimic::run(&args, trials).exit();
+    let recorded = tempfile::NamedTempFile::new().expect("a temporary file for the protocol lines");
+    locklab_drivers::external::record_to(recorded.path()).expect("recording the protocol lines");
+    let conclusion = libtest_mimic::run(&args, trials);
+    // Every request sent to an adapter (Python, or a Rust pool hosted in a
+    // process of its own) and every answer read from one, in this run.
+    let lines = std::fs::read_to_string(recorded.path()).unwrap_or_default();
+    // (`exit` runs no destructors: removed here.)
+    drop(recorded);
+    match common::check_protocol_lines(&lines) {
+        Ok((0, 0)) => {}
+        Ok((requests, answers)) => eprintln!(
+            "driver protocol: the run's {requests} requests and {answers} answers are valid by drivers/adapters/protocol.schema.json"
+        ),
+        Err(e) => {
+            eprintln!("driver protocol: {e}");
+            std::process::exit(101);
+        }
+    }
+    conclusion.exit();
 }
 
 /// The shipped scenarios. A process that runs one trial by its exact name
@@ -384,7 +405,7 @@ fn check_cell(
 /// expected: the baseline comparison is what checks the values).
 fn assert_observations_well_formed(s: &Scenario, r: &RunResult, pooled: bool) {
     if r.skipped.is_some() {
-        assert!(r.observations.iter().all(|o| o.display.starts_with("n/a")), "{r:?}");
+        assert!(r.observations.iter().all(|o| o.value.is_not_applicable()), "{r:?}");
         return;
     }
     for step in s.steps.iter().filter(|st| st.record.is_some()) {
@@ -395,7 +416,7 @@ fn assert_observations_well_formed(s: &Scenario, r: &RunResult, pooled: bool) {
             continue;
         };
         assert_eq!(o.step, step.index + 1);
-        assert!(!o.display.is_empty(), "{name}: empty display");
+        assert!(!o.seen().to_string().is_empty(), "{name}: empty cell");
         let applies = match step.when() {
             Some(When::Pooled) => pooled,
             Some(When::Direct) => !pooled,
@@ -403,9 +424,10 @@ fn assert_observations_well_formed(s: &Scenario, r: &RunResult, pooled: bool) {
         };
         if !applies {
             assert_eq!(
-                o.display, "n/a",
+                o.value,
+                Value::NotApplicable,
                 "{name}: a step that does not apply recorded {}",
-                o.display
+                o.seen()
             );
             continue;
         }
@@ -531,11 +553,13 @@ fn holders_named_after_latest_actor(driver: &str) {
     let behind_transaction_pooling =
         locklab_drivers::find(driver).unwrap().info().pooler_mode() == Some(PoolerMode::Transaction);
     let want = if behind_transaction_pooling {
-        "held by server connection ("
+        "server connection"
     } else {
-        "held by second ("
+        "second"
     };
-    assert!(o.display.starts_with(want), "{}", o.display);
+    let holders = &o.value.locks().expect("a lock snapshot").holders;
+    assert_eq!(holders.len(), 1, "{}", o.seen());
+    assert_eq!(holders[0].actor.as_deref(), Some(want), "{}", o.seen());
 }
 
 /// A checkout that hands out a connection in an aborted transaction does not
@@ -548,7 +572,7 @@ fn aborted_transaction_is_recorded_not_fatal(driver: &str) {
     );
     assert!(r.passed(), "{:?}", r.failure);
     let o = r.observation("first_query_after_checkout").unwrap();
-    assert!(o.display == "1" || o.sqlstate.is_some(), "{o:?}");
+    assert!(o.value == Value::Int(1) || o.sqlstate.is_some(), "{o:?}");
 }
 
 /// The committed baseline has exactly one cell per shipped scenario ×

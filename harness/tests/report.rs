@@ -278,8 +278,10 @@ fn check_names_the_cell_that_changed() {
         .expect("the baseline has lock-timeout-200ms × deadpool-fast");
     let (name, obs) = cell["observations"].as_object_mut().unwrap().iter_mut().next().unwrap();
     let name = name.clone();
-    let real = obs["value"].as_str().unwrap().to_owned();
-    obs["value"] = "something else".into();
+    let real = serde_json::from_value::<locklab::outcome::Reading>(obs["value"].clone())
+        .unwrap()
+        .to_string();
+    obs["value"] = serde_json::json!({"kind": "text", "value": "something else"});
     let path = dir.path().join("baseline.json");
     std::fs::write(&path, serde_json::to_string(&tampered).unwrap()).unwrap();
     let run = |baseline: &Path| {
@@ -516,8 +518,8 @@ fn check_from_a_report_file_runs_nothing() {
         .iter_mut()
         .find(|r| r["scenario"] == "xact-lock-competition" && r["driver"] == "sqlx")
         .expect("the committed report has xact-lock-competition × sqlx");
-    let real = run["observations"][0]["display"].as_str().unwrap().to_owned();
-    run["observations"][0]["display"] = "something else".into();
+    let real = shown(&run["observations"][0]);
+    run["observations"][0]["value"] = serde_json::json!({"kind": "text", "value": "something else"});
     let tampered = dir.path().join("matrix.json");
     std::fs::write(&tampered, serde_json::to_string(&json).unwrap()).unwrap();
     let out = check(&tampered);
@@ -588,8 +590,8 @@ fn upgrade_between_columns_of_the_committed_report() {
         .iter_mut()
         .find(|r| r["scenario"] == "xact-lock-competition" && r["driver"] == b)
         .expect("the committed report has xact-lock-competition × sqlx-0.8");
-    let real = run["observations"][0]["display"].as_str().unwrap().to_owned();
-    run["observations"][0]["display"] = "something else".into();
+    let real = shown(&run["observations"][0]);
+    run["observations"][0]["value"] = serde_json::json!({"kind": "text", "value": "something else"});
     let tampered = dir.path().join("matrix.json");
     std::fs::write(&tampered, serde_json::to_string(&json).unwrap()).unwrap();
     let out = upgrade(&tampered, a, b);
@@ -640,4 +642,13 @@ fn without_docker_pooler_columns_are_not_applicable() {
         "{stderr}"
     );
     assert!(stdout.contains("0 of 1 cell(s) differ"), "{stdout}");
+}
+
+/// The cell text of an observation of `matrix.json` (its typed value as the
+/// report shows it).
+fn shown(observation: &serde_json::Value) -> String {
+    serde_json::from_value::<locklab::outcome::Observation>(observation.clone())
+        .unwrap()
+        .seen()
+        .to_string()
 }

@@ -14,7 +14,7 @@ use std::path::Path;
 use libtest_mimic::Trial;
 use locklab::keys::AdvisoryKey;
 use locklab::observe;
-use locklab::outcome::RunResult;
+use locklab::outcome::{Cancel, Checkout, RunResult, Value};
 use locklab::runner;
 use locklab::scenario::{self, Scenario};
 use locklab_drivers::{Conn, DirectConn};
@@ -237,7 +237,10 @@ async fn order_fails_when_the_steps_completed_otherwise() {
         msg.contains("expected completion order two → one, got one → two"),
         "{msg}"
     );
-    assert_eq!(r.observation("o").map(|o| o.display.as_str()), Some("one → two"));
+    assert_eq!(
+        r.observation("o").map(|o| &o.value),
+        Some(&Value::Order(vec!["one".into(), "two".into()]))
+    );
 }
 
 /// Each run gets its own database, dropped afterwards.
@@ -297,12 +300,18 @@ async fn a_client_timeout_is_recorded_and_the_server_side_is_observed(on_timeout
     let waiters = &after.value.locks().unwrap().waiters;
     match on_timeout {
         "drop" => {
-            assert_eq!(call.display, "dropped at 200 ms");
-            assert_eq!(waiters.len(), 1, "{}", after.display);
+            assert_eq!(
+                call.value,
+                Value::Dropped {
+                    at_ms: 200,
+                    cancel: Cancel::None
+                }
+            );
+            assert_eq!(waiters.len(), 1, "{}", after.seen());
         }
         _ => {
-            assert_eq!(call.sqlstate.as_deref(), Some("57014"), "{}", call.display);
-            assert!(waiters.is_empty(), "{}", after.display);
+            assert_eq!(call.sqlstate.as_deref(), Some("57014"), "{}", call.seen());
+            assert!(waiters.is_empty(), "{}", after.seen());
         }
     }
 }
@@ -316,8 +325,11 @@ async fn a_checkout_that_gives_up_is_recorded_and_later_steps_say_so() {
     )
     .await;
     assert!(r.passed(), "{:?}", r.failure);
-    assert_eq!(r.observation("second").unwrap().display, "checkout dropped at 300 ms");
-    assert!(r.observation("probe").unwrap().display.starts_with("no connection"));
+    assert_eq!(
+        r.observation("second").unwrap().value,
+        Value::Checkout(Checkout::Dropped(300))
+    );
+    assert!(matches!(r.observation("probe").unwrap().value, Value::NoConnection(_)));
 }
 
 /// The leak guard finds a backend left in a run's database and the advisory

@@ -1,6 +1,8 @@
 //! Scenario files without a server: every shipped scenario validates, and every
 //! deliberately broken fixture gives its expected error at its expected place.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use locklab::scenario::{self, Scalar, StepKind};
@@ -170,6 +172,48 @@ fn shipped_schema_is_up_to_date() {
         shipped == scenario::json_schema(),
         "scenarios/scenario.schema.json is stale: run `cargo locklab schema > scenarios/scenario.schema.json`"
     );
+}
+
+/// The shipped driver-protocol schema is the one generated from the
+/// protocol's types (regenerate with `cargo locklab schema protocol >
+/// drivers/adapters/protocol.schema.json`).
+#[test]
+fn shipped_protocol_schema_is_up_to_date() {
+    let path = root().join("drivers/adapters/protocol.schema.json");
+    let shipped: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert!(
+        shipped == locklab_drivers::external::protocol::schema(),
+        "drivers/adapters/protocol.schema.json is stale: run \
+         `cargo locklab schema protocol > drivers/adapters/protocol.schema.json`"
+    );
+}
+
+/// The exchange docs/src/protocol.md shows (its `→`/`←` lines) is valid
+/// protocol, by the shipped schema and by the types; and the schema is not
+/// a schema that accepts anything.
+#[test]
+fn the_documented_exchange_is_valid_protocol() {
+    let doc = std::fs::read_to_string(root().join("docs/src/protocol.md")).unwrap();
+    let lines: Vec<&str> = doc
+        .lines()
+        .filter(|l| l.starts_with("→ ") || l.starts_with("← "))
+        .collect();
+    let (requests, answers) = common::check_protocol_lines(&lines.join("\n")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        requests >= 10 && answers >= 10,
+        "{requests} requests, {answers} answers in docs/src/protocol.md"
+    );
+    for wrong in [
+        r#"→ {"id":1,"op":"querry","conn":"c1","sql":"select 1"}"#,
+        r#"→ {"id":1,"op":"query","sql":"select 1"}"#,
+        r#"→ {"id":1,"op":"query","conn":"c1","sql":"select 1","timeout":5}"#,
+        r#"← {"id":3,"ok":{},"dropped":true}"#,
+        r#"← {"id":3,"error":{"kind":"server","message":"x"}}"#,
+        r#"← {"id":3,"ok":{"returned":"to_the_pool"}}"#,
+        r#"← {"id":3}"#,
+    ] {
+        assert!(common::check_protocol_lines(wrong).is_err(), "accepted: {wrong}");
+    }
 }
 
 fn schema_validator() -> jsonschema::Validator {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """locklab driver adapter for Python asyncio pools (asyncpg, psycopg_pool).
 
-Speaks locklab's driver protocol, version 1 (README, "Driver protocol"): one
+Speaks locklab's driver protocol, version 1 (docs/src/protocol.md): one
 JSON object per line on stdin (requests) and stdout (answers), several
 requests in flight at once, each answered by its `id`. Diagnostics go to
 stderr; the harness shows the last lines of it when something goes wrong.
@@ -231,7 +231,7 @@ class Psycopg:
             "application_name": spec["application_name"],
             # Statements run as the scenario sends them, in PostgreSQL's own
             # autocommit; psycopg's default (autocommit=False) would open a
-            # transaction around every statement (see README, Python columns).
+            # transaction around every statement (see docs/src/drivers.md, the Python columns).
             "autocommit": True,
         }
         if spec.get("password"):

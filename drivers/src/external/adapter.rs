@@ -11,13 +11,12 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use super::protocol::{Answer, PROTOCOL_VERSION};
+use super::protocol::{Answer, HelloOk, Op, PROTOCOL_VERSION, Request};
 use crate::DriverError;
 
 /// Lines of the adapter's stderr kept for error messages.
@@ -25,7 +24,7 @@ const STDERR_LINES: usize = 12;
 
 /// A request waiting for its answer.
 struct Waiting {
-    op: String,
+    op: &'static str,
     sent: Instant,
     reply: oneshot::Sender<Result<Answer, String>>,
 }
@@ -34,7 +33,7 @@ struct State {
     waiting: HashMap<u64, Waiting>,
     /// Requests given up on (`drop` sent) that have not been answered yet:
     /// op, when sent, when given up on.
-    dropped: HashMap<u64, (String, Instant, Instant)>,
+    dropped: HashMap<u64, (&'static str, Instant, Instant)>,
     /// Why the adapter cannot answer any more (exited, printed garbage), once it cannot.
     dead: Option<String>,
 }
@@ -100,6 +99,7 @@ impl Adapter {
             .spawn(move || {
                 for line in to_write {
                     tracing::trace!(target: "locklab_drivers::protocol", "→ {}", redacted(line.trim_end()));
+                    record("→", &redacted(line.trim_end()));
                     if stdin.write_all(line.as_bytes()).and_then(|()| stdin.flush()).is_err() {
                         break;
                     }
@@ -157,7 +157,7 @@ impl Adapter {
         }
     }
 
-    /// Sends `op` with `fields` and waits for the answer. Dropping the
+    /// Sends request `op` and waits for the answer. Dropping the
     /// returned future before it completes sends `drop` for this request
     /// (the adapter cancels the call, the way its language gives up on one).
     ///
@@ -165,10 +165,11 @@ impl Adapter {
     /// [`DriverError::Client`] naming the adapter, the request and its stderr
     /// when the adapter is gone, printed something that is not an answer, or
     /// answered with a protocol error; the error the adapter reported otherwise.
-    pub async fn call(self: &Arc<Self>, op: &str, fields: Value) -> Result<Answer, DriverError> {
-        let (id, answer) = self.send(op, fields).map_err(|why| {
+    pub async fn call(self: &Arc<Self>, op: Op) -> Result<Answer, DriverError> {
+        let name = op.name();
+        let (id, answer) = self.send(op).map_err(|why| {
             DriverError::Client(format!(
-                "adapter '{}' (pid {}): request ({op}) not sent: {why}; {}",
+                "adapter '{}' (pid {}): request ({name}) not sent: {why}; {}",
                 self.name,
                 self.pid,
                 self.stderr_tail()
@@ -189,7 +190,7 @@ impl Adapter {
                     _ => "the answer channel closed".to_owned(),
                 };
                 return Err(DriverError::Client(format!(
-                    "adapter '{}' (pid {}): request {id} ({op}) failed: {why}; {}",
+                    "adapter '{}' (pid {}): request {id} ({name}) failed: {why}; {}",
                     self.name,
                     self.pid,
                     self.stderr_tail()
@@ -197,10 +198,10 @@ impl Adapter {
             }
         };
         if let Some(e) = &answer.error
-            && e.kind == "protocol"
+            && e.kind == super::protocol::ErrorKind::Protocol
         {
             return Err(DriverError::Client(format!(
-                "adapter '{}' (pid {}) rejected request {id} ({op}): {}; {}",
+                "adapter '{}' (pid {}) rejected request {id} ({name}): {}; {}",
                 self.name,
                 self.pid,
                 e.message,
@@ -211,16 +212,19 @@ impl Adapter {
     }
 
     /// Checks the adapter speaks our protocol version: the `hello` answer.
-    pub async fn hello(self: &Arc<Self>, within: Duration) -> Result<Value, DriverError> {
-        let answer = tokio::time::timeout(within, self.call("hello", json!({"protocol": PROTOCOL_VERSION})))
+    pub async fn hello(self: &Arc<Self>, within: Duration) -> Result<HelloOk, DriverError> {
+        let hello = Op::Hello {
+            protocol: PROTOCOL_VERSION,
+        };
+        let answer = tokio::time::timeout(within, self.call(hello))
             .await
             .map_err(|_| self.stalled_error("hello", within))??;
-        let ok = answer.ok_value()?;
-        let v = ok.get("protocol").and_then(Value::as_u64);
-        if v != Some(PROTOCOL_VERSION) {
-            self.kill(format!("speaks protocol {v:?}, not {PROTOCOL_VERSION}"));
+        let ok: HelloOk = answer.ok_as(&self.name, "hello")?;
+        if ok.protocol != PROTOCOL_VERSION {
+            let v = ok.protocol;
+            self.kill(format!("speaks protocol {v}, not {PROTOCOL_VERSION}"));
             return Err(DriverError::Client(format!(
-                "adapter '{}' speaks protocol version {v:?}; locklab speaks {PROTOCOL_VERSION}",
+                "adapter '{}' speaks protocol version {v}; locklab speaks {PROTOCOL_VERSION}",
                 self.name
             )));
         }
@@ -280,8 +284,8 @@ impl Adapter {
 
     /// Sends a request from a place that cannot wait (a `Drop`): its answer
     /// is awaited by the next [`Adapter::settle`].
-    pub fn start_tracked(&self, op: &str, fields: Value) {
-        if let Ok((_, answer)) = self.send(op, fields) {
+    pub fn start_tracked(&self, op: Op) {
+        if let Ok((_, answer)) = self.send(op) {
             let mut unsettled = self.unsettled.lock().unwrap_or_else(|p| p.into_inner());
             // Answers already in need no waiting for: keep the list short.
             unsettled.retain_mut(|r| matches!(r.try_recv(), Err(oneshot::error::TryRecvError::Empty)));
@@ -289,15 +293,15 @@ impl Adapter {
         }
     }
 
-    /// Registers request `op` with `fields` (an id added) as waiting and
-    /// writes it to the adapter: its id and where its answer arrives.
+    /// Registers request `op` (an id added) as waiting and writes it to the
+    /// adapter: its id and where its answer arrives.
     ///
     /// # Errors
     /// Why the adapter cannot answer any more.
-    fn send(&self, op: &str, mut fields: Value) -> Result<(u64, oneshot::Receiver<Result<Answer, String>>), String> {
+    fn send(&self, op: Op) -> Result<(u64, oneshot::Receiver<Result<Answer, String>>), String> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        fields["id"] = json!(id);
-        fields["op"] = json!(op);
+        let name = op.name();
+        let line = serde_json::to_string(&Request { id, op }).map_err(|e| e.to_string())?;
         let (reply, answer) = oneshot::channel();
         let mut st = self.lock();
         if let Some(why) = st.dead.clone() {
@@ -306,13 +310,13 @@ impl Adapter {
         st.waiting.insert(
             id,
             Waiting {
-                op: op.to_owned(),
+                op: name,
                 sent: Instant::now(),
                 reply,
             },
         );
         drop(st);
-        let _ = self.lines.send(format!("{fields}\n"));
+        let _ = self.lines.send(format!("{line}\n"));
         Ok((id, answer))
     }
 
@@ -340,7 +344,7 @@ impl Drop for DropGuard<'_> {
             }
             drop(st);
             // Tracked: a later `settle` waits until the call has given up.
-            self.adapter.start_tracked("drop", json!({"target": self.id}));
+            self.adapter.start_tracked(Op::Drop { target: self.id });
         }
     }
 }
@@ -365,6 +369,7 @@ fn read_answers(stdout: std::process::ChildStdout, state: &Mutex<State>, adapter
             Ok(_) => {}
         }
         tracing::trace!(target: "locklab_drivers::protocol", "← {}", line.trim_end());
+        record("←", line.trim_end());
         let parsed: Result<Answer, _> = serde_json::from_str(line.trim_end());
         match parsed {
             Ok(answer) => {
@@ -440,5 +445,28 @@ fn redacted(line: &str) -> String {
             format!("{}***{}", &line[..start], &line[end.min(line.len())..])
         }
         None => line.to_owned(),
+    }
+}
+
+/// Where [`record_to`] appends every protocol line, once set.
+static RECORD: OnceLock<Mutex<std::fs::File>> = OnceLock::new();
+
+/// From now on, appends every line this process sends to an adapter and
+/// every line it reads from one to `path`, each prefixed `→ ` or `← `: the
+/// raw protocol of a run, which `harness/tests/matrix.rs` validates against
+/// `drivers/adapters/protocol.schema.json`. A second call is ignored.
+///
+/// # Errors
+/// The file cannot be created.
+pub fn record_to(path: &std::path::Path) -> std::io::Result<()> {
+    let file = std::fs::File::create(path)?;
+    let _ = RECORD.set(Mutex::new(file));
+    Ok(())
+}
+
+fn record(direction: &str, line: &str) {
+    if let Some(file) = RECORD.get() {
+        let mut f = file.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = writeln!(f, "{direction} {line}");
     }
 }

@@ -2,7 +2,7 @@
 //! pool-adapter ID` serves the pools of driver `ID` over stdin/stdout, so
 //! that a Rust pool can live in a process of its own, as a Python pool does
 //! in its adapter, and a `do: crash` step can kill that process with SIGKILL
-//! (README, "Faults and races"). The messages are those of [`super::protocol`];
+//! (docs/src/faults-and-races.md). The messages are those of [`super::protocol`];
 //! every call goes to the driver's own [`Pool`] and [`Conn`] methods, so a
 //! hosted column behaves as the in-process one does.
 
@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use futures::future::{AbortHandle, Abortable};
-use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, watch};
 
-use super::protocol::PROTOCOL_VERSION;
-use crate::{Canceller, Conn, ConnectSpec, Driver, DriverError, GuardEnd, Pool, PoolOptions, Returned, TxControl};
+use super::protocol::{
+    Answer, AnswerError, CheckoutOk, ErrorKind, HelloOk, Op, PROTOCOL_VERSION, QueryOk, Request, ReturnOk,
+};
+use crate::{Canceller, Conn, ConnectSpec, Driver, DriverError, GuardEnd, Pool, PoolOptions, TxControl};
 
 /// A checked-out connection, locked by the call that uses it.
 type Shared = Arc<tokio::sync::Mutex<Option<Box<dyn Conn>>>>;
@@ -47,48 +48,44 @@ struct Host {
     out: mpsc::UnboundedSender<String>,
 }
 
-/// Why a request failed: the protocol's `error` object.
-struct Failure {
-    kind: &'static str,
-    message: String,
-    sqlstate: Option<String>,
-}
-
-impl From<DriverError> for Failure {
-    fn from(e: DriverError) -> Failure {
+impl From<DriverError> for AnswerError {
+    fn from(e: DriverError) -> AnswerError {
         match e {
-            DriverError::Db(db) => Failure {
-                kind: "db",
+            DriverError::Db(db) => AnswerError {
+                kind: ErrorKind::Db,
                 sqlstate: Some(db.sqlstate).filter(|s| !s.is_empty()),
                 message: db.message,
             },
-            DriverError::Client(m) => Failure {
-                kind: "client",
-                message: m,
-                sqlstate: None,
-            },
-            DriverError::Unsupported(m) => Failure {
-                kind: "unsupported",
-                message: m,
-                sqlstate: None,
-            },
+            DriverError::Client(m) => failure(ErrorKind::Client, m),
+            DriverError::Unsupported(m) => failure(ErrorKind::Unsupported, m),
         }
     }
 }
 
-fn protocol(message: String) -> Failure {
-    Failure {
-        kind: "protocol",
+fn failure(kind: ErrorKind, message: String) -> AnswerError {
+    AnswerError {
+        kind,
         message,
         sqlstate: None,
     }
 }
 
+fn protocol(message: String) -> AnswerError {
+    failure(ErrorKind::Protocol, message)
+}
+
+/// A driver's error, with no time.
+fn plain(e: DriverError) -> (AnswerError, Option<f64>) {
+    (e.into(), None)
+}
+
 /// Serves `driver`'s pools until stdin ends; then gives up on every call
 /// still running (as the harness's end would drop them), closes every pool
 /// (5 s each at most) and returns. Requests run concurrently, each in a task
-/// of its own; answers are written in the order they finish. A driver call
-/// that panics is answered as a `client` error saying so.
+/// of its own; answers are written in the order they finish. A line that is
+/// not a [`Request`] is answered with a `protocol` error (with its `id` when
+/// it has one). A driver call that panics is answered as a `client` error
+/// saying so.
 pub async fn serve(driver: Box<dyn Driver>) {
     let (out, mut lines_out) = mpsc::unbounded_channel::<String>();
     let writer = tokio::spawn(async move {
@@ -106,14 +103,21 @@ pub async fn serve(driver: Box<dyn Driver>) {
     });
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     while let Ok(Some(line)) = lines.next_line().await {
-        let req: Value = match serde_json::from_str(&line) {
-            Ok(v @ Value::Object(_)) => v,
-            _ => {
-                host.send(json!({"id": null, "error": {"kind": "protocol", "message": "not a JSON object"}}));
-                continue;
+        match serde_json::from_str::<Request>(&line) {
+            Ok(req) => host.start(req),
+            Err(e) => {
+                let id = serde_json::from_str::<serde_json::Value>(&line)
+                    .ok()
+                    .and_then(|v| v.get("id").and_then(serde_json::Value::as_u64));
+                host.send(&Answer {
+                    id,
+                    ok: None,
+                    error: Some(protocol(format!("cannot read the request: {e}"))),
+                    dropped: false,
+                    elapsed_ms: None,
+                });
             }
-        };
-        host.start(req);
+        }
     }
     let running: Vec<u64> = host.lock().inflight.keys().copied().collect();
     for id in running {
@@ -127,63 +131,65 @@ pub async fn serve(driver: Box<dyn Driver>) {
     let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
 }
 
+/// What a request's call ended with: its `ok` object, or why it failed
+/// (with the call's time in ms, for a statement).
+type Handled = Result<serde_json::Value, (AnswerError, Option<f64>)>;
+
+/// `value`'s JSON; the protocol's types always serialise.
+fn ok<T: serde::Serialize>(value: &T) -> Handled {
+    Ok(serde_json::to_value(value).unwrap_or_default())
+}
+
 impl Host {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn send(&self, answer: Value) {
-        let _ = self.out.send(format!("{answer}\n"));
+    fn send(&self, answer: &Answer) {
+        if let Ok(line) = serde_json::to_string(answer) {
+            let _ = self.out.send(format!("{line}\n"));
+        }
     }
 
     /// Runs request `req` in a task of its own, which a `drop` can abort.
-    fn start(self: &Arc<Self>, req: Value) {
-        let id = req["id"].as_u64().unwrap_or(u64::MAX);
-        let op = req["op"].as_str().unwrap_or_default().to_owned();
-        let conn = req["conn"].as_str().map(str::to_owned);
+    fn start(self: &Arc<Self>, req: Request) {
+        let id = req.id;
+        let conn = req.op.call_on().map(str::to_owned);
         let (abort, registration) = AbortHandle::new_pair();
         let (finished, done) = watch::channel(false);
         {
             let mut st = self.lock();
             st.inflight.insert(id, InFlight { abort, done });
-            if let Some(c) = &conn
-                && matches!(op.as_str(), "query" | "begin" | "commit" | "rollback" | "guard")
-            {
+            if let Some(c) = &conn {
                 st.conn_call.insert(c.clone(), id);
             }
         }
         let host = self.clone();
         tokio::spawn(async move {
-            let call = std::panic::AssertUnwindSafe(host.handle(&op, &req)).catch_unwind();
-            let answer = match Abortable::new(call, registration).await {
+            let call = std::panic::AssertUnwindSafe(host.handle(req.op)).catch_unwind();
+            let mut answer = Answer {
+                id: Some(id),
+                ok: None,
+                error: None,
+                dropped: false,
+                elapsed_ms: None,
+            };
+            match Abortable::new(call, registration).await {
                 Ok(Err(panic)) => {
                     let why = panic
                         .downcast_ref::<&str>()
                         .map(|s| (*s).to_owned())
                         .or_else(|| panic.downcast_ref::<String>().cloned())
                         .unwrap_or_else(|| "a panic".into());
-                    json!({"id": id, "error": {"kind": "client", "message": format!("the driver panicked: {why}")}})
+                    answer.error = Some(failure(ErrorKind::Client, format!("the driver panicked: {why}")));
                 }
-                Ok(Ok(Ok(ok))) => {
-                    let elapsed = ok.get("elapsed_ms").cloned();
-                    let mut a = json!({"id": id, "ok": ok});
-                    if let Some(e) = elapsed {
-                        a["elapsed_ms"] = e;
-                    }
-                    a
+                Ok(Ok(Ok(ok))) => answer.ok = Some(ok),
+                Ok(Ok(Err((error, elapsed)))) => {
+                    answer.error = Some(error);
+                    answer.elapsed_ms = elapsed;
                 }
-                Ok(Ok(Err((f, elapsed)))) => {
-                    let mut a = json!({"id": id, "error": {"kind": f.kind, "message": f.message}});
-                    if let Some(s) = f.sqlstate {
-                        a["error"]["sqlstate"] = json!(s);
-                    }
-                    if let Some(e) = elapsed {
-                        a["elapsed_ms"] = json!(e);
-                    }
-                    a
-                }
-                Err(_aborted) => json!({"id": id, "dropped": true}),
-            };
+                Err(_aborted) => answer.dropped = true,
+            }
             {
                 let mut st = host.lock();
                 st.inflight.remove(&id);
@@ -193,7 +199,7 @@ impl Host {
                     st.conn_call.remove(c);
                 }
             }
-            host.send(answer);
+            host.send(&answer);
             let _ = finished.send(true);
         });
     }
@@ -207,8 +213,7 @@ impl Host {
         }
     }
 
-    fn conn(&self, req: &Value) -> Result<Shared, Failure> {
-        let id = req["conn"].as_str().unwrap_or_default();
+    fn conn(&self, id: &str) -> Result<Shared, AnswerError> {
         self.lock()
             .conns
             .get(id)
@@ -216,8 +221,7 @@ impl Host {
             .ok_or_else(|| protocol(format!("no checked-out connection '{id}'")))
     }
 
-    fn pool(&self, req: &Value) -> Result<Arc<dyn Pool>, Failure> {
-        let id = req["pool"].as_str().unwrap_or_default();
+    fn pool(&self, id: &str) -> Result<Arc<dyn Pool>, AnswerError> {
         self.lock()
             .pools
             .get(id)
@@ -225,188 +229,189 @@ impl Host {
             .ok_or_else(|| protocol(format!("no pool '{id}'")))
     }
 
-    /// `open_pool`: the driver's pool under the request's id.
-    async fn open_pool(&self, req: &Value) -> Result<Value, (Failure, Option<f64>)> {
-        let plain = |f: Failure| (f, None);
-        let spec = ConnectSpec::from_json(&req["spec"]);
+    /// `open_pool`: the driver's pool under id `pool`.
+    async fn open_pool(&self, pool: String, spec: ConnectSpec, max_size: u32, checkout_timeout_ms: u64) -> Handled {
         let opts = PoolOptions {
-            max_size: req["max_size"]
-                .as_u64()
-                .and_then(|m| u32::try_from(m).ok())
-                .unwrap_or(1),
-            checkout_timeout: Duration::from_millis(req["checkout_timeout_ms"].as_u64().unwrap_or(10_000)),
+            max_size,
+            checkout_timeout: Duration::from_millis(checkout_timeout_ms),
         };
-        let pool = self.driver.pool(&spec, opts).await.map_err(|e| plain(e.into()))?;
-        let id = req["pool"].as_str().unwrap_or_default().to_owned();
-        self.lock().pools.insert(id, Arc::from(pool));
-        Ok(json!({}))
+        let opened = self.driver.pool(&spec, opts).await.map_err(plain)?;
+        self.lock().pools.insert(pool, Arc::from(opened));
+        ok(&serde_json::json!({}))
     }
 
-    /// `checkout` (within `bound`, if given): a connection under the request's id.
-    async fn checkout(&self, req: &Value, bound: Option<Duration>) -> Result<Value, (Failure, Option<f64>)> {
-        let plain = |f: Failure| (f, None);
-        let pool = self.pool(req).map_err(plain)?;
-        let conn = match bound {
-            Some(b) => match pool.checkout_within(b).await {
-                None => return Ok(json!({"gave_up": true})),
+    /// `checkout` (within `bound`, if given): a connection of pool `pool` under id `conn`.
+    async fn checkout(&self, pool: String, conn: String, bound: Option<Duration>) -> Handled {
+        let p = self.pool(&pool).map_err(|e| (e, None))?;
+        let c = match bound {
+            Some(b) => match p.checkout_within(b).await {
+                None => {
+                    return ok(&CheckoutOk {
+                        gave_up: true,
+                        ..CheckoutOk::default()
+                    });
+                }
                 Some(c) => c,
             },
-            None => pool.checkout().await,
+            None => p.checkout().await,
         }
-        .map_err(|e| plain(e.into()))?;
-        let answer = json!({
-            "cancel": conn.canceller().is_some(),
-            "no_cancel_reason": conn.no_cancel_reason(),
-        });
-        let id = req["conn"].as_str().unwrap_or_default().to_owned();
-        let pool_id = req["pool"].as_str().unwrap_or_default().to_owned();
+        .map_err(plain)?;
+        let answer = CheckoutOk {
+            gave_up: false,
+            pid: None,
+            cancel: Some(c.canceller().is_some()),
+            no_cancel_reason: Some(c.no_cancel_reason().to_owned()),
+        };
         self.lock()
             .conns
-            .insert(id, (pool_id, Arc::new(tokio::sync::Mutex::new(Some(conn)))));
-        Ok(answer)
+            .insert(conn, (pool, Arc::new(tokio::sync::Mutex::new(Some(c)))));
+        ok(&answer)
     }
 
-    /// `query` (within `bound`, if given), `begin`, `commit` or `rollback`
-    /// on a checked-out connection, with the time it took (ms).
-    async fn statement(&self, op: &str, req: &Value, bound: Option<Duration>) -> Result<Value, (Failure, Option<f64>)> {
-        let plain = |f: Failure| (f, None);
-        let shared = self.conn(req).map_err(plain)?;
+    /// `query` (`sql`, within `bound` if given) or a transaction statement
+    /// (`tx`) on connection `id`, with the time it took (ms).
+    async fn statement(&self, id: &str, call: Result<(&str, Option<Duration>), TxControl>) -> Handled {
+        let shared = self.conn(id).map_err(|e| (e, None))?;
         let mut guard = shared.lock().await;
         let conn = guard
             .as_mut()
-            .ok_or_else(|| plain(protocol("the connection was abandoned".into())))?;
-        let id = req["conn"].as_str().unwrap_or_default().to_owned();
+            .ok_or_else(|| (protocol("the connection was abandoned".into()), None))?;
         if let Some(c) = conn.canceller() {
-            self.lock().cancellers.insert(id.clone(), c);
+            self.lock().cancellers.insert(id.to_owned(), c);
         }
         let t0 = Instant::now();
-        let sql = req["sql"].as_str().unwrap_or_default();
-        let outcome = match (op, bound) {
-            ("query", Some(b)) => conn.simple_query_within(sql, b).await,
-            ("query", None) => Some(conn.simple_query(sql).await),
-            (action, _) => Some(conn.transaction(tx_control(action)).await),
+        let outcome = match call {
+            Ok((sql, Some(b))) => conn.simple_query_within(sql, b).await,
+            Ok((sql, None)) => Some(conn.simple_query(sql).await),
+            Err(tx) => Some(conn.transaction(tx).await),
         };
         let elapsed_ms = conn.last_elapsed().unwrap_or_else(|| t0.elapsed()).as_secs_f64() * 1e3;
-        self.lock().cancellers.remove(&id);
+        self.lock().cancellers.remove(id);
         match outcome {
-            None => Ok(json!({"gave_up": true, "elapsed_ms": elapsed_ms})),
-            Some(Ok(rows)) => Ok(json!({
-                "columns": rows.columns, "rows": rows.rows, "notices": rows.notices, "elapsed_ms": elapsed_ms,
-            })),
+            None => ok(&QueryOk {
+                gave_up: true,
+                elapsed_ms: Some(elapsed_ms),
+                ..QueryOk::default()
+            }),
+            Some(Ok(rows)) => ok(&QueryOk {
+                columns: rows.columns,
+                rows: rows.rows,
+                notices: rows.notices,
+                elapsed_ms: Some(elapsed_ms),
+                gave_up: false,
+            }),
             Some(Err(e)) => Err((e.into(), Some(elapsed_ms))),
         }
     }
 
-    /// `return` (within `bound`, if given): the connection given back.
-    async fn give_back(&self, req: &Value, bound: Option<Duration>) -> Result<Value, (Failure, Option<f64>)> {
-        let plain = |f: Failure| (f, None);
-        let id = req["conn"].as_str().unwrap_or_default();
-        let shared = self.conn(req).map_err(plain)?;
+    /// `return` (within `bound`, if given): connection `id` given back.
+    async fn give_back(&self, id: &str, bound: Option<Duration>) -> Handled {
+        let shared = self.conn(id).map_err(|e| (e, None))?;
         self.lock().conns.remove(id);
         let Some(conn) = shared.lock().await.take() else {
-            return Err(plain(protocol(format!("connection '{id}' was abandoned"))));
+            return Err((protocol(format!("connection '{id}' was abandoned")), None));
         };
         let returned = match bound {
             Some(b) => match conn.give_back_within(b).await {
-                None => return Ok(json!({"gave_up": true})),
+                None => {
+                    return ok(&ReturnOk {
+                        returned: None,
+                        gave_up: true,
+                    });
+                }
                 Some(r) => r,
             },
             None => conn.give_back().await,
         };
-        let returned = match returned {
-            Returned::ToPool => "to_pool",
-            Returned::Closed => "closed",
-            Returned::ToPooler => "to_pooler",
-        };
-        Ok(json!({"returned": returned}))
+        ok(&ReturnOk {
+            returned: Some(returned),
+            gave_up: false,
+        })
     }
 
-    /// One request: its `ok` object, or why it failed (with the call's time in ms, for a `query`).
-    async fn handle(&self, op: &str, req: &Value) -> Result<Value, (Failure, Option<f64>)> {
-        let bound = req["timeout_ms"].as_u64().map(Duration::from_millis);
-        let plain = |f: Failure| (f, None);
+    /// `cancel`: the cancel request for connection `id`'s statement in flight.
+    async fn cancel(&self, id: &str) -> Handled {
+        let canceller = self.lock().cancellers.remove(id);
+        match canceller {
+            Some(c) => c().await.map_err(plain)?,
+            None => {
+                let why = format!("no statement with a cancel key is running on connection '{id}'");
+                return Err((failure(ErrorKind::Unsupported, why), None));
+            }
+        }
+        ok(&serde_json::json!({}))
+    }
+
+    /// `abandon`: connection `id`'s owner went away mid-call. The call's
+    /// future and the connection are dropped, as a Rust task that is aborted
+    /// drops what it holds.
+    async fn abandon(&self, id: &str) -> Handled {
+        let call = self.lock().conn_call.get(id).copied();
+        if let Some(call) = call {
+            self.give_up(call).await;
+        }
+        let entry = self.lock().conns.remove(id);
+        if let Some((_, shared)) = entry {
+            drop(shared.lock().await.take());
+        }
+        ok(&serde_json::json!({}))
+    }
+
+    /// `guard`: the driver's advisory-lock guard API on connection `id`.
+    async fn guard(&self, id: &str, key: i64, end: GuardEnd) -> Handled {
+        let shared = self.conn(id).map_err(|e| (e, None))?;
+        let mut guard = shared.lock().await;
+        let conn = guard
+            .as_mut()
+            .ok_or_else(|| (protocol("the connection was abandoned".into()), None))?;
+        conn.advisory_lock_guard(key, end).await.map_err(plain)?;
+        ok(&serde_json::json!({}))
+    }
+
+    /// One request: its `ok` object, or why it failed.
+    async fn handle(&self, op: Op) -> Handled {
+        let bound = |ms: Option<u64>| ms.map(Duration::from_millis);
         match op {
-            "hello" => Ok(json!({
-                "protocol": PROTOCOL_VERSION,
-                "pid": std::process::id(),
-                "version": self.driver.info().crate_version,
-                "cancel": true,
-            })),
-            "ping" => Ok(json!({})),
-            "open_pool" => self.open_pool(req).await,
-            "close_pool" => {
-                let id = req["pool"].as_str().unwrap_or_default();
-                let pool = {
+            Op::Hello { .. } => ok(&HelloOk {
+                protocol: PROTOCOL_VERSION,
+                pid: Some(std::process::id()),
+                version: Some(self.driver.info().crate_version),
+                cancel: true,
+                ..HelloOk::default()
+            }),
+            Op::Ping => ok(&serde_json::json!({})),
+            Op::OpenPool {
+                pool,
+                spec,
+                max_size,
+                checkout_timeout_ms,
+            } => self.open_pool(pool, spec, max_size, checkout_timeout_ms).await,
+            Op::ClosePool { pool } => {
+                let closing = {
                     let mut st = self.lock();
-                    st.conns.retain(|_, (p, _)| p != id);
-                    st.pools.remove(id)
+                    st.conns.retain(|_, (p, _)| *p != pool);
+                    st.pools.remove(&pool)
                 };
-                if let Some(p) = pool {
+                if let Some(p) = closing {
                     p.close().await;
                 }
-                Ok(json!({}))
+                ok(&serde_json::json!({}))
             }
-            "checkout" => self.checkout(req, bound).await,
-            "query" | "begin" | "commit" | "rollback" => self.statement(op, req, bound).await,
-            "return" => self.give_back(req, bound).await,
-            "cancel" => {
-                let id = req["conn"].as_str().unwrap_or_default();
-                let canceller = self.lock().cancellers.remove(id);
-                match canceller {
-                    Some(c) => c().await.map(|()| json!({})).map_err(|e| plain(e.into())),
-                    None => Err(plain(Failure {
-                        kind: "unsupported",
-                        message: format!("no statement with a cancel key is running on connection '{id}'"),
-                        sqlstate: None,
-                    })),
-                }
+            Op::Checkout {
+                pool, conn, timeout_ms, ..
+            } => self.checkout(pool, conn, bound(timeout_ms)).await,
+            Op::Query { conn, sql, timeout_ms } => self.statement(&conn, Ok((&sql, bound(timeout_ms)))).await,
+            Op::Begin { conn } => self.statement(&conn, Err(TxControl::Begin)).await,
+            Op::Commit { conn } => self.statement(&conn, Err(TxControl::Commit)).await,
+            Op::Rollback { conn } => self.statement(&conn, Err(TxControl::Rollback)).await,
+            Op::Return { conn, timeout_ms } => self.give_back(&conn, bound(timeout_ms)).await,
+            Op::Cancel { conn } => self.cancel(&conn).await,
+            Op::Drop { target } => {
+                self.give_up(target).await;
+                ok(&serde_json::json!({}))
             }
-            "drop" => {
-                if let Some(target) = req["target"].as_u64() {
-                    self.give_up(target).await;
-                }
-                Ok(json!({}))
-            }
-            "abandon" => {
-                // The connection's owner went away mid-call: the call's
-                // future and the connection are dropped, as a Rust task
-                // that is aborted drops what it holds.
-                let id = req["conn"].as_str().unwrap_or_default();
-                let call = self.lock().conn_call.get(id).copied();
-                if let Some(call) = call {
-                    self.give_up(call).await;
-                }
-                let entry = self.lock().conns.remove(id);
-                if let Some((_, shared)) = entry {
-                    drop(shared.lock().await.take());
-                }
-                Ok(json!({}))
-            }
-            "guard" => {
-                let shared = self.conn(req).map_err(plain)?;
-                let mut guard = shared.lock().await;
-                let conn = guard
-                    .as_mut()
-                    .ok_or_else(|| plain(protocol("the connection was abandoned".into())))?;
-                let end = match req["end"].as_str() {
-                    Some("release_now") => GuardEnd::ReleaseNow,
-                    Some("drop") => GuardEnd::Drop,
-                    _ => GuardEnd::Leak,
-                };
-                conn.advisory_lock_guard(req["key"].as_i64().unwrap_or_default(), end)
-                    .await
-                    .map(|()| json!({}))
-                    .map_err(|e| plain(e.into()))
-            }
-            other => Err(plain(protocol(format!("unknown request '{other}'")))),
+            Op::Abandon { conn } => self.abandon(&conn).await,
+            Op::Guard { conn, key, end } => self.guard(&conn, key, end).await,
         }
-    }
-}
-
-fn tx_control(op: &str) -> TxControl {
-    match op {
-        "begin" => TxControl::Begin,
-        "commit" => TxControl::Commit,
-        _ => TxControl::Rollback,
     }
 }

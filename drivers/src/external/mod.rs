@@ -1,6 +1,5 @@
 //! Pools that live in another process (another language), behind the same
-//! [`Driver`] trait, through locklab's driver protocol (README, "Driver
-//! protocol"; messages in [`protocol`]).
+//! [`Driver`] trait, through locklab's driver protocol (docs/src/protocol.md; messages in [`protocol`]).
 //!
 //! The columns are declared in `drivers/adapters/adapters.yaml` (an
 //! [`AdapterSpec`] each): adding one is an entry there and an adapter
@@ -16,6 +15,7 @@ mod declarations;
 mod host;
 pub mod protocol;
 
+pub use adapter::record_to;
 pub use declarations::{AdapterSpec, declarations_file, declared, read_declarations};
 use declarations::{install, root};
 pub use host::serve;
@@ -26,10 +26,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use serde_json::{Value, json};
-
 use self::adapter::Adapter;
-use self::protocol::QueryOk;
+use self::protocol::{CheckoutOk, Op, QueryOk, ReturnOk};
 use crate::{
     Canceller, Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, GuardEnd, Pool, PoolOptions, Returned,
     Rows, TxControl,
@@ -129,8 +127,7 @@ impl ExternalDriver {
             .map_err(DriverError::Client)?;
         let a = Adapter::start(&self.spec.id, &command, &root()).map_err(DriverError::Client)?;
         let hello = a.hello(Duration::from_secs(HELLO_TIMEOUT_S)).await?;
-        let text = |k: &str| hello.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
-        let version = match (text("version"), text("details")) {
+        let version = match (hello.version.unwrap_or_default(), hello.details.unwrap_or_default()) {
             (v, _) if v.is_empty() => None,
             (v, d) if d.is_empty() => Some(v),
             (v, d) => Some(format!("{v} ({d})")),
@@ -140,8 +137,8 @@ impl ExternalDriver {
                 self.spec.id.clone(),
                 Described {
                     version,
-                    cancel: hello.get("cancel").and_then(Value::as_bool).unwrap_or(false),
-                    no_cancel: leak(&text("no_cancel_reason")),
+                    cancel: hello.cancel,
+                    no_cancel: leak(hello.no_cancel_reason.as_deref().unwrap_or_default()),
                 },
             );
         }
@@ -203,13 +200,13 @@ impl Driver for ExternalDriver {
         };
         let id = format!("p{}", POOLS.fetch_add(1, Ordering::Relaxed));
         let within = Duration::from_secs(POOL_TIMEOUT_S);
-        let request = json!({
-            "pool": id,
-            "spec": spec.to_json(),
-            "max_size": opts.max_size,
-            "checkout_timeout_ms": opts.checkout_timeout.as_millis() as u64,
-        });
-        let opened = tokio::time::timeout(within, adapter.call("open_pool", request))
+        let request = Op::OpenPool {
+            pool: id.clone(),
+            spec: spec.clone(),
+            max_size: opts.max_size,
+            checkout_timeout_ms: opts.checkout_timeout.as_millis() as u64,
+        };
+        let opened = tokio::time::timeout(within, adapter.call(request))
             .await
             .map_err(|_| adapter.stalled_error("open_pool", within))
             .and_then(|r| r?.ok_value());
@@ -252,12 +249,18 @@ impl ExternalPool {
     async fn checkout_bounded(&self, bound: Option<Duration>) -> Result<Option<Box<dyn Conn>>, DriverError> {
         static CONNS: AtomicU64 = AtomicU64::new(1);
         let conn = format!("c{}", CONNS.fetch_add(1, Ordering::Relaxed));
-        let mut request = json!({"pool": self.id, "conn": conn, "checkout_timeout_ms": self.checkout_timeout_ms});
-        if let Some(b) = bound {
-            request["timeout_ms"] = json!(b.as_millis() as u64);
-        }
-        let ok = self.adapter.call("checkout", request).await?.ok_value()?;
-        if ok.get("gave_up").and_then(Value::as_bool) == Some(true) {
+        let request = Op::Checkout {
+            pool: self.id.clone(),
+            conn: conn.clone(),
+            checkout_timeout_ms: self.checkout_timeout_ms,
+            timeout_ms: bound.map(|b| b.as_millis() as u64),
+        };
+        let ok: CheckoutOk = self
+            .adapter
+            .call(request)
+            .await?
+            .ok_as(&self.adapter.name, "checkout")?;
+        if ok.gave_up {
             return Ok(None);
         }
         let d = described()
@@ -267,11 +270,8 @@ impl ExternalPool {
             .cloned()
             .unwrap_or_default();
         // A hosted Rust driver says per connection (sqlx has no cancel API).
-        let cancel = ok.get("cancel").and_then(Value::as_bool).unwrap_or(d.cancel);
-        let no_cancel = ok
-            .get("no_cancel_reason")
-            .and_then(Value::as_str)
-            .map_or(d.no_cancel, leak);
+        let cancel = ok.cancel.unwrap_or(d.cancel);
+        let no_cancel = ok.no_cancel_reason.as_deref().map_or(d.no_cancel, leak);
         Ok(Some(Box::new(ExternalConn {
             adapter: self.adapter.clone(),
             id: conn,
@@ -315,10 +315,7 @@ impl Pool for ExternalPool {
         // An adapter whose event loop no longer answers is ended here, so that
         // a hung one does not outlive the cell that found it.
         let ping = Duration::from_secs(PING_TIMEOUT_S);
-        if !matches!(
-            tokio::time::timeout(ping, self.adapter.call("ping", json!({}))).await,
-            Ok(Ok(_))
-        ) {
+        if !matches!(tokio::time::timeout(ping, self.adapter.call(Op::Ping)).await, Ok(Ok(_))) {
             self.adapter
                 .kill(format!("it did not answer a ping within {} s", PING_TIMEOUT_S));
             return;
@@ -330,7 +327,8 @@ impl Pool for ExternalPool {
         } else {
             POOL_TIMEOUT_S
         });
-        let closed = tokio::time::timeout(within, self.adapter.call("close_pool", json!({"pool": self.id}))).await;
+        let close = Op::ClosePool { pool: self.id.clone() };
+        let closed = tokio::time::timeout(within, self.adapter.call(close)).await;
         if !matches!(closed, Ok(Ok(_))) {
             tracing::warn!(adapter = %self.adapter.name, "close_pool did not finish: {}", self.adapter.stderr_tail());
         }
@@ -361,17 +359,14 @@ struct ExternalConn {
 }
 
 impl ExternalConn {
-    async fn run(&mut self, op: &str, mut request: Value) -> Result<Option<Rows>, DriverError> {
-        request["conn"] = json!(self.id);
+    /// `query`, `begin`, `commit` or `rollback`: the rows, or `None` when
+    /// the call's bound elapsed.
+    async fn run(&mut self, request: Op) -> Result<Option<Rows>, DriverError> {
+        let op = request.name();
         self.last_elapsed = None;
-        let answer = self.adapter.call(op, request).await?;
+        let answer = self.adapter.call(request).await?;
         self.last_elapsed = answer.elapsed_ms.map(ms);
-        let ok: QueryOk = serde_json::from_value(answer.ok_value()?).map_err(|e| {
-            DriverError::Client(format!(
-                "adapter '{}': a '{op}' answer of the wrong shape: {e}",
-                self.adapter.name
-            ))
-        })?;
+        let ok: QueryOk = answer.ok_as(&self.adapter.name, op)?;
         self.last_elapsed = ok.elapsed_ms.map(ms).or(self.last_elapsed);
         Ok((!ok.gave_up).then(|| ok.rows()))
     }
@@ -384,20 +379,35 @@ fn ms(v: f64) -> Duration {
 #[async_trait::async_trait]
 impl Conn for ExternalConn {
     async fn simple_query(&mut self, sql: &str) -> Result<Rows, DriverError> {
-        self.run("query", json!({"sql": sql}))
-            .await?
-            .ok_or_else(|| DriverError::Client("the adapter gave up a call that had no bound".into()))
+        let conn = self.id.clone();
+        self.run(Op::Query {
+            conn,
+            sql: sql.to_owned(),
+            timeout_ms: None,
+        })
+        .await?
+        .ok_or_else(|| DriverError::Client("the adapter gave up a call that had no bound".into()))
     }
 
     async fn simple_query_within(&mut self, sql: &str, bound: Duration) -> Option<Result<Rows, DriverError>> {
-        self.run("query", json!({"sql": sql, "timeout_ms": bound.as_millis() as u64}))
-            .await
-            .transpose()
+        let conn = self.id.clone();
+        self.run(Op::Query {
+            conn,
+            sql: sql.to_owned(),
+            timeout_ms: Some(bound.as_millis() as u64),
+        })
+        .await
+        .transpose()
     }
 
     async fn transaction(&mut self, action: TxControl) -> Result<Rows, DriverError> {
-        let op = action.sql();
-        self.run(op, json!({}))
+        let conn = self.id.clone();
+        let request = match action {
+            TxControl::Begin => Op::Begin { conn },
+            TxControl::Commit => Op::Commit { conn },
+            TxControl::Rollback => Op::Rollback { conn },
+        };
+        self.run(request)
             .await?
             .ok_or_else(|| DriverError::Client("the adapter gave up a call that had no bound".into()))
     }
@@ -408,21 +418,24 @@ impl Conn for ExternalConn {
 
     async fn give_back(mut self: Box<Self>) -> Returned {
         self.given_back = true;
-        let answer = self.adapter.call("return", json!({"conn": self.id})).await;
-        returned(answer.and_then(protocol::Answer::ok_value))
+        let request = Op::Return {
+            conn: self.id.clone(),
+            timeout_ms: None,
+        };
+        let name = self.adapter.name.clone();
+        let answer = self.adapter.call(request).await;
+        returned(answer.and_then(|a| a.ok_as(&name, "return")))
     }
 
     async fn give_back_within(mut self: Box<Self>, bound: Duration) -> Option<Returned> {
         self.given_back = true;
-        let request = json!({"conn": self.id, "timeout_ms": bound.as_millis() as u64});
-        let ok = self
-            .adapter
-            .call("return", request)
-            .await
-            .and_then(protocol::Answer::ok_value);
-        if let Ok(v) = &ok
-            && v.get("gave_up").and_then(Value::as_bool) == Some(true)
-        {
+        let request = Op::Return {
+            conn: self.id.clone(),
+            timeout_ms: Some(bound.as_millis() as u64),
+        };
+        let name = self.adapter.name.clone();
+        let ok = self.adapter.call(request).await.and_then(|a| a.ok_as(&name, "return"));
+        if let Ok(ReturnOk { gave_up: true, .. }) = &ok {
             return None;
         }
         Some(returned(ok))
@@ -434,13 +447,7 @@ impl Conn for ExternalConn {
         }
         let (adapter, id) = (self.adapter.clone(), self.id.clone());
         Some(Box::new(move || {
-            Box::pin(async move {
-                adapter
-                    .call("cancel", json!({"conn": id}))
-                    .await?
-                    .ok_value()
-                    .map(|_| ())
-            })
+            Box::pin(async move { adapter.call(Op::Cancel { conn: id }).await?.ok_value().map(|_| ()) })
         }))
     }
 
@@ -453,23 +460,20 @@ impl Conn for ExternalConn {
     }
 
     async fn advisory_lock_guard(&mut self, key: i64, end: GuardEnd) -> Result<(), DriverError> {
-        let end = match end {
-            GuardEnd::ReleaseNow => "release_now",
-            GuardEnd::Drop => "drop",
-            GuardEnd::Leak => "leak",
+        let request = Op::Guard {
+            conn: self.id.clone(),
+            key,
+            end,
         };
-        let request = json!({"conn": self.id, "key": key, "end": end});
-        self.adapter.call("guard", request).await?.ok_value().map(|_| ())
+        self.adapter.call(request).await?.ok_value().map(|_| ())
     }
 }
 
 /// How a `return` answer says the connection went back; a failed return
 /// counts as closed (the adapter dropped it, or is gone with it).
-fn returned(ok: Result<Value, DriverError>) -> Returned {
+fn returned(ok: Result<ReturnOk, DriverError>) -> Returned {
     match ok {
-        Ok(v) if v.get("returned").and_then(Value::as_str) == Some("to_pool") => Returned::ToPool,
-        Ok(v) if v.get("returned").and_then(Value::as_str) == Some("to_pooler") => Returned::ToPooler,
-        Ok(_) => Returned::Closed,
+        Ok(r) => r.returned.unwrap_or(Returned::Closed),
         Err(e) => {
             tracing::warn!("return through the adapter failed: {e}");
             Returned::Closed
@@ -490,7 +494,7 @@ impl Drop for ExternalPool {
 impl Drop for ExternalConn {
     fn drop(&mut self) {
         if !self.given_back {
-            self.adapter.start_tracked("abandon", json!({"conn": self.id}));
+            self.adapter.start_tracked(Op::Abandon { conn: self.id.clone() });
         }
     }
 }

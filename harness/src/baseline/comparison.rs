@@ -4,8 +4,11 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::{Baseline, BaselineCell, TIMED_FROM_MS};
+use std::collections::BTreeMap;
+
+use super::{Baseline, BaselineCell, BaselineObservation, TIMED_FROM_MS};
 use crate::compare::{self, Timings, Tolerance};
+use crate::outcome::Reading;
 use crate::outcome::trials::{FULL_TRIALS, SEEN_SHARE, SHARE_TOLERANCE};
 
 /// One cell that differs between a baseline and a fresh run.
@@ -202,34 +205,32 @@ fn cell_changes(before: &BaselineCell, after: &BaselineCell, tolerance: Toleranc
     // in at least SEEN_SHARE of its trials the other saw at all (a short
     // run, under FULL_TRIALS trials as under cargo test: in that direction
     // only, since rarer values may simply not have come up in it).
-    for (name, value, sqlstate) in &mut a.observations {
+    for recorded in &mut a.observations {
         let (Some(bo), Some(ao)) = (
-            before.observations.get(name.as_str()),
-            after.observations.get(name.as_str()),
+            before.observations.get(recorded.name.as_str()),
+            after.observations.get(recorded.name.as_str()),
         ) else {
             continue;
         };
-        let (Some(bs), Some(a_s)) = (&bo.shares, &ao.shares) else {
+        let (Some(bs), Some(a_s)) = (shares(bo), shares(ao)) else {
             continue;
         };
         let short = bo.trials.unwrap_or(0).min(ao.trials.unwrap_or(0)) < FULL_TRIALS;
         let (small, large, small_n) = if ao.trials <= bo.trials {
-            (a_s, bs, ao.trials.unwrap_or(0))
+            (&a_s, &bs, ao.trials.unwrap_or(0))
         } else {
-            (bs, a_s, bo.trials.unwrap_or(0))
+            (&bs, &a_s, bo.trials.unwrap_or(0))
         };
         // In a short run one trial is already over 5 %: a value seen once
         // there may be a rare one that the other run happened not to see.
         let least = if short { 2.0 } else { 0.0 };
-        let known =
-            |x: &std::collections::BTreeMap<String, f64>, y: &std::collections::BTreeMap<String, f64>, n: u64| {
-                x.iter()
-                    .all(|(v, share)| *share < SEEN_SHARE || (share * n as f64).round() < least || y.contains_key(v))
-            };
+        let known = |x: &Shares, y: &Shares, n: u64| {
+            x.iter()
+                .all(|(v, share)| *share < SEEN_SHARE || (share * n as f64).round() < least || y.contains_key(v))
+        };
         if known(small, large, small_n) && (short || known(large, small, 0)) {
-            // (A race row's SQLSTATE is its first trial's: not compared.)
-            value.clone_from(&bo.value);
-            sqlstate.clone_from(&bo.sqlstate);
+            recorded.seen.clone_from(&bo.seen);
+            recorded.sqlstate.clone_from(&bo.sqlstate);
         }
     }
     let (tb, ta) = (before.p50s(), after.p50s());
@@ -257,13 +258,16 @@ fn share_changes(before: &BaselineCell, after: &BaselineCell) -> Vec<String> {
         let Some(a) = after.observations.get(name) else {
             continue;
         };
-        let (Some(bs), Some(a_s)) = (&b.shares, &a.shares) else {
+        let (Some(bs), Some(a_s)) = (shares(b), shares(a)) else {
             continue;
         };
         if b.trials.unwrap_or(0).min(a.trials.unwrap_or(0)) < FULL_TRIALS {
             continue;
         }
-        let values: std::collections::BTreeSet<&String> = bs.keys().chain(a_s.keys()).collect();
+        // In the order of their text, as the cells show them.
+        let values: std::collections::BTreeSet<&Reading> = bs.keys().chain(a_s.keys()).collect();
+        let mut values: Vec<&Reading> = values.into_iter().collect();
+        values.sort_by_cached_key(|r| r.to_string());
         for v in values {
             let (x, y) = (bs.get(v).copied().unwrap_or(0.0), a_s.get(v).copied().unwrap_or(0.0));
             if x.max(y) >= SEEN_SHARE && (x - y).abs() > SHARE_TOLERANCE {
@@ -279,10 +283,25 @@ fn share_changes(before: &BaselineCell, after: &BaselineCell) -> Vec<String> {
     out
 }
 
+/// A race row's shares by reading.
+type Shares = BTreeMap<Reading, f64>;
+
+/// The shares of a race row's readings, `None` for another observation.
+fn shares(o: &BaselineObservation) -> Option<Shares> {
+    Some(
+        o.shares
+            .as_ref()?
+            .iter()
+            .map(|s| (s.reading.clone(), s.share))
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
-    use super::super::{BASELINE_VERSION, BaselineDriver, BaselineObservation, BaselineServer, two_digits};
+    use super::super::{BASELINE_VERSION, BaselineDriver, BaselineServer, Share, two_digits};
     use super::*;
+    use crate::outcome::{LocksLeft, Seen, Value};
 
     fn cell(scenario: &str, driver: &str, held: &str, ms: f64) -> BaselineCell {
         BaselineCell {
@@ -292,7 +311,7 @@ mod tests {
             observations: [(
                 "held".to_owned(),
                 BaselineObservation {
-                    value: held.into(),
+                    seen: Seen::Value(Reading::plain(Value::of_text(held))),
                     sqlstate: None,
                     p50_ms: Some(ms),
                     shares: None,
@@ -301,7 +320,7 @@ mod tests {
             )]
             .into_iter()
             .collect(),
-            locks_left: "none".into(),
+            locks_left: LocksLeft::default(),
             cleaned_backends: 0,
             backends_left: 0,
         }
@@ -341,14 +360,23 @@ mod tests {
     fn race(shares: &[(&str, f64)], trials: u64) -> BaselineCell {
         let mut c = cell("race", "a", "", 10.0);
         let o = c.observations.get_mut("held").unwrap();
-        let map: std::collections::BTreeMap<String, f64> = shares.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect();
-        o.value = map
+        let reading = |k: &str| Reading::plain(Value::of_text(k));
+        let mut seen: Vec<Reading> = shares
             .iter()
-            .filter(|(_, s)| **s >= SEEN_SHARE)
-            .map(|(k, _)| k.as_str())
-            .collect::<Vec<_>>()
-            .join(" | ");
-        o.shares = Some(map);
+            .filter(|(_, s)| *s >= SEEN_SHARE)
+            .map(|(k, _)| reading(k))
+            .collect();
+        seen.sort();
+        o.seen = Seen::Seen(seen);
+        o.shares = Some(
+            shares
+                .iter()
+                .map(|(k, share)| Share {
+                    reading: reading(k),
+                    share: *share,
+                })
+                .collect(),
+        );
         o.trials = Some(trials);
         c
     }

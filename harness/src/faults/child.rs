@@ -129,7 +129,7 @@ impl ChildConn {
             stdout,
             last_id: 0,
         };
-        let hello = spec.to_json();
+        let hello = serde_json::to_value(spec).map_err(|e| DriverError::Client(e.to_string()))?;
         let answer = tokio::time::timeout(Duration::from_secs(START_TIMEOUT_S), conn.call(&hello))
             .await
             .map_err(|_| {
@@ -261,11 +261,20 @@ async fn serve() -> std::process::ExitCode {
     let Ok(Some(first)) = lines.next_line().await else {
         return std::process::ExitCode::from(2);
     };
-    let Ok(v) = serde_json::from_str::<Value>(&first) else {
-        eprintln!("locklab {COMMAND}: the first line is not a connection spec");
-        return std::process::ExitCode::from(2);
+    // The spec, with the request `id` every line carries.
+    let spec = serde_json::from_str::<Value>(&first).and_then(|mut v| {
+        if let Some(o) = v.as_object_mut() {
+            o.remove("id");
+        }
+        serde_json::from_value::<ConnectSpec>(v)
+    });
+    let spec = match spec {
+        Ok(spec) => spec,
+        Err(e) => {
+            eprintln!("locklab {COMMAND}: the first line is not a connection spec: {e}");
+            return std::process::ExitCode::from(2);
+        }
     };
-    let spec = ConnectSpec::from_json(&v);
     let mut conn = match DirectConn::connect(&spec).await {
         Ok(c) => c,
         Err(e) => {

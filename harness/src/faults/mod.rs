@@ -1,5 +1,5 @@
 //! What the harness needs to inject faults into an actor's connection
-//! (`do: crash`, `do: partition` / `heal`; README, "Faults"):
+//! (`do: crash`, `do: partition` / `heal`; docs/src/faults-and-races.md):
 //! - [`child`]: a direct actor's connection in a child process of its own
 //!   (`process: child`), which a crash kills with SIGKILL, so that the kernel
 //!   closes its socket exactly as for a crashed worker;

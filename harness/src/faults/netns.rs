@@ -1,5 +1,5 @@
 //! A network namespace of the run's own, for `network: namespace` actors and
-//! `do: partition` / `do: heal` (README, "Faults").
+//! `do: partition` / `do: heal` (docs/src/faults-and-races.md).
 //!
 //! Created on first use, once per process (needs root and `ip` and `nft`):
 //! namespace `locklab-net-<pid>`, joined to the host by a veth pair

@@ -72,7 +72,7 @@ pub fn markdown(report: &LoadReport) -> String {
     let _ = writeln!(md, "# locklab load report\n");
     let _ = writeln!(
         md,
-        "{} · written {}{} · regenerate with `just load` (see the README, \"Under load\").\n",
+        "{} · written {}{} · regenerate with `just load` (see docs/src/load.md).\n",
         report.server,
         report.written_at,
         report.commit.as_ref().map_or(String::new(), |c| format!(" at {c}"))

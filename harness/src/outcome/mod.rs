@@ -4,10 +4,12 @@
 
 use serde::{Deserialize, Serialize};
 
+mod reading;
 pub mod trials;
 mod value;
 
-pub use value::{Cancel, Checkout, GuardEnded, LockHolder, LockSnapshot, Return, StatementError, Value};
+pub use reading::{Counted, LeftLock, LocksLeft, Reading, Seen};
+pub use value::{Cancel, Checkout, GuardEnded, LockHolder, LockSnapshot, Return, StatementError, Value, Verdict};
 
 use crate::observe::LockRow;
 
@@ -96,7 +98,7 @@ impl std::fmt::Display for Status {
     }
 }
 
-/// A phase of a cell's life, in run order (README, "How a run works"):
+/// A phase of a cell's life, in run order (docs/src/architecture.md, "How a run works"):
 /// what [`RunResult::phases_ms`] times. Serialised as its snake-case name
 /// (`create_database`, …, `drop_database`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -153,17 +155,6 @@ impl Phase {
     }
 }
 
-/// `key 43 (idle), key (1, 2) (idle in transaction)`: the "locks left after run" cell,
-/// sorted (so that it does not depend on which backend pid came first).
-pub fn describe_locks_left(locks: &[LockRow]) -> String {
-    let mut each: Vec<String> = locks
-        .iter()
-        .map(|l| format!("key {} ({})", l.key, l.state.as_deref().unwrap_or("?")))
-        .collect();
-    each.sort();
-    each.join(", ")
-}
-
 /// One recorded observation: a row of the matrix, for one driver column.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Observation {
@@ -171,10 +162,9 @@ pub struct Observation {
     pub name: String,
     /// 1-based step number that recorded it.
     pub step: usize,
-    /// What was measured, typed (serialised as `{"kind", "value"}`; see [`Value`]).
+    /// What was measured, typed (serialised as `{"kind", "value"}`; see
+    /// [`Value`]); in a race cell, the first trial's.
     pub value: Value,
-    /// What the report cell shows, e.g. `true`, `55P03`, `held by worker (idle)`.
-    pub display: String,
     /// SQLSTATE when the step failed on the server (as expected).
     pub sqlstate: Option<String>,
     /// Wall time of the step, in ms, measured around the driver call.
@@ -194,12 +184,16 @@ pub struct Observation {
     /// Spread of `waited_ms` over the cell's repeats, in ms (`await` steps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waited_stats: Option<Stats>,
-    /// In a cell with `trials`: how often each value (its display) was
-    /// recorded over the trials. `display` is then the values seen in at
-    /// least [`trials::SEEN_SHARE`] of them, which is what comparisons use
-    /// ([`trials`]); `elapsed_stats` is over the trials.
+    /// In a cell with `trials`: each [`Reading`] recorded over the trials and
+    /// in how many (in [`Reading`]'s order). What the observation compares as
+    /// is then the readings seen in at least [`trials::SEEN_SHARE`] of them
+    /// ([`Observation::seen`], [`trials`]); `elapsed_stats` is over the trials.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub distribution: Option<std::collections::BTreeMap<String, u64>>,
+    pub distribution: Option<Vec<Counted>>,
+    /// The step said `time_varies: true`: its time is shown, but the
+    /// baseline keeps no p50 of it and `check` does not compare it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub time_varies: bool,
 }
 
 /// min / p50 / p95 / max of one timing over a cell's repeats, in ms
@@ -330,9 +324,9 @@ pub struct RunResult {
 }
 
 impl Observation {
-    /// The observation `name` of step `step` (1-based): the cell text and
-    /// SQLSTATE come from `value`, plus ` + SEVERITY` of the first of
-    /// `notices` (`SEVERITY: message`); `elapsed` and `waited` in ms.
+    /// The observation `name` of step `step` (1-based): its SQLSTATE comes
+    /// from `value`; `notices` are `SEVERITY: message`; `elapsed` and
+    /// `waited` in ms.
     pub fn new(
         name: &str,
         step: usize,
@@ -341,33 +335,48 @@ impl Observation {
         elapsed_ms: Option<f64>,
         waited_ms: Option<f64>,
     ) -> Observation {
-        let mut display = value.to_string();
-        if let Some(first) = notices.first() {
-            let severity = first.split(':').next().unwrap_or_default();
-            display.push_str(&format!(" + {severity}"));
-        }
         Observation {
             name: name.to_owned(),
             step,
             sqlstate: value.sqlstate().map(str::to_owned),
             value,
-            display,
             elapsed_ms,
             waited_ms,
             notices,
             elapsed_stats: None,
             waited_stats: None,
             distribution: None,
+            time_varies: false,
         }
     }
 
-    /// What the report's cell shows: the value; for a race cell's
-    /// observation, each value's share of the trials
+    /// Its [`Reading`]: the value as compared, with its first notice's severity.
+    pub fn reading(&self) -> Reading {
+        Reading::of(&self.value, &self.notices)
+    }
+
+    /// What it compares as: its reading, or in a race cell the readings seen
+    /// in at least [`trials::SEEN_SHARE`] of the trials ([`trials::seen`]);
+    /// the row of an invariant declared the finding compares by its shares
+    /// alone, as its reading ([`Verdict::Finding`]).
+    pub fn seen(&self) -> Seen {
+        match &self.distribution {
+            Some(d) if self.value != Value::Invariant(Verdict::Finding) => Seen::Seen(trials::seen(d)),
+            _ => Seen::Value(self.reading()),
+        }
+    }
+
+    /// What the report's cell shows: the value (`true + WARNING`); for a race
+    /// cell's observation, each reading's share of the trials
     /// (`55P03 51% · true 49% (1000 trials)`).
     pub fn shown(&self) -> String {
         match &self.distribution {
-            Some(d) => format!("{} ({} trials)", trials::shares(d), d.values().sum::<u64>()),
-            None => self.display.clone(),
+            Some(d) => format!(
+                "{} ({} trials)",
+                trials::shares(d),
+                d.iter().map(|c| c.trials).sum::<u64>()
+            ),
+            None => self.reading().to_string(),
         }
     }
 
@@ -402,16 +411,28 @@ pub struct Outcome {
     /// `pass`, `deviates` (behind transaction pooling), `n/a`, `fail`, or
     /// `unstable` (repeats disagreed).
     pub status: Status,
-    /// Each observation in step order: (name, displayed value, SQLSTATE).
-    pub observations: Vec<(String, String, Option<String>)>,
+    /// Each observation in step order.
+    pub observations: Vec<Recorded>,
     /// The "locks left after run" cell: `none`, or keys with backend states.
-    pub locks_left: String,
+    pub locks_left: LocksLeft,
     /// How many backends the harness had to end after the run.
     pub cleaned_backends: usize,
     /// How many backends or advisory locks the leak guard found once the run
     /// was over ([`RunResult::backends_left`]); 0 in files written before it existed.
     #[serde(default)]
     pub backends_left: usize,
+}
+
+/// One observation of an [`Outcome`]: what it compares as.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Recorded {
+    /// The `record:` name.
+    pub name: String,
+    /// Its reading (or a race row's often-seen readings).
+    pub seen: Seen,
+    /// SQLSTATE when the step failed on the server (a race row: `None`, each
+    /// trial had its own).
+    pub sqlstate: Option<String>,
 }
 
 impl RunResult {
@@ -471,13 +492,13 @@ impl RunResult {
             observations: self
                 .observations
                 .iter()
-                .map(|o| (o.name.clone(), o.display.clone(), o.sqlstate.clone()))
+                .map(|o| Recorded {
+                    name: o.name.clone(),
+                    seen: o.seen(),
+                    sqlstate: o.sqlstate.clone(),
+                })
                 .collect(),
-            locks_left: if self.locks_left.is_empty() {
-                "none".to_owned()
-            } else {
-                describe_locks_left(&self.locks_left)
-            },
+            locks_left: LocksLeft::of(&self.locks_left),
             cleaned_backends: self.cleaned_backends.len(),
             backends_left: self.backends_left.len(),
         }

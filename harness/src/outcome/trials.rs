@@ -1,17 +1,17 @@
 //! Cells with `trials`: the distribution of outcomes over the trials, the
 //! invariants checked on each, and the comparison rule for what varies by
-//! nature (README, "Races").
+//! nature (docs/src/faults-and-races.md, "Races").
 //!
 //! The rule, used when a run is compared with the baseline (`check`, the
-//! matrix test): an observation of a trial cell shows the set of values seen
-//! in at least [`SEEN_SHARE`] of its trials (its `display`, e.g.
-//! `55P03 | true`); two runs agree on it when every value one saw that often
+//! matrix test): an observation of a trial cell compares as the set of
+//! [`Reading`]s seen in at least [`SEEN_SHARE`] of its trials
+//! ([`Observation::seen`], shown e.g. `55P03 | true`); two runs agree on it when every value one saw that often
 //! the other saw at all, and, when both ran at least [`FULL_TRIALS`] trials,
 //! each value's share moved by at most [`SHARE_TOLERANCE`]. A shorter run (as
 //! under `cargo test`) agrees when every value it saw that often, and at
 //! least twice, is one the other run saw at all; its shares are not compared. An invariant compares
 //! by its verdict (`holds`, `violated`), exactly; one declared the finding
-//! reads `measured (the finding)` and compares by its share of violating
+//! reads `measured (the finding)` ([`Verdict::Finding`]) and compares by its share of violating
 //! trials. A race cell runs once however many repeats (`--repeat`, `soak`):
 //! its trials are its repeats.
 //! Rarer values are reported, never compared: a value seen once in 1,000
@@ -19,13 +19,14 @@
 
 use std::collections::BTreeMap;
 
+use indexmap::IndexMap;
 use serde::Serialize;
 
-use super::{Observation, Stats, Value};
+use super::{Counted, Observation, Reading, Stats, Value, Verdict};
 use crate::scenario::{Invariant, InvariantCheck};
 
 /// The smallest share of the trials (5 %) in which a value must be seen to
-/// be part of an observation's compared `display`.
+/// be part of what an observation compares as.
 pub const SEEN_SHARE: f64 = 0.05;
 
 /// Runs of fewer trials than this (as under `cargo test`) are short: their
@@ -43,11 +44,20 @@ pub const SHARE_TOLERANCE: f64 = 0.25;
 pub struct TrialsSummary {
     /// How many trials ran.
     pub n: u64,
-    /// Each trial's outcome (its recorded values, `name=value` joined by
-    /// ` · `) → in how many trials it occurred.
-    pub outcomes: BTreeMap<String, u64>,
+    /// Each distinct trial outcome (its recorded readings) and in how many
+    /// trials it occurred, in first-seen order.
+    pub outcomes: Vec<TrialOutcome>,
     /// Each invariant's result, in file order.
     pub invariants: Vec<InvariantResult>,
+}
+
+/// One outcome of a trial: each recorded name's reading, in step order.
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+pub struct TrialOutcome {
+    /// `record:` name → reading.
+    pub values: IndexMap<String, Reading>,
+    /// In how many trials it occurred.
+    pub trials: u64,
 }
 
 /// One invariant over the trials.
@@ -76,17 +86,6 @@ pub struct InvariantResult {
 }
 
 impl InvariantResult {
-    /// The verdict: `holds`, `violated` or `violated (the finding)` (what
-    /// the report row compares is [`Collector::finish`]'s: a finding's row
-    /// reads `measured (the finding)` however it came out).
-    pub fn verdict(&self) -> &'static str {
-        match (self.violated, self.finding) {
-            (0, _) => "holds",
-            (_, false) => "violated",
-            (_, true) => "violated (the finding)",
-        }
-    }
-
     /// `violated in K of N trials`, or `holds in all N trials checked`
     /// (with the transient holds, if any).
     pub fn text(&self) -> String {
@@ -163,30 +162,27 @@ pub fn check(inv: &Invariant, observations: &[Observation]) -> Result<Checked, S
     }
 }
 
-/// The compared `display` of a distribution: the values seen in at least
-/// [`SEEN_SHARE`] of the trials, in alphabetical order, ` | `-separated.
-pub fn seen(distribution: &BTreeMap<String, u64>) -> String {
-    let n: u64 = distribution.values().sum();
-    let seen: Vec<&str> = distribution
+/// What a distribution compares as: the readings seen in at least
+/// [`SEEN_SHARE`] of the trials, in [`Reading`]'s order.
+pub fn seen(distribution: &[Counted]) -> Vec<Reading> {
+    let n: u64 = distribution.iter().map(|c| c.trials).sum();
+    let mut seen: Vec<Reading> = distribution
         .iter()
-        .filter(|(_, c)| n > 0 && (**c as f64) >= SEEN_SHARE * n as f64)
-        .map(|(v, _)| v.as_str())
+        .filter(|c| n > 0 && (c.trials as f64) >= SEEN_SHARE * n as f64)
+        .map(|c| c.reading.clone())
         .collect();
-    if seen.is_empty() {
-        "(none)".to_owned()
-    } else {
-        seen.join(" | ")
-    }
+    seen.sort();
+    seen
 }
 
-/// `55P03 51% · true 49%` (by count, then value), for the report.
-pub fn shares(distribution: &BTreeMap<String, u64>) -> String {
-    let n: u64 = distribution.values().sum();
-    let mut v: Vec<(&String, &u64)> = distribution.iter().collect();
-    v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+/// `55P03 51% · true 49%` (by count, then text), for the report.
+pub fn shares(distribution: &[Counted]) -> String {
+    let n: u64 = distribution.iter().map(|c| c.trials).sum();
+    let mut v: Vec<(String, u64)> = distribution.iter().map(|c| (c.reading.to_string(), c.trials)).collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     v.iter()
         .map(|(value, c)| {
-            let pct = 100.0 * **c as f64 / n.max(1) as f64;
+            let pct = 100.0 * *c as f64 / n.max(1) as f64;
             if pct > 0.0 && pct < 1.0 {
                 format!("{value} <1%")
             } else {
@@ -207,8 +203,8 @@ pub fn row_name(invariant: &str) -> String {
 pub struct Collector {
     summary: TrialsSummary,
     /// Per recorded name, in first-seen order: the first trial's observation,
-    /// the counts of its values, its timings (ms).
-    rows: Vec<(Observation, BTreeMap<String, u64>, Vec<f64>)>,
+    /// the counts of its readings, its timings (ms).
+    rows: Vec<(Observation, BTreeMap<Reading, u64>, Vec<f64>)>,
 }
 
 impl Collector {
@@ -236,20 +232,17 @@ impl Collector {
     /// Adds trial number `trial` (1-based) with its recorded observations.
     pub fn add(&mut self, trial: u64, observations: &[Observation], invariants: &[Invariant]) {
         self.summary.n += 1;
-        let outcome: Vec<String> = observations
-            .iter()
-            .map(|o| format!("{}={}", o.name, o.display))
-            .collect();
-        *self.summary.outcomes.entry(outcome.join(" · ")).or_default() += 1;
+        let values: IndexMap<String, Reading> = observations.iter().map(|o| (o.name.clone(), o.reading())).collect();
+        count_outcome(&mut self.summary.outcomes, values, 1);
         for o in observations {
             match self.rows.iter_mut().find(|(first, _, _)| first.name == o.name) {
                 Some((_, counts, times)) => {
-                    *counts.entry(o.display.clone()).or_default() += 1;
+                    *counts.entry(o.reading()).or_default() += 1;
                     times.extend(o.elapsed_ms);
                 }
                 None => self.rows.push((
                     o.clone(),
-                    BTreeMap::from([(o.display.clone(), 1)]),
+                    BTreeMap::from([(o.reading(), 1)]),
                     o.elapsed_ms.into_iter().collect(),
                 )),
             }
@@ -268,7 +261,7 @@ impl Collector {
                     if result.first_violation.is_none() {
                         let values: Vec<String> = observations
                             .iter()
-                            .map(|o| format!("{} = {}", o.name, o.display))
+                            .map(|o| format!("{} = {}", o.name, o.reading()))
                             .collect();
                         result.first_violation = Some(format!("trial {trial}: {why}; {}", values.join("; ")));
                     }
@@ -283,38 +276,44 @@ impl Collector {
         let mut out = Vec::new();
         let last_step = self.rows.iter().map(|(o, _, _)| o.step).max().unwrap_or(0);
         for (mut o, counts, times) in self.rows {
-            o.display = seen(&counts);
             // Each trial had its own; the distribution says which.
             o.sqlstate = None;
             o.elapsed_stats = Stats::of(&times);
             o.elapsed_ms = o.elapsed_stats.map(|s| s.p50);
-            o.distribution = Some(counts);
+            o.distribution = Some(
+                counts
+                    .into_iter()
+                    .map(|(reading, trials)| Counted { reading, trials })
+                    .collect(),
+            );
             out.push(o);
         }
         for r in &self.summary.invariants {
             // A finding's verdict depends on how many trials ran (a violation
             // in 5% of them may not show in 20): it compares by its share.
-            let shown = if r.finding {
-                "measured (the finding)"
-            } else {
-                r.verdict()
+            let verdict = match (r.finding, r.violated) {
+                (true, _) => Verdict::Finding,
+                (false, 0) => Verdict::Holds,
+                (false, _) => Verdict::Violated,
             };
             let mut o = Observation::new(
                 &row_name(&r.name),
                 last_step,
-                Value::Text(shown.to_owned()),
+                Value::Invariant(verdict),
                 Vec::new(),
                 None,
                 None,
             );
-            o.display = shown.to_owned();
             let holds = r.checked - r.violated;
             // (A non-finding invariant compares by its verdict alone.)
             o.distribution = r.finding.then(|| {
-                [("holds", holds), ("violated", r.violated)]
+                [(Verdict::Holds, holds), (Verdict::Violated, r.violated)]
                     .into_iter()
                     .filter(|(_, c)| *c > 0)
-                    .map(|(k, c)| (k.to_owned(), c))
+                    .map(|(v, trials)| Counted {
+                        reading: Reading::plain(Value::Invariant(v)),
+                        trials,
+                    })
                     .collect()
             });
             out.push(o);
@@ -327,8 +326,8 @@ impl TrialsSummary {
     /// Adds another run's trials of the same cell (a repeat, a shard).
     pub fn merge(&mut self, other: &TrialsSummary) {
         self.n += other.n;
-        for (k, c) in &other.outcomes {
-            *self.outcomes.entry(k.clone()).or_default() += c;
+        for o in &other.outcomes {
+            count_outcome(&mut self.outcomes, o.values.clone(), o.trials);
         }
         for (mine, theirs) in self.invariants.iter_mut().zip(&other.invariants) {
             mine.checked += theirs.checked;
@@ -341,11 +340,19 @@ impl TrialsSummary {
     }
 }
 
+/// Adds `trials` occurrences of the outcome `values` to `outcomes`.
+fn count_outcome(outcomes: &mut Vec<TrialOutcome>, values: IndexMap<String, Reading>, trials: u64) {
+    match outcomes.iter_mut().find(|o| o.values == values) {
+        Some(o) => o.trials += trials,
+        None => outcomes.push(TrialOutcome { values, trials }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::keys::AdvisoryKey;
-    use crate::outcome::{LockHolder, LockSnapshot, StatementError};
+    use crate::outcome::{LockHolder, LockSnapshot, Seen, StatementError};
     use crate::scenario::Pos;
 
     fn holder(actor: &str, pid: i32, state: &str) -> LockHolder {
@@ -438,11 +445,23 @@ mod tests {
         c.add(20, &trial(error(), vec![holder("waiter", 2, "idle")]), &inv);
         let (rows, summary) = c.finish();
         assert_eq!(summary.n, 20);
-        assert_eq!(rows[0].distribution.as_ref().unwrap().get("true"), Some(&19));
+        let d = rows[0].distribution.as_ref().unwrap();
+        let count = |v: Value| {
+            let want = Reading::plain(v);
+            d.iter().find(|c| c.reading == want).map(|c| c.trials)
+        };
+        assert_eq!(count(Value::Bool(true)), Some(19));
+        assert_eq!(count(error()), Some(1));
         // 55P03 is 5% of the trials: seen.
-        assert_eq!(rows[0].display, "55P03 | true");
+        assert_eq!(
+            rows[0].seen(),
+            Seen::Seen(vec![Reading::plain(Value::Bool(true)), Reading::plain(error())])
+        );
+        assert_eq!(rows[0].seen().to_string(), "55P03 | true");
         assert_eq!(rows[2].name, "invariant error-leaves-no-lock");
-        assert_eq!(rows[2].display, "violated");
+        assert_eq!(rows[2].seen().to_string(), "violated");
+        assert_eq!(summary.outcomes.len(), 2);
+        assert_eq!(summary.outcomes.iter().map(|o| o.trials).sum::<u64>(), 20);
         let r = &summary.invariants[0];
         assert_eq!((r.checked, r.violated), (1, 1));
         assert!(
@@ -456,8 +475,17 @@ mod tests {
 
     #[test]
     fn rare_values_are_shown_but_not_part_of_what_compares() {
-        let d = BTreeMap::from([("true".to_owned(), 999), ("55P03".to_owned(), 1)]);
-        assert_eq!(seen(&d), "true");
+        let d = [
+            Counted {
+                reading: Reading::plain(Value::Bool(true)),
+                trials: 999,
+            },
+            Counted {
+                reading: Reading::plain(error()),
+                trials: 1,
+            },
+        ];
+        assert_eq!(seen(&d), [Reading::plain(Value::Bool(true))]);
         assert_eq!(shares(&d), "true 100% · 55P03 <1%");
     }
 }

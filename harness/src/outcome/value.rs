@@ -16,7 +16,7 @@ use crate::keys::AdvisoryKey;
 /// for the kinds without one): e.g. `{"kind": "bool", "value": true}`,
 /// `{"kind": "number", "value": [7, "007"]}`, `{"kind": "dropped", "value":
 /// {"at_ms": 200, "cancel": {"not_sent": "…"}}}`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", content = "value", rename_all = "snake_case")]
 pub enum Value {
     /// The statement returned no row: shown `(no rows)`.
@@ -69,10 +69,27 @@ pub enum Value {
     /// A `granted` step whose waiter still waited at the bound, ms after the
     /// fault: shown `still held at N s`.
     StillHeld(u64),
+    /// The row of an invariant over a race cell's trials (or, in its
+    /// distribution, how it came out on one trial).
+    Invariant(Verdict),
+}
+
+/// An invariant's row (`"holds"`, `"violated"`, `"finding"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// No trial violated it: shown `holds`.
+    Holds,
+    /// A trial violated it: shown `violated`.
+    Violated,
+    /// An invariant declared the finding, however it came out (its row
+    /// compares by its share of violating trials, which depends on how many
+    /// ran): shown `measured (the finding)`.
+    Finding,
 }
 
 /// A statement's error as the driver reported it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct StatementError {
     /// The driver's message.
     pub message: String,
@@ -83,7 +100,7 @@ pub struct StatementError {
 }
 
 /// How a bounded checkout went (`"ok"`, `{"no_answer": MS}`, …).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Checkout {
     /// A connection, and its first statement answered.
@@ -98,7 +115,7 @@ pub enum Checkout {
 }
 
 /// How a bounded return went (`"to_pool"`, `{"unfinished": MS}`, …).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Return {
     /// Into the pool.
@@ -114,7 +131,7 @@ pub enum Return {
 
 /// What happened to the cancel request of a dropped call (`"none"`,
 /// `{"not_sent": WHY}`, `{"no_effect": MS}`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Cancel {
     /// None was asked for (`on_timeout: drop`).
@@ -122,11 +139,11 @@ pub enum Cancel {
     /// None could be sent (why, e.g. the driver has no cancel API).
     NotSent(String),
     /// Sent, but the statement had not ended within this many ms.
-    NoEffect(u128),
+    NoEffect(u64),
 }
 
 /// How a lock guard ended (`"release_now"`, `"dropped"`, `"leaked"`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GuardEnded {
     /// `release_now()`.
@@ -148,7 +165,7 @@ impl GuardEnded {
 }
 
 /// What an `observe` step saw: the granted and awaited advisory locks.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct LockSnapshot {
     /// Whether any granted advisory lock matched.
     pub held: bool,
@@ -159,7 +176,7 @@ pub struct LockSnapshot {
 }
 
 /// One holder or waiter of an advisory lock.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct LockHolder {
     /// The actor that last used the backend (`server connection` behind
     /// transaction pooling), `None` for a backend no actor used.
@@ -191,6 +208,44 @@ impl Value {
                 Err(_) => Value::Text(t.to_owned()),
             },
         }
+    }
+
+    /// The value as comparisons see it ([`super::Reading`]): what its report
+    /// cell shows, with what varies from run to run and the cell does not show
+    /// cleared. A holder or waiter an actor is named for keeps no backend pid
+    /// (0), and a waiter no `state` (it waits); a statement's error keeps its
+    /// SQLSTATE, not the driver's message (empty), and counts as the server's
+    /// when it has a SQLSTATE; a missing capability keeps no reason (empty).
+    /// The lock key and mode stay: the scenario's SQL fixes them.
+    pub fn as_read(&self) -> Value {
+        let holder = |h: &LockHolder, waits: bool| LockHolder {
+            pid: if h.actor.is_some() { 0 } else { h.pid },
+            state: if waits { None } else { h.state.clone() },
+            ..h.clone()
+        };
+        match self {
+            Value::Locks(l) => Value::Locks(LockSnapshot {
+                held: l.held,
+                holders: l.holders.iter().map(|h| holder(h, false)).collect(),
+                waiters: l.waiters.iter().map(|h| holder(h, true)).collect(),
+            }),
+            Value::Error(e) => Value::Error(StatementError {
+                message: String::new(),
+                sqlstate: e.sqlstate.clone(),
+                from_server: e.from_server || e.sqlstate.is_some(),
+            }),
+            Value::Unsupported(_) => Value::Unsupported(String::new()),
+            other => other.clone(),
+        }
+    }
+
+    /// Whether the report shows it as not applicable (`n/a`, `n/a (…)`):
+    /// the step or the cell was not run for this column.
+    pub fn is_not_applicable(&self) -> bool {
+        matches!(
+            self,
+            Value::NotApplicable | Value::SettingsCannotPassPgBouncer | Value::Unsupported(_)
+        )
     }
 
     /// The lock snapshot of an `observe` step, if this is one.
@@ -251,6 +306,9 @@ impl fmt::Display for Value {
             Value::Released => f.write_str("released"),
             Value::StillHeld(ms) if ms % 1000 == 0 => write!(f, "still held at {} s", ms / 1000),
             Value::StillHeld(ms) => write!(f, "still held at {ms} ms"),
+            Value::Invariant(Verdict::Holds) => f.write_str("holds"),
+            Value::Invariant(Verdict::Violated) => f.write_str("violated"),
+            Value::Invariant(Verdict::Finding) => f.write_str("measured (the finding)"),
         }
     }
 }
@@ -359,6 +417,7 @@ mod tests {
             Value::NoConnection("checkout dropped at 300 ms".into()),
             Value::Released,
             Value::StillHeld(3000),
+            Value::Invariant(Verdict::Finding),
         ];
         for v in &every {
             let back: Value = serde_json::from_str(&json(v)).unwrap();

@@ -90,7 +90,11 @@ fn observation_row(row: &ObservationRow<'_>, headers: &[String]) -> Result<(Row,
                     timed.push((headers[c].clone(), st));
                 }
                 if let Some(d) = &o.distribution {
-                    distributions.push((headers[c].clone(), d.clone()));
+                    let mut by_text = std::collections::BTreeMap::new();
+                    for counted in d {
+                        *by_text.entry(counted.reading.to_string()).or_default() += counted.trials;
+                    }
+                    distributions.push((headers[c].clone(), by_text));
                 }
                 (o.shown(), o.timing().unwrap_or_default())
             }
@@ -296,7 +300,6 @@ mod tests {
                         }],
                         waiters: Vec::new(),
                     }),
-                    display: evil.into(),
                     sqlstate: Some("55P03".into()),
                     elapsed_ms: Some(200.0),
                     waited_ms: None,
@@ -304,6 +307,7 @@ mod tests {
                     elapsed_stats: Stats::of(&[200.0, 210.0]),
                     waited_stats: None,
                     distribution: None,
+                    time_varies: false,
                 }],
                 elapsed_ms: 300.0,
                 repeats: 2,

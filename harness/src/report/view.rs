@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use super::{Report, ScenarioInfo, describe_locks_left};
+use super::{Report, ScenarioInfo};
 use crate::outcome::{Observation, RunResult, Stats, Status};
 
 /// A report's matrix, as both writers show it.
@@ -187,7 +187,7 @@ fn evidence(header: &str, step: &str, o: &Observation, run: &RunResult) -> Vec<S
     let mut lines = vec![
         format!("{header} · {}", o.name),
         step.to_owned(),
-        format!("value: {}", o.display),
+        format!("value: {}", o.seen()),
     ];
     if let Some(state) = &o.sqlstate {
         lines.push(format!("SQLSTATE: {state}"));
@@ -316,7 +316,7 @@ impl<'a> Cells<'a> {
                     .map(|c| self.observation_cell(c, s, name, step))
                     .collect();
                 let differs_between_servers =
-                    self.differ_between_servers(|c| cells[c].observation.map(|o| o.display.as_str()));
+                    self.differ_between_servers(|c| cells[c].observation.map(Observation::seen));
                 rows.push(ObservationRow {
                     name,
                     suffix,
@@ -359,9 +359,9 @@ impl<'a> Cells<'a> {
             .reference(c)
             .and_then(|rc| self.run(rc, &s.name))
             .and_then(|r| r.observation(name))
-            .map(|r| r.display.as_str());
-        let differs =
-            reference.is_some_and(|r| r != o.display && !r.starts_with("n/a") && !o.display.starts_with("n/a"));
+            .map(Observation::seen);
+        let seen = o.seen();
+        let differs = reference.is_some_and(|r| r != seen && !r.is_not_applicable() && !seen.is_not_applicable());
         ObservationCell {
             observation: Some(o),
             status: Some(run.status()),
@@ -387,7 +387,7 @@ impl<'a> Cells<'a> {
             let suffix = s.name.strip_prefix(&s.family).unwrap_or_default();
             if !r.locks_left.is_empty() {
                 cell.parts
-                    .push(format!("{}{suffix}", describe_locks_left(&r.locks_left)));
+                    .push(format!("{}{suffix}", crate::outcome::LocksLeft::of(&r.locks_left)));
             }
             for l in &r.locks_left {
                 cell.evidence.push(format!(
@@ -441,7 +441,9 @@ impl<'a> Cells<'a> {
                 differing += 1;
                 evidence.push(format!(
                     "differs from the first column: {}{}: {}",
-                    row.name, row.suffix, o.display
+                    row.name,
+                    row.suffix,
+                    o.seen()
                 ));
             }
         }
@@ -533,7 +535,6 @@ mod tests {
             name: "held".into(),
             step: 1,
             value: crate::outcome::Value::of_text(held),
-            display: held.into(),
             sqlstate: None,
             elapsed_ms: None,
             waited_ms: None,
@@ -541,6 +542,7 @@ mod tests {
             elapsed_stats: None,
             waited_stats: None,
             distribution: None,
+            time_varies: false,
         });
         r
     }

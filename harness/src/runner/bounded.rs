@@ -64,7 +64,7 @@ impl Run<'_> {
                         let rest = deadline.saturating_sub(t0.elapsed()).min(CANCEL_GRACE);
                         match tokio::time::timeout(rest, &mut fut).await {
                             Ok(r) => Ok(r),
-                            Err(_) => Err(Cancel::NoEffect(rest.as_millis())),
+                            Err(_) => Err(Cancel::NoEffect(u64::try_from(rest.as_millis()).unwrap_or(u64::MAX))),
                         }
                     }
                 }

@@ -1,7 +1,7 @@
 //! Runs one scenario through one driver against the server, in a database of
 //! its own, and returns what happened ([`RunResult`]).
 //!
-//! The cell's life, as the README's "How a run works" lists it, one function
+//! The cell's life, as the book's "How a run works" (`docs/src/architecture.md`) lists it, one function
 //! per phase: [`run`] creates the database (`phases::create_database`), then
 //! `Run::execute` builds the pool (`Run::open`), connects the direct actors
 //! (`Run::connect_actors`), runs the steps (`Run::run_steps`, one module per

@@ -26,7 +26,8 @@ pub(super) fn not_applicable_behind_pgbouncer(scenario: &Scenario, result: &mut 
     for step in &scenario.steps {
         if let Some(name) = &step.record {
             let value = Value::SettingsCannotPassPgBouncer;
-            let observation = Observation::new(name, step.index + 1, value, Vec::new(), None, None);
+            let mut observation = Observation::new(name, step.index + 1, value, Vec::new(), None, None);
+            observation.time_varies = step.time_varies;
             result.observations.push(observation);
         }
     }
@@ -37,7 +38,8 @@ pub(super) fn not_applicable(scenario: &Scenario, result: &mut RunResult, why: S
     result.skipped = Some(why);
     for step in &scenario.steps {
         if let Some(name) = &step.record {
-            let observation = Observation::new(name, step.index + 1, Value::NotApplicable, Vec::new(), None, None);
+            let mut observation = Observation::new(name, step.index + 1, Value::NotApplicable, Vec::new(), None, None);
+            observation.time_varies = step.time_varies;
             result.observations.push(observation);
         }
     }

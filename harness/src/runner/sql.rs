@@ -84,7 +84,8 @@ impl Run<'_> {
             self.vars.insert(var.to_owned(), v.map(str::to_owned));
         }
         if let Some(name) = &step.record {
-            let observation = self.observation(name, step, actor, &result, elapsed, waited);
+            let mut observation = self.observation(name, step, actor, &result, elapsed, waited);
+            observation.time_varies = step.time_varies;
             self.result.observations.push(observation);
         }
         Ok(())

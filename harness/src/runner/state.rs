@@ -552,7 +552,8 @@ impl<'a> Run<'a> {
     /// step that does not apply), when the step has `record`.
     pub(super) fn record_note(&mut self, step: &Step, value: Value, took: Option<Duration>) {
         if let Some(name) = &step.record {
-            let observation = Observation::new(name, step.index + 1, value, Vec::new(), took.map(ms), None);
+            let mut observation = Observation::new(name, step.index + 1, value, Vec::new(), took.map(ms), None);
+            observation.time_varies = step.time_varies;
             self.result.observations.push(observation);
         }
     }

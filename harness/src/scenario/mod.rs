@@ -2,7 +2,7 @@
 //!
 //! A scenario names its actors (connections) and lists steps that run in order.
 //! Every error found while loading names `file:line:column`. The format is
-//! documented for users in the README ("Scenario format").
+//! documented for users in the book (`docs/src/scenario-format.md`).
 //!
 //! The pieces, in the order a file goes through them: [`raw`] (what serde
 //! reads, and the JSON Schema), `params` (one instance per parameter
@@ -23,6 +23,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 pub use kind::{Declaration, Kind, Placement};
+/// An error in a scenario file, with the place it was found.
+pub use locklab_core::FileError as ScenarioError;
+/// A position in a scenario file (1-based line and column).
+pub use locklab_core::Pos;
 pub use raw::{
     Action, Bounds, GuardEndRaw, Network, ObserveKind, OnTimeout, Process, RowsExpect, Scalar, Via, When, json_schema,
 };
@@ -43,47 +47,6 @@ pub const DEFAULT_STEP_DEADLINE_MS: u64 = 10_000;
 pub const DEFAULT_POOL_MAX_SIZE: u32 = 4;
 /// Largest deadline a scenario may ask for, in ms (10 min).
 pub const MAX_STEP_DEADLINE_MS: u64 = 600_000;
-
-/// A position in a scenario file: 1-based line and column.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Pos {
-    /// 1-based line.
-    pub line: u64,
-    /// 1-based column.
-    pub column: u64,
-}
-
-impl Pos {
-    pub(crate) fn of(loc: &serde_saphyr::Location) -> Pos {
-        Pos {
-            line: loc.line(),
-            column: loc.column(),
-        }
-    }
-}
-
-/// An error in a scenario file, with the place it was found.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{}:{}:{}: {message}", file.display(), pos.line, pos.column)]
-pub struct ScenarioError {
-    /// The file.
-    pub file: PathBuf,
-    /// Where in it.
-    pub pos: Pos,
-    /// What is wrong, in one sentence.
-    pub message: String,
-}
-
-impl ScenarioError {
-    /// An error about the whole file (or directory) `file`, placed at 1:1.
-    pub fn at_start(file: &Path, message: impl Into<String>) -> ScenarioError {
-        ScenarioError {
-            file: file.to_owned(),
-            pos: Pos { line: 1, column: 1 },
-            message: message.into(),
-        }
-    }
-}
 
 /// A validated scenario (one instance of a file: a file with `params` gives one
 /// instance per combination).

@@ -438,6 +438,12 @@ pub(crate) struct RawStep {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub(crate) record: Option<Spanned<String>>,
+    /// With `record`: the step's time varies by nature (a pool's or a
+    /// pooler's own retry timer, e.g. Pgpool-II reconnecting after a restart
+    /// in 0 or about 1000 ms), so `check` and the baseline do not compare it;
+    /// the report still shows it.
+    #[serde(default)]
+    pub(crate) time_varies: bool,
     /// Save the first value of the first row as `${name}` for later steps.
     #[serde(default)]
     #[schemars(with = "Option<String>")]

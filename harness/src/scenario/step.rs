@@ -21,6 +21,9 @@ pub struct Step {
     pub deadline_ms: u64,
     /// Observation name for the matrix (`record:`).
     pub record: Option<String>,
+    /// `time_varies: true`: the recorded time is shown but not compared
+    /// with the baseline ([`crate::outcome::Observation::time_varies`]).
+    pub time_varies: bool,
     /// What it does.
     pub kind: StepKind,
 }

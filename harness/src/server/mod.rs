@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use locklab_drivers::{ConnectSpec, DirectConn, Pooler, PoolerMode};
 
-pub use external::parse_dsn;
 pub use local::{install_script, resolve_binaries};
+pub use locklab_core::parse_dsn;
 pub use options::{Backend, BackendChoice, ServerOptions};
 
 /// The PostgreSQL major version used when none is asked for.

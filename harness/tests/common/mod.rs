@@ -214,3 +214,66 @@ pub fn block_on_multi<F: std::future::Future>(f: F) -> F::Output {
         .expect("a tokio runtime")
         .block_on(f)
 }
+
+/// Checks lines of the driver protocol, as
+/// `locklab_drivers::external::record_to` writes them (`→ REQUEST` or
+/// `← ANSWER`), against the shipped `drivers/adapters/protocol.schema.json`
+/// (requests against `$defs/Request`, answers against `$defs/Answer`) and
+/// against the protocol's serde types. Returns how many requests and answers
+/// were checked, or a message for each line that fails (at most 20).
+pub fn check_protocol_lines(text: &str) -> Result<(usize, usize), String> {
+    use locklab_drivers::external::protocol::{Answer, Request};
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("drivers/adapters/protocol.schema.json"))
+            .map_err(|e| format!("drivers/adapters/protocol.schema.json: {e}"))?,
+    )
+    .map_err(|e| format!("drivers/adapters/protocol.schema.json: {e}"))?;
+    let part = |def: &str| {
+        let mut s = schema.clone();
+        if let Some(o) = s.as_object_mut() {
+            o.remove("anyOf");
+            o.insert("$ref".into(), format!("#/$defs/{def}").into());
+        }
+        jsonschema::validator_for(&s).map_err(|e| format!("$defs/{def}: {e}"))
+    };
+    let (request, answer) = (part("Request")?, part("Answer")?);
+    let (mut requests, mut answers, mut bad) = (0, 0, Vec::new());
+    for (n, line) in text.lines().enumerate() {
+        let (validator, json, typed) = if let Some(l) = line.strip_prefix("→ ") {
+            requests += 1;
+            (&request, l, serde_json::from_str::<Request>(l).err())
+        } else if let Some(l) = line.strip_prefix("← ") {
+            answers += 1;
+            (&answer, l, serde_json::from_str::<Answer>(l).err())
+        } else {
+            bad.push(format!("line {}: neither → nor ←: {line:?}", n + 1));
+            continue;
+        };
+        let value: serde_json::Value = match serde_json::from_str(json) {
+            Ok(v) => v,
+            Err(e) => {
+                bad.push(format!("line {}: not JSON ({e}): {json}", n + 1));
+                continue;
+            }
+        };
+        let errors: Vec<String> = validator.iter_errors(&value).map(|e| e.to_string()).collect();
+        if !errors.is_empty() {
+            bad.push(format!("line {}: {} — {json}", n + 1, errors.join("; ")));
+        } else if let Some(e) = typed {
+            bad.push(format!(
+                "line {}: valid by the schema, but not by the types ({e}): {json}",
+                n + 1
+            ));
+        }
+    }
+    if bad.is_empty() {
+        Ok((requests, answers))
+    } else {
+        let shown = bad.len().min(20);
+        Err(format!(
+            "{} protocol line(s) fail:\n{}",
+            bad.len(),
+            bad[..shown].join("\n")
+        ))
+    }
+}

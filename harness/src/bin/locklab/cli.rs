@@ -1,5 +1,5 @@
 //! The command line: clap derive types, and the value parsers that give the
-//! environment variables behind some options the meaning the README documents
+//! environment variables behind some options the meaning the book documents (`docs/src/getting-started.md`)
 //! (an empty variable counts as unset; list items may carry spaces).
 
 use std::ffi::OsStr;
@@ -41,8 +41,14 @@ pub enum Command {
         /// Files or directories to check.
         files: Vec<PathBuf>,
     },
-    /// Print the JSON Schema of scenario files (shipped as scenarios/scenario.schema.json).
-    Schema,
+    /// Print a JSON Schema: of scenario files (shipped as
+    /// scenarios/scenario.schema.json) or of the driver protocol's lines
+    /// (shipped as drivers/adapters/protocol.schema.json).
+    Schema {
+        /// Which schema.
+        #[arg(value_enum, default_value_t = SchemaOf::Scenario)]
+        of: SchemaOf,
+    },
     /// Run scenarios × drivers and print the results.
     Run {
         #[command(flatten)]
@@ -65,7 +71,7 @@ pub enum Command {
     /// Show who holds and who awaits advisory locks on a running server, with a
     /// verdict per lock (leaked, stuck, waiting, expected); or serve them as
     /// Prometheus metrics (`holders serve`). Read-only; never ends a backend.
-    Holders(crate::holders::HoldersArgs),
+    Holders(locklab_holders::cli::HoldersArgs),
     /// A load run: W workers contending for K keys through each driver's pool
     /// (and pgbench with the same SQL) on a local cluster of its own; every
     /// critical section is checked for overlaps and lost updates afterwards.
@@ -272,7 +278,7 @@ pub fn parse() -> Result<Cli, clap::Error> {
 }
 
 /// clap takes a variable that is set but empty as a value (`LOCKLAB_PG_BIN=`
-/// would name the directory ""); locklab counts it as unset, as the README
+/// would name the directory ""); locklab counts it as unset, as the book
 /// says. clap has no setting for that, so the binding to such a variable is
 /// dropped before parsing (for this command and its subcommands).
 fn blank_env_is_unset(cmd: clap::Command) -> clap::Command {
@@ -432,4 +438,13 @@ impl ValueParserFactory for Dsn {
     fn value_parser() -> DsnParser {
         DsnParser
     }
+}
+
+/// The schemas `locklab schema` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SchemaOf {
+    /// Scenario files.
+    Scenario,
+    /// The driver protocol: one request or answer line.
+    Protocol,
 }

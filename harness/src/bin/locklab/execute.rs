@@ -18,7 +18,7 @@ use crate::cli::RunArgs;
 use crate::progress::Progress;
 use crate::selection::{load, select, select_scenarios};
 use crate::servers::start_servers;
-use crate::signals::{Interrupted, Interrupts};
+use locklab_core::signals::{Interrupted, Interrupts};
 
 /// Starts the servers, runs the selection on them and assembles the report.
 /// The servers are stopped (and what they started removed) before it returns.

@@ -8,7 +8,6 @@
 mod check;
 mod cli;
 mod execute;
-mod holders;
 mod list;
 mod merge;
 mod output;
@@ -18,7 +17,6 @@ mod run;
 mod schema;
 mod selection;
 mod servers;
-mod signals;
 mod soak;
 mod stress;
 mod validate;
@@ -65,7 +63,7 @@ fn main() -> ExitCode {
     };
     match dispatch(cli) {
         Ok(code) => code,
-        Err(e) => match signals::interrupted(&e) {
+        Err(e) => match locklab_core::signals::interrupted(&e) {
             Some(signal) => signal.exit_code(),
             None => {
                 eprintln!("locklab: error: {e:#}");
@@ -83,13 +81,13 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
     match &cli.command {
         Command::List => list::list(&dir),
         Command::Validate { files } => validate::validate(&dir, files),
-        Command::Schema => schema::schema(),
+        Command::Schema { of } => schema::schema(*of),
         Command::Run { run, json } => run::run(&dir, run, *json),
         Command::Report(args) => report::report(&dir, given.is_some(), args),
         Command::Soak(args) => soak::soak(&dir, args),
         Command::Check(args) => check::check(&dir, given, args),
         Command::Merge(args) => merge::merge(args),
-        Command::Holders(args) => holders::holders(args),
+        Command::Holders(args) => locklab_holders::cli::holders(args),
         Command::Stress(args) => stress::stress(args),
         Command::LoadReport(args) => stress::load_report(args),
     }

@@ -13,7 +13,7 @@ use crate::cli::ReportArgs;
 use crate::execute::execute;
 use crate::output::{emit, exit_for};
 use crate::run::summary;
-use crate::signals::Interrupts;
+use locklab_core::signals::Interrupts;
 
 /// Size of the `index.png` screenshot, in CSS px: wide enough for the
 /// overview's columns, tall enough for its rows.

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use locklab::outcome::{RunResult, Status, describe_locks_left};
+use locklab::outcome::{LocksLeft, RunResult, Status};
 
 use crate::cli::RunArgs;
 use crate::execute::execute;
@@ -93,15 +93,15 @@ fn cell_lines(lines: &mut Vec<String>, r: &RunResult, several: bool, width: usiz
     ));
     for o in &r.observations {
         match o.timing() {
-            Some(t) => lines.push(format!("        {:<obs_width$} {} ({t})", o.name, o.display)),
-            None => lines.push(format!("        {:<obs_width$} {}", o.name, o.display)),
+            Some(t) => lines.push(format!("        {:<obs_width$} {} ({t})", o.name, o.seen())),
+            None => lines.push(format!("        {:<obs_width$} {}", o.name, o.seen())),
         }
     }
     if !r.locks_left.is_empty() {
         lines.push(format!(
             "        {:<obs_width$} {}",
             "locks left after run",
-            describe_locks_left(&r.locks_left)
+            LocksLeft::of(&r.locks_left)
         ));
     }
     if !r.cleaned_backends.is_empty() {

@@ -10,7 +10,7 @@ use comfy_table::Table;
 use locklab::load::{self, Client, LoadResult, LoadSpec, Pattern};
 
 use crate::output::emit;
-use crate::signals::Interrupts;
+use locklab_core::signals::Interrupts;
 
 /// `locklab stress`'s arguments.
 #[derive(Args, Clone)]

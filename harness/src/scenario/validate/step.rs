@@ -175,12 +175,19 @@ impl Validator<'_> {
             bound,
             expect,
         );
+        if s.time_varies && s.record.is_none() {
+            self.err(
+                pos,
+                format!("step {n}: 'time_varies' needs 'record' (it says the recorded time is not compared)"),
+            );
+        }
         Some(Step {
             index,
             pos,
             id: s.id.map(|i| i.value),
             deadline_ms,
             record: s.record.map(|r| r.value),
+            time_varies: s.time_varies,
             kind,
         })
     }
@@ -213,6 +220,7 @@ impl Validator<'_> {
             deadline_ms: _,
             expect: _,
             record: _,
+            time_varies: _,
             save: _,
             when: _,
         } = s;

@@ -18,13 +18,17 @@
 //! ```
 //!
 //! Hashes:
-//! - `sha256`: the first 8 bytes of SHA-256, big-endian ([`crate::keys::namespaced_key`]);
+//! - `sha256`: the first 8 bytes of SHA-256, big-endian ([`locklab_core::keys::namespaced_key`]);
 //! - `hashtext` / `hashtextextended`: PostgreSQL's internal text hashes, as
 //!   `pg_advisory_lock(hashtext('ns:' || id))` uses them; they are not
 //!   documented and may differ between platforms, so locklab asks the server
 //!   it inspects to compute them ([`KeyNames::resolve`]), once;
-//! - `sqlx`: sqlx's `PgAdvisoryLock::new(text)` (HKDF-SHA256, sqlx-postgres
-//!   `src/advisory_lock.rs`), computed by calling sqlx itself.
+//! - `sqlx`: sqlx's `PgAdvisoryLock::new(text)`: HKDF-SHA256 (RFC 5869) of
+//!   the text without a salt, expanded with the info string
+//!   `SQLx (Rust) Postgres advisory lock` to 8 bytes, read as a little-endian
+//!   i64 (sqlx-postgres 0.9 `src/advisory_lock.rs`, whose docs name the
+//!   derivation stable). Computed here without sqlx, which is a pool crate;
+//!   a test checks it against sqlx itself.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -34,8 +38,8 @@ use serde::Deserialize;
 use serde_saphyr::Spanned;
 use tokio_postgres::Client;
 
-use crate::keys::AdvisoryKey;
-use crate::scenario::{Pos, ScenarioError};
+use locklab_core::keys::AdvisoryKey;
+use locklab_core::located::{FileError, Pos, yaml_error};
 
 /// At most this many ids in all the rules of one file.
 pub const MAX_IDS: u64 = 1_000_000;
@@ -156,7 +160,7 @@ impl KeyNames {
         let raw: RawFile = serde_saphyr::from_str(text).map_err(|e| {
             anyhow!(
                 "{}",
-                crate::scenario::yaml::yaml_error(path, &e)
+                yaml_error(path, &e, "keys file", &[])
                     .to_string()
                     .replace("scenario file", "keys file")
             )
@@ -164,7 +168,7 @@ impl KeyNames {
         let at = |loc: &serde_saphyr::Location, message: String| {
             anyhow!(
                 "{}",
-                ScenarioError {
+                FileError {
                     file: path.to_owned(),
                     pos: Pos::of(loc),
                     message
@@ -318,15 +322,13 @@ fn sha256_key(text: &str) -> AdvisoryKey {
     AdvisoryKey::Big(i64::from_be_bytes(first))
 }
 
-/// sqlx's own derivation, by calling it (`None` for a key form sqlx may add:
-/// its enum is non-exhaustive, and `new` documents the bigint form).
+/// sqlx's `PgAdvisoryLock::new(text)` key (see the module docs); `Some`
+/// always (the option is the bigint form's, as a key sqlx may add other forms for).
 fn sqlx_key(text: &str) -> Option<AdvisoryKey> {
-    use sqlx::postgres::{PgAdvisoryLock, PgAdvisoryLockKey};
-    match PgAdvisoryLock::new(text).key() {
-        PgAdvisoryLockKey::BigInt(k) => Some(AdvisoryKey::Big(*k)),
-        PgAdvisoryLockKey::IntPair(a, b) => Some(AdvisoryKey::Pair(*a, *b)),
-        _ => None,
-    }
+    let hkdf = hkdf::Hkdf::<sha2::Sha256>::new(None, text.as_bytes());
+    let mut key = [0u8; 8];
+    hkdf.expand(b"SQLx (Rust) Postgres advisory lock", &mut key).ok()?;
+    Some(AdvisoryKey::Big(i64::from_le_bytes(key)))
 }
 
 /// The ids a rule names, as text (a range's, or a list's); `total` counts
@@ -417,10 +419,26 @@ fn expected(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keys::namespaced_key;
+    use locklab_core::keys::namespaced_key;
 
     fn parse(text: &str) -> Result<KeyNames> {
         KeyNames::parse(Path::new("keys.yaml"), text)
+    }
+
+    /// The derivation is sqlx's: its documented example, and sqlx itself on
+    /// other texts (sqlx is a dev-dependency only).
+    #[test]
+    fn sqlx_keys_are_the_ones_sqlx_takes() {
+        assert_eq!(
+            sqlx_key("my first Postgres advisory lock!"),
+            Some(AdvisoryKey::Big(-5560419505042474287))
+        );
+        for text in ["", "app", "migrate:my-app", "ключ", &"x".repeat(1000)] {
+            let sqlx::postgres::PgAdvisoryLockKey::BigInt(k) = *sqlx::postgres::PgAdvisoryLock::new(text).key() else {
+                panic!("sqlx's new() gave a key of two integers for {text:?}");
+            };
+            assert_eq!(sqlx_key(text), Some(AdvisoryKey::Big(k)), "{text:?}");
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The Prometheus text format (version 0.0.4) of a judged snapshot, written
 //! by the `prometheus` crate's `TextEncoder`. The names and labels are stable:
-//! the README's "In production" section documents them.
+//! the book's "Operating `holders`" (`docs/src/holders.md`) documents them.
 //!
 //! | metric | type | labels | value |
 //! |---|---|---|---|

@@ -1,4 +1,4 @@
-//! `locklab holders`: who holds and who awaits advisory locks on a running
+//! `locklab-holders`: who holds and who awaits advisory locks on a running
 //! server, with a verdict per lock — the guide's diagnostic hook ("export the
 //! count of advisory locks held by connections in the idle state for longer
 //! than a minute", section 4), made correct (bigint keys decoded from both
@@ -7,8 +7,18 @@
 //! Data flow: [`snapshot::take`] (one query in a read-only transaction) →
 //! [`Snapshot`] → [`verdict::judge`] with [`Thresholds`] and the operator's
 //! [`names::KeyNames`] → [`verdict::Judged`] → [`render`] (table, JSON) or
-//! [`metrics`] (Prometheus text format).
+//! [`metrics`] (Prometheus text format); [`cli`] is the command line, shared
+//! by the `locklab-holders` binary and `locklab holders`.
+//!
+//! For operators: this crate runs against production servers, so it depends
+//! on tokio-postgres and the exporter's libraries (axum, prometheus), never on
+//! the lab's pools, containers or report writers (`cargo tree -p
+//! locklab-holders -e normal,build`). `cargo install --locked --path holders`
+//! installs just the `locklab-holders` binary.
 
+#![deny(missing_docs)]
+
+pub mod cli;
 pub mod metrics;
 pub mod names;
 pub mod render;
@@ -19,7 +29,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::keys::AdvisoryKey;
+use locklab_core::keys::AdvisoryKey;
 
 pub use snapshot::take;
 pub use verdict::{Judged, Thresholds, Verdict, judge};

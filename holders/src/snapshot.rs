@@ -12,11 +12,11 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use locklab_drivers::ConnectSpec;
+use locklab_core::ConnectSpec;
 use tokio_postgres::{Client, NoTls};
 
 use super::{Lock, Mode, Snapshot};
-use crate::keys::AdvisoryKey;
+use locklab_core::keys::AdvisoryKey;
 
 /// At most this many characters of a session's last query are kept.
 pub const QUERY_CHARS: i32 = 120;
@@ -86,7 +86,7 @@ from now n cross join stats_role r left join sel s on true";
 /// Where and how to take snapshots.
 #[derive(Clone, Debug)]
 pub struct Target {
-    /// The server (from a DSN: [`crate::server::parse_dsn`]).
+    /// The server (from a DSN: [`locklab_core::parse_dsn`]).
     pub spec: ConnectSpec,
     /// Only locks in this database (default: every database).
     pub database: Option<String>,
@@ -169,7 +169,7 @@ pub async fn take(target: &Target) -> Result<Snapshot> {
 fn one_line(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-        None => locklab_drivers::with_sources(e).replace('\n', " "),
+        None => locklab_core::with_sources(e).replace('\n', " "),
     }
 }
 

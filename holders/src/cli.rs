@@ -1,5 +1,5 @@
-//! `locklab holders`: a snapshot of who holds and who awaits advisory locks
-//! on a running server, with a verdict per lock (`locklab::holders`); once,
+//! The command line of `locklab-holders` (and `locklab holders`): a snapshot of who holds and who awaits advisory locks
+//! on a running server, with a verdict per lock; once,
 //! every few seconds (`--watch`), into a node_exporter textfile, or served
 //! over HTTP (`holders serve`).
 //!
@@ -14,14 +14,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::names::KeyNames;
+use crate::snapshot::{self, Target};
+use crate::{Judged, Thresholds, Verdict, judge, metrics, render};
 use anyhow::{Context, Result, anyhow};
 use clap::{Args, Subcommand, ValueEnum};
-use locklab::holders::names::KeyNames;
-use locklab::holders::snapshot::{self, Target};
-use locklab::holders::{Judged, Thresholds, Verdict, judge, metrics, render};
 
-use crate::output::emit;
-use crate::signals::{Interrupted, Interrupts};
+use locklab_core::output::emit;
+use locklab_core::signals::{Interrupted, Interrupts};
 
 /// The default `holders serve --listen`: loopback only, and not
 /// postgres_exporter's 9187.
@@ -31,6 +31,9 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:9544";
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct HoldersArgs {
+    // (Options of every form: [`Common`]. No doc comment here: clap would
+    // read it as help text.)
+    #[allow(missing_docs)]
     #[command(flatten)]
     pub common: Common,
     /// Output: table, json or prometheus (the text format /metrics serves)
@@ -63,7 +66,7 @@ pub struct Common {
     /// Only locks in this database [default: every database]
     #[arg(long, global = true)]
     pub database: Option<String>,
-    /// Key names and the allow-list of expected holders (YAML; see the README's "In production").
+    /// Key names and the allow-list of expected holders (YAML; see docs/src/holders.md).
     #[arg(long, value_name = "FILE", global = true)]
     pub keys: Option<PathBuf>,
     /// A holder idle (outside a transaction) this many seconds is leaked;
@@ -151,7 +154,7 @@ impl Setup {
             .as_deref()
             .filter(|d| !d.is_empty())
             .ok_or_else(|| anyhow!("holders needs a server: give --dsn or set LOCKLAB_DSN"))?;
-        let spec = locklab::server::parse_dsn(dsn)?;
+        let spec = locklab_core::parse_dsn(dsn)?;
         let names = match &c.keys {
             Some(path) => KeyNames::load(path)?,
             None => KeyNames::default(),

@@ -1,0 +1,183 @@
+//! The lab's public API, for a program outside this repository: load
+//! scenarios, choose drivers, start a server, run, read the typed outcomes,
+//! write a report. The other modules of this crate are the lab's own
+//! machinery (public for the `locklab` binary and the tests); this one, and
+//! the types it re-exports, are what later versions build on.
+//!
+//! Each scenario × driver cell runs in a database of its own on the server,
+//! which the run drops; the server (a local cluster, a container, or an
+//! existing server given by DSN) stops when the [`Lab`] is dropped.
+//!
+//! One scenario through one pool on a local PostgreSQL 17 cluster (installed
+//! into `.cache/` on first use):
+//!
+//! ```
+//! use locklab::lab::{self, BackendChoice, Format, Lab, ServerOptions, Status};
+//!
+//! # fn main() -> anyhow::Result<()> {
+//! let scenarios = lab::load_scenarios(&lab::shipped_scenarios().join("session-lock-pool-return.yaml"))?;
+//! let drivers = lab::drivers(&["deadpool-fast"])?;
+//! let lab = Lab::start(&ServerOptions::new(BackendChoice::Local, 17))?;
+//! let results = lab.run(&scenarios, &drivers)?;
+//!
+//! // One cell: the scenario's own expectations held, and each `record:`
+//! // step left a typed observation.
+//! assert_eq!(results.len(), 1);
+//! let cell = &results[0];
+//! assert_eq!(cell.status(), Status::Pass, "{:?}", cell.failure);
+//! assert!(!cell.observations.is_empty());
+//! for o in &cell.observations {
+//!     println!("{} × {}: {} = {}", cell.scenario, cell.driver, o.name, o.reading());
+//! }
+//!
+//! // The matrix report, as `locklab report` writes it.
+//! let report = lab.report(&scenarios, &drivers, results);
+//! let dir = tempfile::tempdir()?;
+//! let written = report.write(dir.path(), &[Format::Md])?;
+//! assert!(std::fs::read_to_string(&written[0])?.contains("session-lock-pool-return"));
+//! # Ok(())
+//! # }
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, anyhow};
+
+pub use crate::outcome::{Observation, Outcome, RunResult, Status, Value};
+pub use crate::report::{Format, Report};
+pub use crate::scenario::Scenario;
+pub use crate::server::{BackendChoice, Server, ServerOptions};
+pub use locklab_drivers::Driver;
+
+/// The directory of the scenarios this crate ships (`scenarios/` of its
+/// workspace).
+pub fn shipped_scenarios() -> PathBuf {
+    crate::server::workspace_root().join("scenarios")
+}
+
+/// The scenarios of a scenario file, or of every `*.yaml` file of a
+/// directory: one per parameter combination of a file with `params`.
+///
+/// # Errors
+/// Every error of every file, each with its file, line and column, in one
+/// message (see docs/src/scenario-format.md).
+pub fn load_scenarios(path: &Path) -> Result<Vec<Scenario>> {
+    let loaded = if path.is_dir() {
+        crate::scenario::load_dir(path)
+    } else {
+        crate::scenario::load_file(path)
+    };
+    loaded.map_err(|errors| {
+        let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        anyhow!("{}", lines.join("\n"))
+    })
+}
+
+/// The registered drivers (the columns: in-process Rust pools, poolers,
+/// other languages' pools through their adapters) with these ids, in this
+/// order; `locklab list` prints the ids.
+///
+/// # Errors
+/// An id that is not registered, with the ids that are.
+pub fn drivers(ids: &[&str]) -> Result<Vec<Box<dyn Driver>>> {
+    ids.iter()
+        .map(|id| locklab_drivers::find(id).map_err(|e| anyhow!("{e}")))
+        .collect()
+}
+
+/// A started server and the runtime the cells run on.
+pub struct Lab {
+    server: Server,
+    runtime: tokio::runtime::Runtime,
+    jobs: usize,
+    repeat: usize,
+    /// Wall time of the last [`Lab::run`], in ms.
+    last_run_ms: std::sync::Mutex<f64>,
+}
+
+impl Lab {
+    /// Starts the server `options` describe (for the local backend, a
+    /// cluster of its own in a temporary directory, as an unprivileged user
+    /// when run as root; the binaries are installed on first use). It stops
+    /// when the `Lab` is dropped, and is removed even when the process is
+    /// killed (a watchdog process).
+    ///
+    /// # Errors
+    /// The runtime or the server does not start (the message says why, e.g.
+    /// no Docker engine for the container backend).
+    pub fn start(options: &ServerOptions) -> Result<Lab> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the async runtime")?;
+        let server = Server::start(options)?;
+        Ok(Lab {
+            server,
+            runtime,
+            jobs: crate::matrix::DEFAULT_JOBS,
+            repeat: 1,
+            last_run_ms: std::sync::Mutex::new(0.0),
+        })
+    }
+
+    /// At most `jobs` cells at once (default [`crate::matrix::DEFAULT_JOBS`]).
+    #[must_use]
+    pub fn jobs(mut self, jobs: usize) -> Lab {
+        self.jobs = jobs.max(1);
+        self
+    }
+
+    /// Runs every cell `repeat` times and folds the repeats into one result
+    /// with timing statistics (default 1); a cell whose repeats disagree is
+    /// unstable. A race cell (`trials:`) runs once: its trials are its repeats.
+    #[must_use]
+    pub fn repeat(mut self, repeat: usize) -> Lab {
+        self.repeat = repeat.max(1);
+        self
+    }
+
+    /// The server the cells run on.
+    pub fn server(&self) -> &Server {
+        &self.server
+    }
+
+    /// Runs every scenario with every driver and returns one result per
+    /// cell, scenario-major, in the order given. Blocks: call it from
+    /// outside an async runtime.
+    ///
+    /// # Errors
+    /// Called from inside an async runtime. A cell that fails is not an
+    /// error: its [`RunResult::status`] and [`RunResult::failure`] say why.
+    pub fn run(&self, scenarios: &[Scenario], drivers: &[Box<dyn Driver>]) -> Result<Vec<RunResult>> {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(anyhow!("Lab::run blocks: call it from outside an async runtime"));
+        }
+        let servers = std::slice::from_ref(&self.server);
+        let began = Instant::now();
+        let results = self.runtime.block_on(crate::matrix::run_all(
+            servers,
+            scenarios,
+            drivers,
+            self.jobs,
+            self.repeat,
+            |_, _| {},
+        ));
+        *self.last_run_ms.lock().unwrap_or_else(|p| p.into_inner()) = began.elapsed().as_secs_f64() * 1e3;
+        Ok(results)
+    }
+
+    /// The matrix report of `results` (from the last [`Lab::run`], with
+    /// these `scenarios` and `drivers`; its wall time is the report's), to
+    /// write with [`Report::write`].
+    pub fn report(&self, scenarios: &[Scenario], drivers: &[Box<dyn Driver>], results: Vec<RunResult>) -> Report {
+        let elapsed_ms = *self.last_run_ms.lock().unwrap_or_else(|p| p.into_inner());
+        Report::new(
+            std::slice::from_ref(&self.server),
+            scenarios,
+            drivers,
+            results,
+            elapsed_ms,
+        )
+    }
+}

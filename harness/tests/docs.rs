@@ -1,0 +1,149 @@
+//! The README and the book (`docs/src/`) link only to files that exist and
+//! to headings that exist. `just docs` (mdbook-linkcheck2) checks the book's
+//! links to files; this test also checks the `#heading` part, which the link
+//! checker does not, and the README's links.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// The id mdBook (and GitHub) gives a heading: its text in lower case,
+/// spaces as `-`, other punctuation dropped (mdBook's `normalize_id`).
+fn heading_id(text: &str) -> String {
+    text.trim()
+        .chars()
+        .filter_map(|c| {
+            if c.is_alphanumeric() || c == '_' || c == '-' {
+                Some(c.to_ascii_lowercase())
+            } else if c.is_whitespace() {
+                Some('-')
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// The ids of a Markdown file's headings (outside code blocks).
+fn ids(text: &str) -> HashSet<String> {
+    let mut fence = false;
+    let mut out = HashSet::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fence = !fence;
+        } else if !fence && line.starts_with('#') {
+            let title = line.trim_start_matches('#');
+            if title.starts_with(' ') {
+                out.insert(heading_id(title));
+            }
+        }
+    }
+    out
+}
+
+/// The targets of the inline links `[text](target)` outside code blocks and
+/// code spans, with their line numbers.
+fn links(text: &str) -> Vec<(usize, String)> {
+    let mut fence = false;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.starts_with("```") {
+            fence = !fence;
+            continue;
+        }
+        if fence {
+            continue;
+        }
+        // Code spans are not links.
+        let plain: String = line.split('`').step_by(2).collect::<Vec<_>>().join(" ");
+        let mut rest = plain.as_str();
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let Some(end) = after.find(')') else { break };
+            out.push((i + 1, after[..end].to_owned()));
+            rest = &after[end..];
+        }
+    }
+    out
+}
+
+#[test]
+fn every_link_of_the_readme_and_the_book_resolves() {
+    let root = root();
+    let mut files: Vec<PathBuf> = vec![root.join("README.md")];
+    let mut book: Vec<PathBuf> = std::fs::read_dir(root.join("docs/src"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    book.sort();
+    assert!(book.len() > 10, "the book has {} chapters", book.len());
+    files.extend(book);
+    let mut headings: HashMap<PathBuf, HashSet<String>> = HashMap::new();
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (line, target) in links(&text) {
+            if target.starts_with("http://") || target.starts_with("https://") || target.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            let (path, anchor) = match target.split_once('#') {
+                Some((p, a)) => (p, Some(a)),
+                None => (target.as_str(), None),
+            };
+            let dest = if path.is_empty() {
+                file.clone()
+            } else {
+                file.parent().unwrap().join(path)
+            };
+            let place = format!("{}:{line}: {target}", file.strip_prefix(&root).unwrap().display());
+            if !dest.exists() {
+                broken.push(format!("{place}: no such file"));
+                continue;
+            }
+            if let Some(anchor) = anchor {
+                let dest = dest.canonicalize().unwrap();
+                let known = headings
+                    .entry(dest.clone())
+                    .or_insert_with(|| ids(&std::fs::read_to_string(&dest).unwrap_or_default()));
+                if !known.contains(anchor) {
+                    broken.push(format!("{place}: no such heading"));
+                }
+            }
+        }
+    }
+    assert!(checked > 50, "only {checked} links checked");
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn the_readme_stays_a_page() {
+    let lines = std::fs::read_to_string(root().join("README.md"))
+        .unwrap()
+        .lines()
+        .count();
+    assert!(
+        lines <= 250,
+        "README.md has {lines} lines: move the detail into a chapter of docs/"
+    );
+}
+
+#[test]
+fn heading_ids_follow_mdbook() {
+    assert_eq!(
+        heading_id(" Upgrading a pool crate: what changed?"),
+        "upgrading-a-pool-crate-what-changed"
+    );
+    assert_eq!(heading_id(" The guide's table, measured"), "the-guides-table-measured");
+    assert_eq!(
+        heading_id(" In production: `locklab holders`"),
+        "in-production-locklab-holders"
+    );
+    let found = links("see [a](b.md#c) and `[x](y)`\n```\n[z](w)\n```\n");
+    assert_eq!(found, [(1, "b.md#c".to_owned())]);
+}
