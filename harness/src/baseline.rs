@@ -57,6 +57,13 @@ pub struct Baseline {
     pub server: BaselineServer,
     /// Driver columns: id → crate and configuration.
     pub drivers: IndexMap<String, BaselineDriver>,
+    /// How many race rows (observations with shares, of cells with
+    /// `trials`) the cells hold: the Bonferroni split of the race rule's
+    /// false-alarm rate ([`crate::outcome::shares::threshold`]); kept in the
+    /// header so that a process reading one cell knows it. 0 in baselines
+    /// written before it existed (then each row gets the whole rate).
+    #[serde(default)]
+    pub race_rows: u64,
     /// One per scenario × driver, scenario-major.
     pub cells: Vec<BaselineCell>,
 }
@@ -102,6 +109,11 @@ pub struct BaselineCell {
     /// once the run was over (0 in baselines written before it existed).
     #[serde(default)]
     pub backends_left: usize,
+    /// For a cell with `trials`: the CPU pressure its trials ran under,
+    /// which decides whether its shares compare
+    /// ([`crate::outcome::shares::comparable`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pressure: Option<crate::outcome::shares::Pressure>,
 }
 
 /// One observation of a cell.
@@ -121,7 +133,7 @@ pub struct BaselineObservation {
     pub p50_ms: Option<f64>,
     /// For a cell with `trials`: each reading's share of the trials (0–1,
     /// two decimals), compared within
-    /// [`crate::outcome::trials::SHARE_TOLERANCE`].
+    /// the race rule ([`crate::outcome::shares`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shares: Option<Vec<Share>>,
     /// For a cell with `trials`: how many trials the shares are of.
@@ -135,8 +147,19 @@ pub struct Share {
     /// What was read.
     #[serde(flatten)]
     pub reading: Reading,
-    /// Its share of the trials, 0–1 with two decimals.
+    /// Its share of the trials, 0–1 with two decimals (for reading).
     pub share: f64,
+    /// In how many trials it was read (what the race rule compares;
+    /// baselines written before it existed have the share alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+}
+
+impl Share {
+    /// Its count of `n` trials: [`Share::count`], or the share's.
+    pub fn count(&self, n: u64) -> u64 {
+        self.count.unwrap_or_else(|| (self.share * n as f64).round() as u64)
+    }
 }
 
 impl BaselineCell {
@@ -168,6 +191,7 @@ impl BaselineCell {
                                     .map(|c| Share {
                                         reading: c.reading.clone(),
                                         share: (100.0 * c.trials as f64 / n.max(1) as f64).round() / 100.0,
+                                        count: Some(c.trials),
                                     })
                                     .collect()
                             }),
@@ -178,6 +202,7 @@ impl BaselineCell {
             locks_left: o.locks_left,
             cleaned_backends: o.cleaned_backends,
             backends_left: o.backends_left,
+            pressure: r.trials.as_ref().and_then(|t| t.pressure),
         }
     }
 
@@ -216,6 +241,17 @@ fn two_digits(ms: f64) -> f64 {
 }
 
 impl Baseline {
+    /// With [`Baseline::race_rows`] counted from its cells.
+    pub fn with_race_rows(mut self) -> Baseline {
+        self.race_rows = self
+            .cells
+            .iter()
+            .flat_map(|c| c.observations.values())
+            .filter(|o| o.shares.is_some())
+            .count() as u64;
+        self
+    }
+
     /// Column `id` alone, its cells and driver entry renamed `as_id`: one
     /// side of a comparison of two columns of one run (`locklab check
     /// --upgrade FROM TO`, where both sides take one name so that
@@ -273,8 +309,10 @@ impl Baseline {
                     )
                 })
                 .collect(),
+            race_rows: 0,
             cells: report.runs.iter().map(BaselineCell::of).collect(),
-        })
+        }
+        .with_race_rows())
     }
 
     /// Reads a baseline file.

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use super::{Baseline, BaselineCell, BaselineObservation, TIMED_FROM_MS};
 use crate::compare::{self, Timings, Tolerance};
 use crate::outcome::Reading;
-use crate::outcome::trials::{FULL_TRIALS, SEEN_SHARE, SHARE_TOLERANCE};
+use crate::outcome::shares;
 
 /// One cell that differs between a baseline and a fresh run.
 #[derive(Debug, Clone)]
@@ -32,6 +32,10 @@ pub struct Comparison {
     pub compared: usize,
     /// Cells that differ, in the fresh run's order (new and missing cells included).
     pub diffs: Vec<CellDiff>,
+    /// Information, not differences: race cells whose shares the rule would
+    /// call changed but whose runs' CPU pressure is not comparable
+    /// ([`shares::comparable`]).
+    pub notes: Vec<CellDiff>,
 }
 
 impl Comparison {
@@ -68,7 +72,9 @@ impl Comparison {
                 .map(|c| format!(" at {}", &c[..c.len().min(12)]))
                 .unwrap_or_default()
         );
+        let notes = self.render_notes();
         if self.diffs.is_empty() {
+            out.push_str(&notes);
             return out;
         }
         let mut per_driver: Vec<(&str, &str, usize)> = Vec::new();
@@ -118,6 +124,26 @@ impl Comparison {
                 self.diffs.len() - shown
             );
         }
+        out.push_str(&notes);
+        out
+    }
+
+    /// The information lines: share changes under pressures too far apart
+    /// to compare, one block per cell (empty without any).
+    fn render_notes(&self) -> String {
+        let mut out = String::new();
+        if self.notes.is_empty() {
+            return out;
+        }
+        let _ = writeln!(
+            out,
+            "\ninformation, not differences: {} race cell(s) whose shares moved, measured under CPU pressure \
+             too far from the baseline's to compare (docs: \"The race rule\")",
+            self.notes.len()
+        );
+        for n in &self.notes {
+            let _ = writeln!(out, "  {} × {}: {}", n.scenario, n.driver, n.changes.join("; "));
+        }
         out
     }
 }
@@ -159,6 +185,7 @@ pub fn compare(
         }
     };
     let mut diffs = Vec::new();
+    let mut notes = Vec::new();
     let mut compared = 0;
     for after in &fresh.cells {
         let before = baseline
@@ -168,7 +195,16 @@ pub fn compare(
         let changes = match before {
             Some(before) => {
                 compared += 1;
-                cell_changes(before, after, tolerance)
+                let (changes, info) = cell_changes(before, after, tolerance, baseline.race_rows);
+                if !info.is_empty() {
+                    notes.push(CellDiff {
+                        scenario: after.scenario.clone(),
+                        driver: after.driver.clone(),
+                        driver_note: driver_note(&after.driver),
+                        changes: info,
+                    });
+                }
+                changes
             }
             None => vec![format!("new cell, not in the baseline: {}", after.status)],
         };
@@ -195,16 +231,21 @@ pub fn compare(
             });
         }
     }
-    Comparison { compared, diffs }
+    Comparison { compared, diffs, notes }
 }
 
-/// The changed values of one cell, one line each.
-fn cell_changes(before: &BaselineCell, after: &BaselineCell, tolerance: Tolerance) -> Vec<String> {
+/// The changed values of one cell, one line each, and the information lines
+/// (share changes that do not count: see [`shares`]). A race row (one with
+/// shares) does not compare by the readings it saw: which are possible is
+/// the scenario's `outcomes:`, checked by the runner on every trial; its
+/// counts compare by [`share_changes`].
+fn cell_changes(
+    before: &BaselineCell,
+    after: &BaselineCell,
+    tolerance: Tolerance,
+    race_rows: u64,
+) -> (Vec<String>, Vec<String>) {
     let (b, mut a) = (before.outcome(), after.outcome());
-    // Two runs of a race agree on an observation when every value one saw
-    // in at least SEEN_SHARE of its trials the other saw at all (a short
-    // run, under FULL_TRIALS trials as under cargo test: in that direction
-    // only, since rarer values may simply not have come up in it).
     for recorded in &mut a.observations {
         let (Some(bo), Some(ao)) = (
             before.observations.get(recorded.name.as_str()),
@@ -212,23 +253,7 @@ fn cell_changes(before: &BaselineCell, after: &BaselineCell, tolerance: Toleranc
         ) else {
             continue;
         };
-        let (Some(bs), Some(a_s)) = (shares(bo), shares(ao)) else {
-            continue;
-        };
-        let short = bo.trials.unwrap_or(0).min(ao.trials.unwrap_or(0)) < FULL_TRIALS;
-        let (small, large, small_n) = if ao.trials <= bo.trials {
-            (&a_s, &bs, ao.trials.unwrap_or(0))
-        } else {
-            (&bs, &a_s, bo.trials.unwrap_or(0))
-        };
-        // In a short run one trial is already over 5 %: a value seen once
-        // there may be a rare one that the other run happened not to see.
-        let least = if short { 2.0 } else { 0.0 };
-        let known = |x: &Shares, y: &Shares, n: u64| {
-            x.iter()
-                .all(|(v, share)| *share < SEEN_SHARE || (share * n as f64).round() < least || y.contains_key(v))
-        };
-        if known(small, large, small_n) && (short || known(large, small, 0)) {
+        if bo.shares.is_some() && ao.shares.is_some() {
             recorded.seen.clone_from(&bo.seen);
             recorded.sqlstate.clone_from(&bo.sqlstate);
         }
@@ -244,55 +269,63 @@ fn cell_changes(before: &BaselineCell, after: &BaselineCell, tolerance: Toleranc
         .iter()
         .map(ToString::to_string)
         .collect();
-    changes.extend(share_changes(before, after));
-    changes
+    let moved = share_changes(before, after, race_rows);
+    if moved.is_empty() {
+        return (changes, Vec::new());
+    }
+    if shares::comparable(before.pressure.as_ref(), after.pressure.as_ref()) {
+        changes.extend(moved);
+        (changes, Vec::new())
+    } else {
+        let text = |p: Option<&shares::Pressure>| p.map_or("CPU pressure not recorded".to_owned(), |p| p.text());
+        let mut info = moved;
+        info.push(format!(
+            "{} in the baseline, {} now (within ±{:.0} points they would count)",
+            text(before.pressure.as_ref()),
+            text(after.pressure.as_ref()),
+            100.0 * shares::PRESSURE_BAND
+        ));
+        (changes, info)
+    }
 }
 
-/// Values of a trial cell's observation whose share of the trials moved by
-/// more than [`SHARE_TOLERANCE`] (values under [`SEEN_SHARE`] in both are
-/// not compared; nor are the shares of a run with fewer than
-/// [`FULL_TRIALS`]): `` `name` share of `55P03`: 51% → 10% (outside ±25 points) ``.
-fn share_changes(before: &BaselineCell, after: &BaselineCell) -> Vec<String> {
+/// The readings of a race row whose counts changed by the rule of
+/// [`shares::changes`]: `` `name` share of `55P03`: 51 % of 1000 → 10 % of
+/// 1000 (Fisher p = …) ``. Whether they count is the caller's
+/// ([`shares::comparable`]).
+fn share_changes(before: &BaselineCell, after: &BaselineCell, race_rows: u64) -> Vec<String> {
     let mut out = Vec::new();
     for (name, b) in &before.observations {
         let Some(a) = after.observations.get(name) else {
             continue;
         };
-        let (Some(bs), Some(a_s)) = (shares(b), shares(a)) else {
+        let (Some(bs), Some(a_s)) = (counts(b), counts(a)) else {
             continue;
         };
-        if b.trials.unwrap_or(0).min(a.trials.unwrap_or(0)) < FULL_TRIALS {
-            continue;
-        }
         // In the order of their text, as the cells show them.
         let values: std::collections::BTreeSet<&Reading> = bs.keys().chain(a_s.keys()).collect();
         let mut values: Vec<&Reading> = values.into_iter().collect();
         values.sort_by_cached_key(|r| r.to_string());
-        for v in values {
-            let (x, y) = (bs.get(v).copied().unwrap_or(0.0), a_s.get(v).copied().unwrap_or(0.0));
-            if x.max(y) >= SEEN_SHARE && (x - y).abs() > SHARE_TOLERANCE {
-                out.push(format!(
-                    "`{name}` share of `{v}`: {:.0}% → {:.0}% (outside ±{:.0} points)",
-                    100.0 * x,
-                    100.0 * y,
-                    100.0 * SHARE_TOLERANCE
-                ));
-            }
+        let rows: Vec<(&Reading, u64, u64)> = values
+            .into_iter()
+            .map(|v| (v, bs.get(v).copied().unwrap_or(0), a_s.get(v).copied().unwrap_or(0)))
+            .collect();
+        let (n, m) = (b.trials.unwrap_or(0), a.trials.unwrap_or(0));
+        for (v, change) in shares::changes(&rows, n, m, race_rows) {
+            out.push(format!("`{name}` share of `{v}`: {}", change.text()));
         }
     }
     out
 }
 
-/// A race row's shares by reading.
-type Shares = BTreeMap<Reading, f64>;
-
-/// The shares of a race row's readings, `None` for another observation.
-fn shares(o: &BaselineObservation) -> Option<Shares> {
+/// A race row's counts by reading, `None` for another observation.
+fn counts(o: &BaselineObservation) -> Option<BTreeMap<Reading, u64>> {
+    let n = o.trials.unwrap_or(0);
     Some(
         o.shares
             .as_ref()?
             .iter()
-            .map(|s| (s.reading.clone(), s.share))
+            .map(|s| (s.reading.clone(), s.count(n)))
             .collect(),
     )
 }
@@ -323,6 +356,7 @@ mod tests {
             locks_left: LocksLeft::default(),
             cleaned_backends: 0,
             backends_left: 0,
+            pressure: None,
         }
     }
 
@@ -351,72 +385,75 @@ mod tests {
                     )
                 })
                 .collect(),
+            race_rows: 0,
             cells,
         }
     }
 
-    /// A race cell's observation: `shares` of `trials` trials, displayed as
-    /// the values seen in at least 5 % of them.
-    fn race(shares: &[(&str, f64)], trials: u64) -> BaselineCell {
+    /// A race cell's observation: `counts` of `trials` trials under CPU
+    /// pressure `psi`, displayed as the values seen in at least 5 % of them.
+    fn race(counts: &[(&str, u64)], trials: u64, psi: f64) -> BaselineCell {
         let mut c = cell("race", "a", "", 10.0);
         let o = c.observations.get_mut("held").unwrap();
         let reading = |k: &str| Reading::plain(Value::of_text(k));
-        let mut seen: Vec<Reading> = shares
+        let mut seen: Vec<Reading> = counts
             .iter()
-            .filter(|(_, s)| *s >= SEEN_SHARE)
+            .filter(|(_, k)| *k as f64 >= 0.05 * trials as f64)
             .map(|(k, _)| reading(k))
             .collect();
         seen.sort();
         o.seen = Seen::Seen(seen);
         o.shares = Some(
-            shares
+            counts
                 .iter()
-                .map(|(k, share)| Share {
+                .map(|(k, count)| Share {
                     reading: reading(k),
-                    share: *share,
+                    share: *count as f64 / trials as f64,
+                    count: Some(*count),
                 })
                 .collect(),
         );
         o.trials = Some(trials);
+        c.pressure = Some(shares::Pressure {
+            cpu_some: Some(psi),
+            load1: 1.0,
+            cpus: 2,
+        });
         c
     }
 
     #[test]
-    fn races_compare_by_the_values_seen_and_their_shares() {
-        let full = race(&[("55P03", 0.5), ("true", 0.47), ("timeout-then-grant", 0.03)], 1000);
-        // A short run that saw only one of the common values agrees, whatever
-        // its first trial's SQLSTATE.
-        let mut first_failed = race(&[("true", 1.0)], 12);
+    fn races_compare_by_their_counts_under_comparable_pressure() {
+        let t = Tolerance::default();
+        let full = race(&[("55P03", 500), ("true", 470), ("timeout-then-grant", 30)], 1000, 0.3);
+        // A short run that saw only one of the values agrees, whatever its
+        // first trial's SQLSTATE; which values are possible is not decided here.
+        let mut first_failed = race(&[("true", 12)], 12, 0.3);
         first_failed.observations.get_mut("held").unwrap().sqlstate = Some("55P03".into());
-        assert!(cell_changes(&full, &first_failed, Tolerance::default()).is_empty());
-        // A value seen once in a short run may be a rare one: not held against it.
-        assert!(
-            cell_changes(
-                &full,
-                &race(&[("true", 11.0 / 12.0), ("57014", 1.0 / 12.0)], 12),
-                Tolerance::default()
-            )
-            .is_empty()
-        );
-        // One that saw a value the full run never saw (twice or more) does not.
-        let new_value = cell_changes(&full, &race(&[("true", 0.5), ("57014", 0.5)], 12), Tolerance::default());
+        assert_eq!(cell_changes(&full, &first_failed, t, 900), (vec![], vec![]));
+        // A reading the baseline never saw, in half of 12 trials, is a
+        // change of share (whether it is possible at all is the runner's).
+        let (new_value, _) = cell_changes(&full, &race(&[("true", 6), ("57014", 6)], 12, 0.3), t, 900);
         assert_eq!(new_value.len(), 1, "{new_value:?}");
+        assert!(new_value[0].starts_with("`held` share of `57014`: 0 % of 1000 → 50 % of 12 (Fisher p = "));
+        // Drift of 2.5 points in 1,000 trials is noise.
+        let again = race(&[("55P03", 475), ("true", 500), ("timeout-then-grant", 25)], 1000, 0.3);
+        assert_eq!(cell_changes(&full, &again, t, 900), (vec![], vec![]));
+        // 50 % → 10 % is a change at equal pressure…
+        let shifted = race(&[("55P03", 100), ("true", 900)], 1000, 0.35);
+        let (changes, info) = cell_changes(&full, &shifted, t, 900);
+        assert!(info.is_empty());
+        assert_eq!(changes.len(), 3, "{changes:?}");
         assert!(
-            new_value[0].starts_with("`held`: 55P03 | true → 57014 | true"),
-            "{new_value:?}"
+            changes[0].starts_with("`held` share of `55P03`: 50 % of 1000 → 10 % of 1000 (Fisher p = "),
+            "{changes:?}"
         );
-        // A rare value may be missing from another full run, and 5 points of drift are noise.
-        let again = race(&[("55P03", 0.45), ("true", 0.55)], 1000);
-        assert!(cell_changes(&full, &again, Tolerance::default()).is_empty());
-        // A share that moved by more than 25 points is a change.
-        let shifted = race(&[("55P03", 0.1), ("true", 0.9)], 1000);
-        assert_eq!(
-            cell_changes(&full, &shifted, Tolerance::default()),
-            vec![
-                "`held` share of `55P03`: 50% → 10% (outside ±25 points)".to_owned(),
-                "`held` share of `true`: 47% → 90% (outside ±25 points)".to_owned()
-            ]
-        );
+        // … and information only when the pressures are apart.
+        let loaded = race(&[("55P03", 100), ("true", 900)], 1000, 0.6);
+        let (changes, info) = cell_changes(&full, &loaded, t, 900);
+        assert!(changes.is_empty(), "{changes:?}");
+        assert_eq!(info.len(), 4, "{info:?}");
+        assert!(info[3].starts_with("CPU pressure 30 % (load 1.0 on 2 CPUs) in the baseline, CPU pressure 60 %"));
     }
 
     #[test]

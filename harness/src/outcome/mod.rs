@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 mod reading;
+pub mod shares;
 pub mod trials;
 mod value;
 

@@ -2,20 +2,15 @@
 //! invariants checked on each, and the comparison rule for what varies by
 //! nature (docs/src/faults-and-races.md, "Races").
 //!
-//! The rule, used when a run is compared with the baseline (`check`, the
-//! matrix test): an observation of a trial cell compares as the set of
-//! [`Reading`]s seen in at least [`SEEN_SHARE`] of its trials
-//! ([`Observation::seen`], shown e.g. `55P03 | true`); two runs agree on it when every value one saw that often
-//! the other saw at all, and, when both ran at least [`FULL_TRIALS`] trials,
-//! each value's share moved by at most [`SHARE_TOLERANCE`]. A shorter run (as
-//! under `cargo test`) agrees when every value it saw that often, and at
-//! least twice, is one the other run saw at all; its shares are not compared. An invariant compares
-//! by its verdict (`holds`, `violated`), exactly; one declared the finding
-//! reads `measured (the finding)` ([`Verdict::Finding`]) and compares by its share of violating
-//! trials. A race cell runs once however many repeats (`--repeat`, `soak`):
-//! its trials are its repeats.
-//! Rarer values are reported, never compared: a value seen once in 1,000
-//! trials may well be missing from the next 1,000.
+//! How two runs' trials compare is the race rule ([`super::shares`]): the
+//! possible outcomes are the scenario's `outcomes:` (checked here on every
+//! trial by [`Collector::outside`]); a must-hold invariant fails on one
+//! violation; a finding's count and every reading's count compare by
+//! [`super::shares::changes`] under comparable CPU pressure. An observation
+//! still shows as the readings seen in at least [`SEEN_SHARE`] of its trials
+//! ([`Observation::seen`], e.g. `55P03 | true`), for reading the report.
+//! A race cell runs once however many repeats (`--repeat`, `soak`): its
+//! trials are its repeats.
 
 use std::collections::BTreeMap;
 
@@ -26,18 +21,8 @@ use super::{Counted, Observation, Reading, Stats, Value, Verdict};
 use crate::scenario::{Invariant, InvariantCheck};
 
 /// The smallest share of the trials (5 %) in which a value must be seen to
-/// be part of what an observation compares as.
+/// be shown in the observation's cell (the report also shows every share).
 pub const SEEN_SHARE: f64 = 0.05;
-
-/// Runs of fewer trials than this (as under `cargo test`) are short: their
-/// shares are not compared, and their often-seen values need only be values
-/// the other run saw at all.
-pub const FULL_TRIALS: u64 = 100;
-
-/// How far a value's share of the trials may move against the baseline
-/// (0.25: 25 percentage points) before `check` reports it: races measure
-/// timing, and a debug build on a loaded machine shifts them.
-pub const SHARE_TOLERANCE: f64 = 0.25;
 
 /// What the trials of one cell came to.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
@@ -49,6 +34,10 @@ pub struct TrialsSummary {
     pub outcomes: Vec<TrialOutcome>,
     /// Each invariant's result, in file order.
     pub invariants: Vec<InvariantResult>,
+    /// The CPU pressure the trials ran under (absent in reports written
+    /// before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pressure: Option<super::shares::Pressure>,
 }
 
 /// One outcome of a trial: each recorded name's reading, in step order.
@@ -325,6 +314,10 @@ impl Collector {
 impl TrialsSummary {
     /// Adds another run's trials of the same cell (a repeat, a shard).
     pub fn merge(&mut self, other: &TrialsSummary) {
+        self.pressure = match (self.pressure, other.pressure) {
+            (Some(a), Some(b)) => Some(a.merge(self.n, b, other.n)),
+            _ => None,
+        };
         self.n += other.n;
         for o in &other.outcomes {
             count_outcome(&mut self.outcomes, o.values.clone(), o.trials);

@@ -40,7 +40,7 @@ pub use error::{StepError, StepResult};
 pub use expect::check_sql;
 pub use phases::{drop_own_databases, leak_guard};
 pub use sharing::Sharing;
-pub use trials::{effective_trials, set_max_trials};
+pub use trials::{effective_trials, possible, set_max_trials};
 
 use crate::outcome::{Phase, RunResult};
 use crate::scenario::Scenario;

@@ -8,8 +8,10 @@ use locklab_drivers::DirectConn;
 
 use super::state::Run;
 use super::{StepError, StepResult};
+use crate::outcome::shares::PressureMeter;
 use crate::outcome::trials::{Collector, row_name};
-use crate::scenario::Trials;
+use crate::outcome::{Observation, Value};
+use crate::scenario::{Possible, Trials};
 
 /// At most this many trials per cell (0: as the scenario says).
 static MAX_TRIALS: AtomicU32 = AtomicU32::new(0);
@@ -41,6 +43,7 @@ impl Run<'_> {
     ) -> StepResult {
         let n = effective_trials(trials.count);
         let mut collector = Collector::new(&trials.invariants);
+        let meter = PressureMeter::start();
         for t in 1..=n {
             for r in &trials.random {
                 let v = if r.max > r.min {
@@ -63,26 +66,85 @@ impl Run<'_> {
             }
             collector.add(u64::from(t), &observations, &trials.invariants);
         }
-        let (observations, summary) = collector.finish();
+        let (observations, mut summary) = collector.finish();
+        summary.pressure = Some(meter.finish());
+        let mut broken = outside(&trials.outcomes, &observations);
         self.result.observations = observations;
-        let broken: Vec<String> = summary
-            .invariants
-            .iter()
-            .filter(|r| r.violated > 0 && !r.finding)
-            .map(|r| {
-                format!(
-                    "{} {}; first: {}",
-                    row_name(&r.name),
-                    r.text(),
-                    r.first_violation.as_deref().unwrap_or("?")
-                )
-            })
-            .collect();
+        broken.extend(
+            summary
+                .invariants
+                .iter()
+                .filter(|r| r.violated > 0 && !r.finding)
+                .map(|r| {
+                    format!(
+                        "{} {}; first: {}",
+                        row_name(&r.name),
+                        r.text(),
+                        r.first_violation.as_deref().unwrap_or("?")
+                    )
+                }),
+        );
         self.result.trials = Some(summary);
         if broken.is_empty() {
             Ok(())
         } else {
             Err(StepError::Mismatch(broken.join("; ")))
         }
+    }
+}
+
+/// The readings outside the scenario's `outcomes:`, one line per recorded
+/// name: `` `lock_call` read 08P01 in 3 of 12 trials, not among its possible
+/// outcomes (value: true | error: 57014) ``. A step that did not apply
+/// (`n/a`) reads nothing.
+fn outside(outcomes: &[(String, Vec<Possible>)], observations: &[Observation]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, list) in outcomes {
+        let Some(d) = observations
+            .iter()
+            .find(|o| &o.name == name)
+            .and_then(|o| o.distribution.as_ref())
+        else {
+            continue;
+        };
+        let n: u64 = d.iter().map(|c| c.trials).sum();
+        for c in d {
+            let v = &c.reading.value;
+            if matches!(v, Value::NotApplicable | Value::SettingsCannotPassPgBouncer)
+                || list.iter().any(|p| possible(p, v))
+            {
+                continue;
+            }
+            out.push(format!(
+                "`{name}` read {} in {} of {n} trials, not among its possible outcomes ({})",
+                c.reading,
+                c.trials,
+                list.iter().map(ToString::to_string).collect::<Vec<_>>().join(" | ")
+            ));
+        }
+    }
+    out
+}
+
+/// Whether a trial's reading `v` is the possible reading `p` (an item of a
+/// scenario's `outcomes:`).
+pub fn possible(p: &Possible, v: &Value) -> bool {
+    match (p, v) {
+        (Possible::Value(s), Value::Null) => s.matches(None),
+        (Possible::Value(s), Value::Bool(b)) => s.matches(Some(if *b { "t" } else { "f" })),
+        (Possible::Value(s), Value::Int(i)) => s.matches(Some(&i.to_string())),
+        (Possible::Value(s), Value::Number(_, t) | Value::Text(t)) => s.matches(Some(t)),
+        (Possible::Error(code), Value::Error(e)) => e.sqlstate == *code,
+        (Possible::Dropped, Value::Dropped { .. }) => true,
+        (Possible::Held(h), Value::Locks(s)) => s.held == *h,
+        (Possible::HeldBy { actor, state }, Value::Locks(s)) => {
+            s.held
+                && !s.holders.is_empty()
+                && s.holders.iter().all(|h| {
+                    h.actor.as_deref() == Some(actor.as_str())
+                        && state.as_ref().is_none_or(|want| h.state.as_ref() == Some(want))
+                })
+        }
+        _ => false,
     }
 }

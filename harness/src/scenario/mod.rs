@@ -34,7 +34,7 @@ pub use step::{
     AwaitStep, ClientBound, ObserveExpect, ObserveStep, SqlExpect, SqlStep, Step, StepKind, Transaction,
     TransactionStep,
 };
-pub use trials::{Invariant, InvariantCheck, RandomValue, Trials};
+pub use trials::{Invariant, InvariantCheck, Possible, RandomValue, Trials};
 
 use params::{expand_params, instance_suffix, neutralize_placeholders, substitute_params, without_params_and_comments};
 use raw::{ParamsOnly, RawScenario};

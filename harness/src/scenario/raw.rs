@@ -73,6 +73,18 @@ pub(crate) struct RawScenario {
     #[serde(default)]
     #[schemars(with = "IndexMap<String, RawInvariant>")]
     pub(crate) invariants: Option<Spanned<IndexMap<String, Spanned<RawInvariant>>>>,
+    /// With `trials` (and then required): every reading a trial may record, per `record`
+    /// name of the steps, as PostgreSQL's isolation tester lists a permutation's alternative
+    /// expected outputs. A trial that reads anything else fails the cell, however rarely; a
+    /// reading in the list never fails it (how often each comes up depends on the machine's
+    /// load: see "The race rule" in the docs). Each item is one of `{ value: … }`,
+    /// `{ error: SQLSTATE | condition name | none }` (`none`: an error the driver reports
+    /// without a SQLSTATE), `{ dropped: true }` (the call given up at its `client_timeout_ms`),
+    /// `{ held: false }` / `{ held: true }`, `{ held_by: ACTOR }` (every holder is this actor,
+    /// or `server connection` behind transaction pooling; optionally with `state`).
+    #[serde(default)]
+    #[schemars(with = "IndexMap<String, Vec<RawOutcome>>")]
+    pub(crate) outcomes: Option<Spanned<IndexMap<String, Spanned<Vec<RawOutcome>>>>>,
     /// Named connections. `via: pool` actors share the pool under test; `via: direct` actors
     /// each own a dedicated connection for the whole run (observers, dedicated lock holders).
     #[schemars(with = "IndexMap<String, RawActor>")]
@@ -122,6 +134,33 @@ pub(crate) struct RawPool {
     /// out-of-process pool in an adapter started for it alone).
     #[serde(default)]
     pub(crate) process: Process,
+}
+
+/// One possible reading of a race scenario's recorded step (`outcomes:`):
+/// exactly one of its fields, `state` only with `held_by`.
+#[derive(Deserialize, JsonSchema, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawOutcome {
+    /// The first column of the first row, compared as `expect.value` (`""`: the empty text a
+    /// `void` function returns; `null`: SQL NULL).
+    #[serde(default, deserialize_with = "present")]
+    pub(crate) value: Option<Scalar>,
+    /// An error with this SQLSTATE (five characters or a condition name), or `none`: without one.
+    #[serde(default)]
+    pub(crate) error: Option<String>,
+    /// `true`: the call was given up at its `client_timeout_ms` (whatever became of a cancel).
+    #[serde(default)]
+    pub(crate) dropped: Option<bool>,
+    /// An `observe` snapshot with (`true`) or without (`false`) a granted lock.
+    #[serde(default)]
+    pub(crate) held: Option<bool>,
+    /// An `observe` snapshot whose holders are all this actor (`server connection`: a backend
+    /// behind transaction pooling, nobody's).
+    #[serde(default)]
+    pub(crate) held_by: Option<String>,
+    /// With `held_by`: each holder's `pg_stat_activity.state` (`idle`, `active`, …).
+    #[serde(default)]
+    pub(crate) state: Option<String>,
 }
 
 /// An invariant over one trial's recorded observations.

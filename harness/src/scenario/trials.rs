@@ -13,6 +13,43 @@ pub struct Trials {
     pub random: Vec<RandomValue>,
     /// Checked on every trial.
     pub invariants: Vec<Invariant>,
+    /// Every reading a trial may record, per `record` name (`outcomes:`).
+    pub outcomes: Vec<(String, Vec<Possible>)>,
+}
+
+/// One possible reading of a race scenario's recorded step (`outcomes:`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Possible {
+    /// The first column of the first row.
+    Value(super::Scalar),
+    /// An error with this SQLSTATE (five characters); `None`: without one.
+    Error(Option<String>),
+    /// The call was given up at its `client_timeout_ms`.
+    Dropped,
+    /// A snapshot with (`true`) or without (`false`) a granted lock.
+    Held(bool),
+    /// A snapshot whose holders are all this actor, in this state if given.
+    HeldBy {
+        /// The actor (`server connection` behind transaction pooling).
+        actor: String,
+        /// `pg_stat_activity.state`, if it matters.
+        state: Option<String>,
+    },
+}
+
+impl std::fmt::Display for Possible {
+    /// As the file writes it: `value: true`, `error: 57014`, `held_by: waiter (idle)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Possible::Value(v) => write!(f, "value: {v}"),
+            Possible::Error(Some(code)) => write!(f, "error: {code}"),
+            Possible::Error(None) => f.write_str("error: none"),
+            Possible::Dropped => f.write_str("dropped"),
+            Possible::Held(h) => write!(f, "held: {h}"),
+            Possible::HeldBy { actor, state: None } => write!(f, "held_by: {actor}"),
+            Possible::HeldBy { actor, state: Some(s) } => write!(f, "held_by: {actor} ({s})"),
+        }
+    }
 }
 
 /// One `random:` entry.

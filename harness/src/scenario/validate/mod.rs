@@ -92,7 +92,14 @@ impl Validator<'_> {
             raw.trials.is_some(),
             pool_process,
         );
-        let trials = self.trials(raw.trials.as_ref(), random, raw.invariants, &actors, &steps);
+        let trials = self.trials(
+            raw.trials.as_ref(),
+            random,
+            raw.invariants,
+            raw.outcomes,
+            &actors,
+            &steps,
+        );
         let instance = if self.params.is_empty() {
             name.clone()
         } else {
