@@ -33,6 +33,10 @@
 //! (`locklab::server::shared`).
 
 mod common;
+#[path = "matrix/plan.rs"]
+mod plan;
+#[path = "matrix/timing.rs"]
+mod timing;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -48,9 +52,6 @@ use locklab::scenario::{self, Scenario, StepKind, When};
 use locklab::server::{Backend, Server};
 use locklab_drivers::{DriverKind, PoolerMode};
 
-/// The backends every cell runs on, with their trial-name suffix.
-const BACKENDS: [(Backend, &str); 2] = [(Backend::Local, "local"), (Backend::Container, "container")];
-
 /// Trials per race cell (scenarios with `trials:`) under `cargo test`.
 const TEST_TRIALS: u32 = 12;
 
@@ -60,77 +61,36 @@ const BASELINE: &str = "reports/baseline.json";
 fn main() {
     let args = common::init_binary();
     // The races' short version: enough trials to exercise the machinery and
-    // the verdicts, compared with the baseline's 1,000 by the trials rule.
+    // the verdicts, compared with the baseline's 1,000 by the race rule.
     locklab::runner::set_max_trials(Some(TEST_TRIALS));
     let _ = SINGLE_TRIAL.set(args.exact && args.filter.is_some());
-    let scenarios = scenarios_for(&args);
-    let ids = locklab_drivers::ids();
-    let scenarios: Vec<Arc<Scenario>> = scenarios.into_iter().map(Arc::new).collect();
-    let in_container: std::collections::HashMap<&str, bool> = locklab_drivers::registry()
-        .iter()
-        .map(|d| {
-            let i = d.info();
-            (i.id, i.pooler.is_some_and(|p| p.kind.in_container()))
-        })
-        .collect();
+    let scenarios: Vec<Arc<Scenario>> = scenarios_for(&args).into_iter().map(Arc::new).collect();
+    // Asked once, up front: which backend every cell runs on depends on it.
+    let docker = locklab::server::container::docker_answers()
+        .err()
+        .map(|e| format!("no Docker engine answered ({e:#})"));
+    let plan = plan::Plan::new(&scenarios, docker.is_none());
     let mut trials = Vec::new();
-    // Diagonal order: the trials that run at the same time are different
-    // scenarios through different drivers, so that neither the cells of a
-    // scenario whose server-side work is heavy (string-keys-fixed-width-hash
-    // hashes 200000 ids) nor those of one PgBouncer compete with each other
-    // for the CPU, which would push their timings past the baseline's
-    // tolerance. Every scenario × driver × backend once.
-    for offset in 0..ids.len() {
-        for (i, s) in scenarios.iter().enumerate() {
-            if waits_for_faults(s) {
-                continue;
-            }
-            let id = ids[(i + offset) % ids.len()];
-            for (backend, label) in BACKENDS {
-                // Races measure the client and the lock manager, not the
-                // backend kind: on the local cluster only.
-                if s.trials.is_some() && backend == Backend::Container {
-                    continue;
-                }
-                // A pooler in a container is the same pooler whatever runs
-                // the server: its cells on the local cluster only.
-                if in_container[&id] && backend == Backend::Container {
-                    continue;
-                }
-                let s = Arc::clone(s);
-                trials.push(Trial::test(format!("{}::{id}::{label}", s.name), move || {
-                    cell(backend, &s, id)
-                }));
-            }
-        }
+    for c in plan.cells {
+        let s = Arc::clone(&scenarios[c.scenario]);
+        let name = format!(
+            "{}::{}::{}",
+            s.name,
+            c.driver.unwrap_or("all-drivers"),
+            c.backend_label()
+        );
+        let kind = c.kind.clone();
+        let backend = c.backend;
+        trials.push(match c.driver {
+            Some(id) => Trial::test(name.clone(), move || {
+                timed(&name, &kind, backend, || cell(backend, &s, id))
+            }),
+            None => Trial::test(name.clone(), move || {
+                timed(&name, &kind, backend, || all_drivers(backend, &s))
+            }),
+        });
     }
-    // Fault scenarios mostly wait (for keepalives, a check interval, a
-    // bound of seconds, a restart): all drivers of one together, in one
-    // trial; those on a server of their own (the fault server, or a cluster
-    // per cell), the same whatever the backend, once. Spread evenly among
-    // the single cells, not after them: at the end, six of these at once
-    // (each running four to six cells, with child processes, adapters and
-    // clusters of their own) loaded the machine so that a crash cell's time
-    // to release grew past a second.
-    let mut faults = Vec::new();
-    for s in scenarios.iter().filter(|s| waits_for_faults(s)) {
-        for (backend, label) in BACKENDS {
-            if (s.needs_fault_server() || s.needs_own_cluster()) && backend == Backend::Container {
-                continue;
-            }
-            let s = Arc::clone(s);
-            faults.push(Trial::test(format!("{}::all-drivers::{label}", s.name), move || {
-                all_drivers(backend, &s)
-            }));
-        }
-    }
-    let every = trials.len() / (faults.len() + 1) + 1;
-    for (n, t) in faults.into_iter().enumerate() {
-        let at = ((n + 1) * every).min(trials.len());
-        trials.insert(at, t);
-    }
-    for id in &ids {
-        let id = *id;
+    for id in locklab_drivers::ids() {
         trials.push(common::trial(
             format!("deadline_fails_with_step_name::{id}"),
             move || deadline_fails_with_step_name(id),
@@ -145,6 +105,10 @@ fn main() {
         ));
     }
     trials.push(common::trial(
+        "a_reading_outside_the_declared_outcomes_or_one_violation_fails_a_race_cell",
+        a_reading_outside_the_declared_outcomes_or_one_violation_fails_a_race_cell,
+    ));
+    trials.push(common::trial(
         "baseline_has_a_cell_for_every_scenario_and_driver",
         baseline_has_a_cell_for_every_scenario_and_driver,
     ));
@@ -152,19 +116,17 @@ fn main() {
         "one_cell_of_the_baseline_reads_as_in_the_whole_file",
         one_cell_of_the_baseline_reads_as_in_the_whole_file,
     ));
+    trials.push(common::trial(
+        "every_race_reading_the_baseline_knows_is_a_declared_outcome",
+        every_race_reading_the_baseline_knows_is_a_declared_outcome,
+    ));
     let in_container = |t: &Trial| t.name().ends_with("::container");
-    // Asked only when a container trial is to run (or be listed).
-    let docker = if common::any_selected(&trials, in_container, &args) {
-        locklab::server::container::docker_answers()
-            .err()
-            .map(|e| format!("no Docker engine answered ({e:#})"))
-    } else {
-        None
-    };
     let trials = common::ignore_when(trials, in_container, "needs Docker", docker.as_deref(), &args);
     let recorded = tempfile::NamedTempFile::new().expect("a temporary file for the protocol lines");
     locklab_drivers::external::record_to(recorded.path()).expect("recording the protocol lines");
+    let usage = timing::Usage::now();
     let conclusion = libtest_mimic::run(&args, trials);
+    timing::summary(usage);
     // Every request sent to an adapter (Python, or a Rust pool hosted in a
     // process of its own) and every answer read from one, in this run.
     let lines = std::fs::read_to_string(recorded.path()).unwrap_or_default();
@@ -181,6 +143,15 @@ fn main() {
         }
     }
     conclusion.exit();
+}
+
+/// Runs one trial's body, recording its wall time under its kind and
+/// backend for the run's summary ([`timing`]).
+fn timed(name: &str, kind: &str, backend: Backend, f: impl FnOnce() -> Result<(), Failed>) -> Result<(), Failed> {
+    let started = Instant::now();
+    let r = f();
+    timing::record(name, kind, backend.as_str(), started.elapsed().as_secs_f64());
+    r
 }
 
 /// The shipped scenarios. A process that runs one trial by its exact name
@@ -276,12 +247,6 @@ fn one_cell(text: &str, scenario: &str, driver: &str) -> Option<Baseline> {
         b.cells.push(serde_json::from_str(c.get()).ok()?);
     }
     Some(b)
-}
-
-/// Whether the scenario has a `granted` step (it injects a fault and waits
-/// for its effect: seconds, mostly idle) or restarts the server.
-fn waits_for_faults(s: &Scenario) -> bool {
-    s.needs_own_cluster() || s.steps.iter().any(|st| matches!(st.kind, StepKind::Granted { .. }))
 }
 
 /// Every driver's cell of `s` at once on `backend` (the fault server for a
@@ -619,6 +584,74 @@ fn baseline_has_a_cell_for_every_scenario_and_driver() {
     );
     let drivers: Vec<&str> = b.drivers.keys().map(String::as_str).collect();
     assert_eq!(drivers, locklab_drivers::ids(), "the baseline's driver columns");
+}
+
+/// Every reading of a race cell in the committed baseline is among its
+/// scenario's declared `outcomes:` (so that the baseline, rewritten, loses no
+/// outcome it knew: what is possible is in the scenario files).
+fn every_race_reading_the_baseline_knows_is_a_declared_outcome() {
+    let scenarios = all_scenarios();
+    let mut unknown = Vec::new();
+    for c in &committed().cells {
+        let Some(s) = scenarios.iter().find(|s| s.name == c.scenario) else {
+            continue;
+        };
+        let Some(t) = &s.trials else { continue };
+        for (name, list) in &t.outcomes {
+            let Some(o) = c.observations.get(name) else { continue };
+            for share in o.shares.iter().flatten() {
+                let v = &share.reading.value;
+                if !matches!(v, Value::NotApplicable | Value::SettingsCannotPassPgBouncer)
+                    && !list.iter().any(|p| runner::possible(p, v))
+                {
+                    unknown.push(format!(
+                        "{} × {}: `{name}` read {}",
+                        c.scenario, c.driver, share.reading
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "readings the baseline knows that the scenarios do not declare under `outcomes:`:\n  {}",
+        unknown.join("\n  ")
+    );
+}
+
+/// A race cell fails on a reading outside its scenario's `outcomes:`, even
+/// in one trial, and on one violation of a must-hold invariant; a reading in
+/// the list and a finding's violations do not fail it.
+fn a_reading_outside_the_declared_outcomes_or_one_violation_fails_a_race_cell() {
+    let race = |outcomes: &str, invariant: &str| {
+        run_inline(
+            &format!(
+                "name: race\ndescription: a race of one\ntrials: 3\npool: {{ max_size: 1 }}\n\
+                 actors: {{ w: {{ via: pool }}, o: {{ via: direct }} }}\nsteps:\n\
+                 \x20 - {{ actor: w, do: checkout }}\n\
+                 \x20 - {{ actor: w, sql: select pg_advisory_lock(77), record: call }}\n\
+                 \x20 - {{ actor: o, observe: advisory_locks, key: 77, record: after }}\n\
+                 \x20 - {{ actor: w, sql: select pg_advisory_unlock_all() }}\n\
+                 \x20 - {{ actor: w, do: return }}\n\
+                 outcomes:\n  call: {outcomes}\n  after: [{{ held_by: w }}]\n\
+                 invariants:\n  none-held:\n    observe: after\n    max_holders: 0\n{invariant}"
+            ),
+            "deadpool-fast",
+        )
+    };
+    let ok = race(r#"[{ value: "" }]"#, "    finding: true\n");
+    assert!(ok.passed(), "{:?}", ok.failure);
+    let outside = race("[{ value: true }]", "    finding: true\n");
+    let msg = outside.failure.expect("a reading outside the list fails the cell");
+    assert!(
+        msg.contains("`call` read (empty) in 3 of 3 trials, not among its possible outcomes (value: true)"),
+        "{msg}"
+    );
+    let violated = race(r#"[{ value: "" }]"#, "");
+    let msg = violated
+        .failure
+        .expect("a must-hold invariant's violation fails the cell");
+    assert!(msg.contains("invariant none-held violated in 3 of 3 trials"), "{msg}");
 }
 
 /// A process that runs one trial reads only the baseline's header and its

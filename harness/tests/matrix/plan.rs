@@ -1,0 +1,206 @@
+//! Which scenario × driver cells `cargo test` runs, and on which backend
+//! (docs/src/testing.md, "The test budget"):
+//!
+//! - every cell once, on the main backend: a PostgreSQL 17 container when a
+//!   Docker engine answers, the local cluster otherwise;
+//! - except cells whose kind fixes their server, on the local cluster: a
+//!   scenario that restarts the server (a cluster of its own per cell), one
+//!   with a `network: namespace` actor (the fault server), and the columns
+//!   whose pooler runs in a container (the pooler is the same whatever runs
+//!   PostgreSQL behind it);
+//! - and a sample on the other backend, so that each backend still runs
+//!   every step kind (and `trials`) through each driver family (a Rust pool
+//!   in this process, a pool through the driver protocol, a pooler): per
+//!   family, a greedy cover of the step kinds by scenarios, each through the
+//!   family's next driver in turn.
+//!
+//! Fault scenarios (a `granted` step, or a restart) mostly wait: all drivers
+//! of one run as one trial, spread evenly among the single cells.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use locklab::scenario::{Scenario, StepKind};
+use locklab::server::Backend;
+use locklab_drivers::Driver;
+
+/// One trial of the matrix.
+pub struct PlannedCell {
+    /// Index into the scenarios.
+    pub scenario: usize,
+    /// The driver; `None`: every driver of the scenario at once.
+    pub driver: Option<&'static str>,
+    /// Where it runs.
+    pub backend: Backend,
+    /// `SCENARIO KIND × COLUMN KIND` (`race × pooler`), for the timing summary.
+    pub kind: String,
+}
+
+impl PlannedCell {
+    /// `local` or `container`, the trial name's last part.
+    pub fn backend_label(&self) -> &'static str {
+        self.backend.as_str()
+    }
+}
+
+/// The trials, in the order they start.
+pub struct Plan {
+    /// Single cells and all-driver fault trials, interleaved.
+    pub cells: Vec<PlannedCell>,
+}
+
+/// Whether the scenario has a `granted` step (it injects a fault and waits
+/// for its effect: seconds, mostly idle) or restarts the server.
+pub fn waits_for_faults(s: &Scenario) -> bool {
+    s.needs_own_cluster() || s.steps.iter().any(|st| matches!(st.kind, StepKind::Granted { .. }))
+}
+
+/// Whether the scenario's kind fixes its server (the local cluster).
+fn fixed_server(s: &Scenario) -> bool {
+    s.needs_own_cluster() || s.needs_fault_server()
+}
+
+/// The scenario's kind for the timing summary.
+fn scenario_kind(s: &Scenario) -> &'static str {
+    if s.trials.is_some() {
+        "race"
+    } else if s.needs_own_cluster() {
+        "restart"
+    } else if waits_for_faults(s) || s.needs_fault_server() {
+        "fault"
+    } else {
+        "plain"
+    }
+}
+
+/// A driver's family: `pooler`, `protocol` (a pool in an adapter process)
+/// or `in-process` (a Rust pool in the test process).
+pub fn family(id: &str) -> &'static str {
+    let pooled = locklab_drivers::find(id).is_ok_and(|d| d.info().pooler.is_some());
+    if pooled {
+        "pooler"
+    } else if locklab_drivers::external::declared().iter().any(|d| d.info().id == id) {
+        "protocol"
+    } else {
+        "in-process"
+    }
+}
+
+/// What a scenario exercises, for the other backend's cover: its step kinds
+/// (as the file names them) and `trials`.
+fn features(s: &Scenario) -> BTreeSet<String> {
+    let mut f: BTreeSet<String> = s.steps.iter().map(|st| format!("{:?}", st.kind.kind())).collect();
+    if s.trials.is_some() {
+        f.insert("trials".into());
+    }
+    f
+}
+
+impl Plan {
+    /// The plan for these scenarios with (`docker`) or without a Docker engine.
+    pub fn new(scenarios: &[Arc<Scenario>], docker: bool) -> Plan {
+        let (main, other) = if docker {
+            (Backend::Container, Backend::Local)
+        } else {
+            (Backend::Local, Backend::Container)
+        };
+        let ids = locklab_drivers::ids();
+        let in_container: BTreeMap<&str, bool> = locklab_drivers::registry()
+            .iter()
+            .map(|d| {
+                let i = d.info();
+                (i.id, i.pooler.is_some_and(|p| p.kind.in_container()))
+            })
+            .collect();
+        let families: BTreeMap<&str, &str> = ids.iter().map(|id| (*id, family(id))).collect();
+        let kind = |s: &Scenario, driver: Option<&str>| {
+            format!("{} × {}", scenario_kind(s), driver.map_or("all", |d| families[d]))
+        };
+        let mut singles = Vec::new();
+        // Diagonal order: the trials that run at the same time are different
+        // scenarios through different drivers, so that neither the cells of a
+        // scenario whose server-side work is heavy nor those of one pooler
+        // compete with each other for the CPU.
+        for offset in 0..ids.len() {
+            for (i, s) in scenarios.iter().enumerate() {
+                if waits_for_faults(s) {
+                    continue;
+                }
+                let id = ids[(i + offset) % ids.len()];
+                let backend = if fixed_server(s) || in_container[id] {
+                    Backend::Local
+                } else {
+                    main
+                };
+                singles.push(PlannedCell {
+                    scenario: i,
+                    driver: Some(id),
+                    backend,
+                    kind: kind(s, Some(id)),
+                });
+            }
+        }
+        // The other backend: per family, scenarios chosen greedily until
+        // they cover every feature the movable scenarios have; each through
+        // the family's next driver in turn.
+        let movable: Vec<usize> = (0..scenarios.len()).filter(|i| !fixed_server(&scenarios[*i])).collect();
+        let wanted: BTreeSet<String> = movable.iter().flat_map(|i| features(&scenarios[*i])).collect();
+        for fam in ["in-process", "protocol", "pooler"] {
+            let drivers: Vec<&'static str> = ids
+                .iter()
+                .copied()
+                .filter(|id| families[id] == fam && !in_container[id])
+                .collect();
+            if drivers.is_empty() {
+                continue;
+            }
+            let mut left = wanted.clone();
+            let mut turn = 0;
+            while !left.is_empty() {
+                let Some(best) = movable
+                    .iter()
+                    .copied()
+                    .max_by_key(|i| (features(&scenarios[*i]).intersection(&left).count(), usize::MAX - i))
+                else {
+                    break;
+                };
+                let covers = features(&scenarios[best]);
+                if covers.intersection(&left).count() == 0 {
+                    break;
+                }
+                left.retain(|f| !covers.contains(f));
+                let id = drivers[turn % drivers.len()];
+                turn += 1;
+                singles.push(PlannedCell {
+                    scenario: best,
+                    driver: Some(id),
+                    backend: other,
+                    kind: kind(&scenarios[best], Some(id)),
+                });
+            }
+        }
+        // Fault scenarios: all drivers of one together, in one trial, on
+        // the main backend (the local cluster when the kind fixes it).
+        // Spread evenly among the single cells, not after them: at the end,
+        // six of these at once (each running four to six cells, with child
+        // processes, adapters and clusters of their own) loaded the machine
+        // so that a crash cell's time to release grew past a second.
+        let faults: Vec<PlannedCell> = scenarios
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| waits_for_faults(s))
+            .map(|(i, s)| PlannedCell {
+                scenario: i,
+                driver: None,
+                backend: if fixed_server(s) { Backend::Local } else { main },
+                kind: kind(s, None),
+            })
+            .collect();
+        let every = singles.len() / (faults.len() + 1) + 1;
+        for (n, t) in faults.into_iter().enumerate() {
+            let at = ((n + 1) * every).min(singles.len());
+            singles.insert(at, t);
+        }
+        Plan { cells: singles }
+    }
+}
