@@ -127,6 +127,14 @@ fn main() {
     let usage = timing::Usage::now();
     let conclusion = libtest_mimic::run(&args, trials);
     timing::summary(usage);
+    // The databases the cells left for each other go with the run (`exit`
+    // runs no destructors).
+    for server in common::started_servers() {
+        let spare = sharing(server.backend()).take();
+        if let Err(e) = runtime().block_on(spare.finish([server])) {
+            eprintln!("the run's spare databases were not all dropped: {e}");
+        }
+    }
     // Every request sent to an adapter (Python, or a Rust pool hosted in a
     // process of its own) and every answer read from one, in this run.
     let lines = std::fs::read_to_string(recorded.path()).unwrap_or_default();
@@ -294,11 +302,40 @@ fn all_drivers(backend: Backend, s: &Scenario) -> Result<(), Failed> {
     }
 }
 
+/// One runtime for every single cell of this process, so that the run
+/// databases and admin connections [`sharing`] keeps stay usable from cell
+/// to cell (a connection lives on the runtime that opened it).
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime")
+    })
+}
+
+/// The run databases and admin connections the single cells leave each
+/// other, as `locklab report` and `check` do (`runner::run_sharing_databases`):
+/// a cell that leaves its database clean saves the next one a `create
+/// database`, a `drop database` and a connection, the largest part of a short
+/// cell's cost on the server. One per backend: both servers are `pg17`, the
+/// id a `Sharing` keys its databases by. Dropped at the end of `main`.
+fn sharing(backend: Backend) -> &'static runner::Sharing {
+    static LOCAL: OnceLock<runner::Sharing> = OnceLock::new();
+    static CONTAINER: OnceLock<runner::Sharing> = OnceLock::new();
+    match backend {
+        Backend::Container => CONTAINER.get_or_init(runner::Sharing::new),
+        _ => LOCAL.get_or_init(runner::Sharing::new),
+    }
+}
+
 /// One cell: run once on `backend`, passed, well-formed, equal to the baseline.
 fn cell(backend: Backend, s: &Scenario, id: &str) -> Result<(), Failed> {
     let server = server_for(backend);
     let driver = locklab_drivers::find(id).map_err(|e| e.to_string())?;
-    let r = common::block_on_multi(runner::run(server, s, driver.as_ref()));
+    let r = runtime().block_on(runner::run_sharing_databases(server, s, driver.as_ref(), sharing(backend)));
     check_cell(backend, server, s, driver.as_ref(), r)
 }
 

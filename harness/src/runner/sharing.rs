@@ -30,6 +30,15 @@ impl Sharing {
         Sharing::default()
     }
 
+    /// What is shared so far, taken out (this one is left empty): for a
+    /// `Sharing` kept in a static, whose [`Sharing::finish`] needs it owned.
+    pub fn take(&self) -> Sharing {
+        Sharing {
+            databases: Mutex::new(std::mem::take(&mut *lock(&self.databases))),
+            admins: Mutex::new(std::mem::take(&mut *lock(&self.admins))),
+        }
+    }
+
     /// A clean run database an earlier cell left on `server`, if any (taken:
     /// no other cell gets it until it is put back).
     pub(super) fn take_database(&self, server: &Server) -> Option<String> {
@@ -72,7 +81,7 @@ impl Sharing {
     /// # Errors
     /// No connection to a server; the first database that could not be
     /// dropped (the others are still tried).
-    pub async fn finish(self, servers: &[Server]) -> Result<usize, String> {
+    pub async fn finish<'a>(self, servers: impl IntoIterator<Item = &'a Server>) -> Result<usize, String> {
         let mut databases = self.databases.into_inner().unwrap_or_else(|e| e.into_inner());
         let admins = self.admins.into_inner().unwrap_or_else(|e| e.into_inner());
         let mut dropped = 0;

@@ -44,12 +44,24 @@ fn keeper() -> Option<PathBuf> {
     }
 }
 
+/// The local (or external) server of [`server`], once started.
+static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
+/// The container of [`container_server`], once started.
+static CONTAINER: OnceLock<Result<Server, String>> = OnceLock::new();
+
+/// The servers this process has started so far (none asked for is started).
+pub fn started_servers() -> Vec<&'static Server> {
+    [&SERVER, &CONTAINER]
+        .into_iter()
+        .filter_map(|s| s.get().and_then(|r| r.as_ref().ok()))
+        .collect()
+}
+
 /// The local cluster (PostgreSQL 17), or the server `LOCKLAB_DSN` names:
 /// under `cargo test` started once per test process and shared by its tests;
 /// under nextest, in a binary that called [`init_binary`], one per nextest
 /// run, shared by every test process (`locklab::server::shared`).
 pub fn server() -> &'static Server {
-    static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
     let backend = if ServerOptions::default().external_dsn().is_some() {
         BackendChoice::External
     } else {
@@ -67,8 +79,7 @@ pub fn server() -> &'static Server {
 /// Removed when the test process ends (by the container watchdog: statics
 /// are never dropped), or, shared by a nextest run, when the run ends.
 pub fn container_server() -> &'static Server {
-    static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
-    SERVER
+    CONTAINER
         .get_or_init(|| {
             shared::start_for_tests(&ServerOptions::new(BackendChoice::Container, 17), keeper().as_deref())
                 .map_err(|e| format!("{e:#}"))

@@ -26,6 +26,38 @@ pub struct Usage {
     own: f64,
     children: f64,
     machine_busy: f64,
+    /// Per live process: (command name, its CPU and that of the children
+    /// it reaped, s). A postmaster reaps its backends, so `postgres` covers
+    /// the server's work; `docker-proxy` the container's published port.
+    processes: BTreeMap<u32, (String, f64)>,
+}
+
+/// Every live process's command name and CPU seconds (utime + stime +
+/// cutime + cstime of /proc/PID/stat).
+fn processes(ticks: f64) -> BTreeMap<u32, (String, f64)> {
+    let mut out = BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let comm = stat[open + 1..close].to_owned();
+        let f: Vec<f64> = stat[close + 1..]
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0.0))
+            .collect();
+        let cpu = (11..15).map(|i| f.get(i).copied().unwrap_or(0.0)).sum::<f64>() / ticks;
+        out.insert(pid, (comm, cpu));
+    }
+    out
 }
 
 impl Usage {
@@ -64,6 +96,7 @@ impl Usage {
             own: field(14) + field(15),
             children: field(16) + field(17),
             machine_busy: busy,
+            processes: processes(ticks),
         }
     }
 }
@@ -98,6 +131,29 @@ pub fn summary(start: Usage) {
         100.0 * busy / (wall * cpus).max(1.0),
         wall * cpus,
         (busy - own - children).max(0.0)
+    );
+    // The CPU of the processes alive at the end, by command name (those
+    // that ended before, unless reaped by one of these, are not seen).
+    let mut by_comm: BTreeMap<String, f64> = BTreeMap::new();
+    for (pid, (comm, cpu)) in &end.processes {
+        let before = start
+            .processes
+            .get(pid)
+            .filter(|(c, _)| c == comm)
+            .map_or(0.0, |(_, b)| *b);
+        let comm = if comm.starts_with("matrix-") { "this test" } else { comm.as_str() };
+        *by_comm.entry(comm.to_owned()).or_default() += cpu - before;
+    }
+    let mut by_comm: Vec<(String, f64)> = by_comm.into_iter().filter(|(_, s)| *s >= 1.0).collect();
+    by_comm.sort_by(|a, b| b.1.total_cmp(&a.1));
+    eprintln!(
+        "CPU by process (live at the end, with the children they reaped): {}",
+        by_comm
+            .iter()
+            .take(8)
+            .map(|(c, s)| format!("{c} {s:.0} s"))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     let mut by: BTreeMap<(String, &str), (usize, f64)> = BTreeMap::new();
     for (_, k, b, s) in &times {
