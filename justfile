@@ -28,6 +28,11 @@ report *args:
 check *args:
     cargo run --release --quiet -p locklab -- check {{args}}
 
+# What `cargo test` leaves out, in one command: the whole matrix with every race cell at its full trials, on the main backend (a container when a Docker engine answers) and then on the local cluster, each compared with reports/baseline.json; about 15 minutes per backend on two cores (e.g. just check-full -d sqlx).
+check-full *args:
+    cargo run --release --quiet -p locklab -- check {{args}}
+    cargo run --release --quiet -p locklab -- check --backend local {{args}}
+
 # Determinism soak: the whole matrix 50 times over (about 1 min per round; PostgreSQL 17 unless --pg says otherwise); prints each cell whose outcome differed between rounds and the count of runs and of differing cells, and exits 1 if any differed (e.g. just soak --rounds 5 -d sqlx).
 soak *args:
     cargo run --release --quiet -p locklab -- soak {{args}}

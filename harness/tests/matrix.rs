@@ -335,7 +335,12 @@ fn sharing(backend: Backend) -> &'static runner::Sharing {
 fn cell(backend: Backend, s: &Scenario, id: &str) -> Result<(), Failed> {
     let server = server_for(backend);
     let driver = locklab_drivers::find(id).map_err(|e| e.to_string())?;
-    let r = runtime().block_on(runner::run_sharing_databases(server, s, driver.as_ref(), sharing(backend)));
+    let r = runtime().block_on(runner::run_sharing_databases(
+        server,
+        s,
+        driver.as_ref(),
+        sharing(backend),
+    ));
     check_cell(backend, server, s, driver.as_ref(), r)
 }
 

@@ -11,6 +11,9 @@ use crate::keys::AdvisoryKey;
 pub use crate::scenario::scalar::Scalar;
 pub(crate) use crate::scenario::scalar::present;
 
+mod trials;
+pub(crate) use trials::{RawInvariant, RawOutcome};
+
 /// A locklab scenario file: actors (connections) and the steps they run.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -134,54 +137,6 @@ pub(crate) struct RawPool {
     /// out-of-process pool in an adapter started for it alone).
     #[serde(default)]
     pub(crate) process: Process,
-}
-
-/// One possible reading of a race scenario's recorded step (`outcomes:`):
-/// exactly one of its fields, `state` only with `held_by`.
-#[derive(Deserialize, JsonSchema, Default)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawOutcome {
-    /// The first column of the first row, compared as `expect.value` (`""`: the empty text a
-    /// `void` function returns; `null`: SQL NULL).
-    #[serde(default, deserialize_with = "present")]
-    pub(crate) value: Option<Scalar>,
-    /// An error with this SQLSTATE (five characters or a condition name), or `none`: without one.
-    #[serde(default)]
-    pub(crate) error: Option<String>,
-    /// `true`: the call was given up at its `client_timeout_ms` (whatever became of a cancel).
-    #[serde(default)]
-    pub(crate) dropped: Option<bool>,
-    /// An `observe` snapshot with (`true`) or without (`false`) a granted lock.
-    #[serde(default)]
-    pub(crate) held: Option<bool>,
-    /// An `observe` snapshot whose holders are all this actor (`server connection`: a backend
-    /// behind transaction pooling, nobody's).
-    #[serde(default)]
-    pub(crate) held_by: Option<String>,
-    /// With `held_by`: each holder's `pg_stat_activity.state` (`idle`, `active`, …).
-    #[serde(default)]
-    pub(crate) state: Option<String>,
-}
-
-/// An invariant over one trial's recorded observations.
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawInvariant {
-    /// The `record` name of an `observe` step of the trial: the snapshot the check reads.
-    pub(crate) observe: String,
-    /// Only trials in which the step recorded under this name failed (an error, any SQLSTATE).
-    #[serde(default)]
-    pub(crate) if_error: Option<String>,
-    /// The snapshot shows no advisory lock held by this actor's backend.
-    #[serde(default)]
-    pub(crate) not_held_by: Option<String>,
-    /// The snapshot shows at most this many holders (backends with a granted lock).
-    #[serde(default)]
-    pub(crate) max_holders: Option<u32>,
-    /// A violation is the finding being measured: reported, but the cell does not fail.
-    #[serde(default)]
-    #[schemars(with = "OrParam<bool>")]
-    pub(crate) finding: bool,
 }
 
 /// An actor: a named connection.

@@ -141,7 +141,11 @@ pub fn summary(start: Usage) {
             .get(pid)
             .filter(|(c, _)| c == comm)
             .map_or(0.0, |(_, b)| *b);
-        let comm = if comm.starts_with("matrix-") { "this test" } else { comm.as_str() };
+        let comm = if comm.starts_with("matrix-") {
+            "this test"
+        } else {
+            comm.as_str()
+        };
         *by_comm.entry(comm.to_owned()).or_default() += cpu - before;
     }
     let mut by_comm: Vec<(String, f64)> = by_comm.into_iter().filter(|(_, s)| *s >= 1.0).collect();
