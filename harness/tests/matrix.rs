@@ -335,12 +335,20 @@ fn sharing(backend: Backend) -> &'static runner::Sharing {
 fn cell(backend: Backend, s: &Scenario, id: &str) -> Result<(), Failed> {
     let server = server_for(backend);
     let driver = locklab_drivers::find(id).map_err(|e| e.to_string())?;
-    let r = runtime().block_on(runner::run_sharing_databases(
-        server,
-        s,
-        driver.as_ref(),
-        sharing(backend),
-    ));
+    // Behind a pooler in a container (Pgpool-II caches server connections
+    // per database), a cell gets a database of its own, as before sharing:
+    // a reused name would hand it connections an earlier cell left cached.
+    let behind_container_pooler = driver.info().pooler.is_some_and(|p| p.kind.in_container());
+    let r = if behind_container_pooler {
+        runtime().block_on(runner::run(server, s, driver.as_ref()))
+    } else {
+        runtime().block_on(runner::run_sharing_databases(
+            server,
+            s,
+            driver.as_ref(),
+            sharing(backend),
+        ))
+    };
     check_cell(backend, server, s, driver.as_ref(), r)
 }
 
