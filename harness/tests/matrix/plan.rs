@@ -10,7 +10,7 @@
 //!   whose pooler runs in a container (the pooler is the same whatever runs
 //!   PostgreSQL behind it);
 //! - and a sample on the other backend, so that each backend still runs
-//!   every step kind (and `trials`) through each driver family (a Rust pool
+//!   every step kind through each driver family (a Rust pool
 //!   in this process, a pool through the driver protocol, a pooler): per
 //!   family, a greedy cover of the step kinds by scenarios, each through the
 //!   family's next driver in turn.
