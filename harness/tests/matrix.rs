@@ -339,16 +339,35 @@ fn cell(backend: Backend, s: &Scenario, id: &str) -> Result<(), Failed> {
     // per database), a cell gets a database of its own, as before sharing:
     // a reused name would hand it connections an earlier cell left cached.
     let behind_container_pooler = driver.info().pooler.is_some_and(|p| p.kind.in_container());
-    let r = if behind_container_pooler {
-        runtime().block_on(runner::run(server, s, driver.as_ref()))
-    } else {
-        runtime().block_on(runner::run_sharing_databases(
-            server,
-            s,
-            driver.as_ref(),
-            sharing(backend),
-        ))
-    };
+    if behind_container_pooler {
+        // Pgpool-II resets a returned connection (`DISCARD ALL`) in its own
+        // time and hands the next connection to whichever of its children
+        // accepts it first: on a loaded machine a cell behind it can read
+        // the other side of that race (2026-12-03: 3 of 6 whole-matrix runs
+        // had one such cell differ). The rule for these columns: a cell fails
+        // when two runs of it both differ from the baseline; a change of
+        // behaviour differs every time.
+        let first = runtime().block_on(runner::run(server, s, driver.as_ref()));
+        let Err(first) = check_cell(backend, server, s, driver.as_ref(), first) else {
+            return Ok(());
+        };
+        let again = runtime().block_on(runner::run(server, s, driver.as_ref()));
+        return check_cell(backend, server, s, driver.as_ref(), again).map_err(|again| {
+            format!(
+                "differs from the baseline in two runs (behind a pooler in a container, one differing run is \
+                 allowed):\n{}\nsecond run:\n{}",
+                first.message().unwrap_or("failed"),
+                again.message().unwrap_or("failed")
+            )
+            .into()
+        });
+    }
+    let r = runtime().block_on(runner::run_sharing_databases(
+        server,
+        s,
+        driver.as_ref(),
+        sharing(backend),
+    ));
     check_cell(backend, server, s, driver.as_ref(), r)
 }
 
