@@ -22,12 +22,9 @@ pub fn crate_version_matching(name: &str, prefix: &str) -> String {
     let versions: Vec<String> = lock
         .packages
         .iter()
-        .filter(|p| {
-            let v = p.version.to_string();
-            p.name.as_str() == name
-                && (prefix.is_empty() || v == prefix || v.strip_prefix(prefix).is_some_and(|r| r.starts_with('.')))
-        })
+        .filter(|p| p.name.as_str() == name)
         .map(|p| p.version.to_string())
+        .filter(|v| prefix.is_empty() || v == prefix || v.strip_prefix(prefix).is_some_and(|r| r.starts_with('.')))
         .collect();
     if versions.is_empty() {
         "unknown".to_owned()

@@ -49,7 +49,10 @@ pub(crate) fn key_from_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Ad
 /// Advisory locks in the current database, pg_locks joined to pg_stat_activity.
 /// Reads `classid`, `objid`, `objsubid` and decodes the key as the PostgreSQL
 /// docs (System Views, pg_locks) describe, not just `objid`. Holders first,
-/// then waiters in the order they started waiting (`waitstart`, PostgreSQL 14+).
+/// then waiters roughly in the order they started waiting (`waitstart`,
+/// PostgreSQL 14+: the start of the waiter's deadlock timer, stored just after
+/// it joined the wait queue, so under load not always the queue's order; the
+/// runner's recorded snapshots order waiters by actor instead).
 const ADVISORY_LOCKS_SQL: &str = "\
 select l.classid::oid::bigint, l.objid::oid::bigint, l.objsubid, l.mode, l.granted, l.pid, a.state, a.application_name
 from pg_locks l

@@ -127,37 +127,28 @@ pub struct Environment {
     pub arch: String,
     /// CPUs available to the process (`std::thread::available_parallelism`).
     pub cpus: usize,
-    /// `git rev-parse HEAD` of the workspace when the report is assembled (at
-    /// the end of the runs), `None` outside a git checkout.
+    /// `git rev-parse HEAD` of the workspace when the process assembled its
+    /// first report (`locklab report`: at the end of the runs), `None`
+    /// outside a git checkout.
     pub git_commit: Option<String>,
     /// Whether tracked files differed from that commit.
     pub git_dirty: bool,
 }
 
 impl Environment {
-    /// Reads the environment of this process (runs `git` in the workspace).
+    /// Reads the environment of this process. The git facts (`git` run in
+    /// the workspace) are read on the first call and kept for the process:
+    /// the tests assemble a report per cell, thousands per run, and two
+    /// `git` processes each were about 4 % of the machine's CPU there.
     pub fn current() -> Environment {
+        static GIT: std::sync::OnceLock<(Option<String>, bool)> = std::sync::OnceLock::new();
+        let (git_commit, git_dirty) = GIT.get_or_init(git_facts).clone();
         let os_release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
         let os = os_release
             .lines()
             .find_map(|l| l.strip_prefix("PRETTY_NAME="))
             .map(|v| v.trim_matches('"').to_owned())
             .unwrap_or_else(|| std::env::consts::OS.to_owned());
-        let root = crate::server::workspace_root();
-        let git = |args: &[&str]| {
-            std::process::Command::new("git")
-                .arg("-C")
-                .arg(&root)
-                .args(args)
-                .stderr(std::process::Stdio::null())
-                .output()
-                .ok()
-                .filter(|o| o.status.success())
-                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        };
-        let git_commit = git(&["rev-parse", "HEAD"]).filter(|c| !c.is_empty());
-        let git_dirty = git_commit.is_some()
-            && git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
         Environment {
             os,
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
@@ -169,6 +160,27 @@ impl Environment {
             git_dirty,
         }
     }
+}
+
+/// `git rev-parse HEAD` of the workspace (`None` outside a git checkout) and
+/// whether tracked files differ from it.
+fn git_facts() -> (Option<String>, bool) {
+    let root = crate::server::workspace_root();
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(&root)
+            .args(args)
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+    };
+    let git_commit = git(&["rev-parse", "HEAD"]).filter(|c| !c.is_empty());
+    let git_dirty =
+        git_commit.is_some() && git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    (git_commit, git_dirty)
 }
 
 /// The report files `locklab report --format` can write.

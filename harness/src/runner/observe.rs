@@ -94,7 +94,15 @@ impl Run<'_> {
     }
 
     /// The snapshot of the matching rows, each backend named after the actor
-    /// that last used it.
+    /// that last used it, holders and waiters each ordered by actor, key, mode
+    /// and pid: a set, not a queue. `pg_locks` does not show the wait queue's
+    /// order, and `waitstart` is not it either: a backend joins the queue and
+    /// only then, without the lock table's partition lock, stores the start of
+    /// its deadlock timer as `waitstart` (`ProcSleep` in PostgreSQL's
+    /// `src/backend/storage/lmgr/proc.c`), so a backend preempted in between
+    /// shows a later `waitstart` than one that queued after it (seen once in
+    /// `waiters-queue-fifo` on a loaded machine). A scenario reads the turn
+    /// order on the server instead (a sequence drawn under the lock).
     fn snapshot(&self, holders: &[&LockRow], waiters: &[&LockRow]) -> LockSnapshot {
         let who = |r: &&LockRow| LockHolder {
             actor: self.actor_of(r.pid).map(str::to_owned),
@@ -103,10 +111,15 @@ impl Run<'_> {
             key: r.key,
             mode: r.mode.clone(),
         };
+        let ordered = |rows: &[&LockRow]| {
+            let mut out: Vec<LockHolder> = rows.iter().map(who).collect();
+            out.sort_by(|a, b| (&a.actor, a.key, &a.mode, a.pid).cmp(&(&b.actor, b.key, &b.mode, b.pid)));
+            out
+        };
         LockSnapshot {
             held: !holders.is_empty(),
-            holders: holders.iter().map(who).collect(),
-            waiters: waiters.iter().map(who).collect(),
+            holders: ordered(holders),
+            waiters: ordered(waiters),
         }
     }
 
