@@ -252,6 +252,46 @@ impl Baseline {
         self
     }
 
+    /// Adds to each race row (an observation with shares) the readings the
+    /// same row of `previous` had and this baseline's run did not read, at
+    /// count 0 and share 0, so that rewriting the baseline never forgets an
+    /// outcome because one run of 1,000 trials missed a rare one (issue 32:
+    /// a rewrite once lost 38). The race rule compares counts, so a reading
+    /// kept at 0 costs nothing unless a run reads it often. Rows of a
+    /// scenario × driver × observation `previous` lacks are left alone.
+    /// Returns how many readings were kept.
+    pub fn keep_readings_of(&mut self, previous: &Baseline) -> usize {
+        let mut kept = 0;
+        for cell in &mut self.cells {
+            let Some(before) = previous
+                .cells
+                .iter()
+                .find(|c| c.scenario == cell.scenario && c.driver == cell.driver)
+            else {
+                continue;
+            };
+            for (name, o) in &mut cell.observations {
+                let (Some(shares), Some(old)) = (
+                    o.shares.as_mut(),
+                    before.observations.get(name).and_then(|b| b.shares.as_ref()),
+                ) else {
+                    continue;
+                };
+                for s in old {
+                    if !shares.iter().any(|n| n.reading == s.reading) {
+                        shares.push(Share {
+                            reading: s.reading.clone(),
+                            share: 0.0,
+                            count: Some(0),
+                        });
+                        kept += 1;
+                    }
+                }
+            }
+        }
+        kept
+    }
+
     /// Column `id` alone, its cells and driver entry renamed `as_id`: one
     /// side of a comparison of two columns of one run (`locklab check
     /// --upgrade FROM TO`, where both sides take one name so that

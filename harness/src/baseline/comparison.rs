@@ -457,6 +457,34 @@ mod tests {
     }
 
     #[test]
+    fn a_rewrite_keeps_the_readings_the_previous_baseline_knew() {
+        let previous = baseline(
+            vec![race(&[("true", 990), ("57014", 9), ("55P03", 1)], 1000, 0.3)],
+            "0.14",
+            "",
+        );
+        // The new run missed the two rare readings and read one never seen.
+        let mut fresh = baseline(vec![race(&[("true", 998), ("42P01", 2)], 1000, 0.3)], "0.14", "");
+        assert_eq!(fresh.keep_readings_of(&previous), 2);
+        let shares = fresh.cells[0].observations["held"].shares.clone().unwrap();
+        let got: Vec<(String, u64)> = shares.iter().map(|s| (s.reading.to_string(), s.count(1000))).collect();
+        assert_eq!(
+            got,
+            [("true", 998), ("42P01", 2), ("57014", 0), ("55P03", 0)]
+                .map(|(v, n)| (v.to_owned(), n))
+                .to_vec()
+        );
+        // Kept at 0, they are no change against the run that missed them.
+        let run = race(&[("true", 998), ("42P01", 2)], 1000, 0.3);
+        assert_eq!(
+            cell_changes(&fresh.cells[0], &run, Tolerance::default(), 1),
+            (vec![], vec![])
+        );
+        // Once kept, a second rewrite adds nothing.
+        assert_eq!(fresh.clone().keep_readings_of(&fresh), 0);
+    }
+
+    #[test]
     fn a_changed_value_names_scenario_observation_driver_and_versions() {
         let before = baseline(
             vec![cell("s", "a", "true", 5.0), cell("s", "b", "true", 5.0)],

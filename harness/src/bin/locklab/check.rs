@@ -226,7 +226,9 @@ fn failed_runs(report: &Report) -> Vec<&RunResult> {
     report.runs.iter().filter(|r| !r.passed()).collect()
 }
 
-/// `--update`: writes `fresh`, the run's baseline, unless a cell failed (exit 1).
+/// `--update`: writes `fresh`, the run's baseline, unless a cell failed (exit
+/// 1). Race rows keep the readings the file being replaced knew for them
+/// ([`Baseline::keep_readings_of`]), when it is of the same major version.
 fn update(plan: &CheckPlan, report: &Report, fresh: &Baseline) -> Result<ExitCode> {
     let path = plan.path.as_path();
     let failed = failed_runs(report);
@@ -242,13 +244,27 @@ fn update(plan: &CheckPlan, report: &Report, fresh: &Baseline) -> Result<ExitCod
         eprint!("{text}");
         return Ok(ExitCode::from(1));
     }
+    let mut fresh = fresh.clone();
+    let kept = match path.exists().then(|| Baseline::load(path)) {
+        Some(Ok(previous)) if previous.server.major == fresh.server.major => fresh.keep_readings_of(&previous),
+        Some(Ok(_)) | None => 0,
+        Some(Err(e)) => {
+            eprintln!("locklab: note: the baseline being replaced is not read for its race readings: {e:#}");
+            0
+        }
+    };
     fresh.save(path)?;
     emit(&format!(
-        "wrote {} ({} cell(s), {}, {} run(s) per cell){}\n",
+        "wrote {} ({} cell(s), {}, {} run(s) per cell){}{}\n",
         path.display(),
         fresh.cells.len(),
         server_label(report),
         report.repeat,
+        if kept > 0 {
+            format!("; kept {kept} race reading(s) the file being replaced knew and this run did not read, at count 0")
+        } else {
+            String::new()
+        },
         if plan.partial {
             "; a selection: the file now holds only these cells"
         } else {
