@@ -9,35 +9,12 @@
 //! existing server given by DSN) stops when the [`Lab`] is dropped.
 //!
 //! One scenario through one pool on a local PostgreSQL 17 cluster (installed
-//! into `.cache/` on first use):
+//! into `.cache/` on first use). The program is
+//! `harness/tests/examples/lab_api.rs`, which `cargo test` runs
+//! (`harness/tests/docs.rs`; a doc test would be compiled anew on every
+//! run, about two minutes of the test budget):
 //!
-//! ```
-//! use locklab::lab::{self, BackendChoice, Format, Lab, ServerOptions, Status};
-//!
-//! # fn main() -> anyhow::Result<()> {
-//! let scenarios = lab::load_scenarios(&lab::shipped_scenarios().join("session-lock-pool-return.yaml"))?;
-//! let drivers = lab::drivers(&["deadpool-fast"])?;
-//! let lab = Lab::start(&ServerOptions::new(BackendChoice::Local, 17))?;
-//! let results = lab.run(&scenarios, &drivers)?;
-//!
-//! // One cell: the scenario's own expectations held, and each `record:`
-//! // step left a typed observation.
-//! assert_eq!(results.len(), 1);
-//! let cell = &results[0];
-//! assert_eq!(cell.status(), Status::Pass, "{:?}", cell.failure);
-//! assert!(!cell.observations.is_empty());
-//! for o in &cell.observations {
-//!     println!("{} × {}: {} = {}", cell.scenario, cell.driver, o.name, o.reading());
-//! }
-//!
-//! // The matrix report, as `locklab report` writes it.
-//! let report = lab.report(&scenarios, &drivers, results);
-//! let dir = tempfile::tempdir()?;
-//! let written = report.write(dir.path(), &[Format::Md])?;
-//! assert!(std::fs::read_to_string(&written[0])?.contains("session-lock-pool-return"));
-//! # Ok(())
-//! # }
-//! ```
+#![doc = concat!("```text\n", include_str!("../tests/examples/lab_api.rs"), "```")]
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

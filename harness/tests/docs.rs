@@ -147,3 +147,14 @@ fn heading_ids_follow_mdbook() {
     let found = links("see [a](b.md#c) and `[x](y)`\n```\n[z](w)\n```\n");
     assert_eq!(found, [(1, "b.md#c".to_owned())]);
 }
+
+/// The lab API's example program, which `locklab::lab`'s documentation shows
+/// (`tests/examples/lab_api.rs`, included there as text): one scenario
+/// through deadpool on a local cluster, its outcome and its report.
+#[path = "examples/lab_api.rs"]
+mod lab_api;
+
+#[test]
+fn the_lab_api_example_in_the_docs_runs() {
+    lab_api::main().unwrap();
+}
