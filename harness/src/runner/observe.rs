@@ -11,6 +11,10 @@ use crate::observe::{self, LockRow, Polled, poll_until};
 use crate::outcome::{LockHolder, LockSnapshot, Value};
 use crate::scenario::{ObserveExpect, ObserveStep, Step};
 
+/// How long the other backends must stay calm for a `settle: true` observe
+/// (ms): as long as [`observe::UNSETTLED_SQL`]'s own window for a state change.
+pub const SETTLE_CALM_MS: u64 = 100;
+
 impl Run<'_> {
     /// Snapshots the advisory locks (of `key`, when given), checks and records them.
     pub(super) async fn observe(&mut self, step: &Step, o: &ObserveStep) -> StepResult {
@@ -130,13 +134,18 @@ impl Run<'_> {
 
     /// Waits until no other backend of the run's database runs a statement
     /// that is not a lock wait, and none changed state in the last 100 ms
-    /// ([`observe::UNSETTLED_SQL`]), seen on two polls in a row: statements
-    /// queued behind a dropped call have then run, and a client that closes
-    /// its connection after them has done so. A backend whose lock was
-    /// granted but which has not run since (it still shows `wait_event_type =
-    /// Lock` until it is scheduled) counts as running.
+    /// ([`observe::UNSETTLED_SQL`]), on every poll for [`SETTLE_CALM_MS`]:
+    /// statements queued behind a dropped call have then run, and a client
+    /// that closes its connection after them has done so. A backend whose
+    /// lock was granted but which has not run since (it still shows
+    /// `wait_event_type = Lock` until it is scheduled) counts as running.
+    /// A cancel request that has reached the server but not yet been acted
+    /// on is invisible (its target still looks like a calm lock wait until it
+    /// is scheduled): the calm span covers that delay, which two polls a few
+    /// ms apart did not under `stress-ng --cpu 2` (asyncpg's cancel of a
+    /// dropped lock call, once in three `cargo test` runs).
     async fn settle(&mut self, observer: usize, until: Instant) -> Result<(), String> {
-        let mut calm = 0;
+        let mut calm_since: Option<Instant> = None;
         let polled = poll_until(until, async || {
             let conn = self.conn(observer)?;
             let rows = conn
@@ -144,11 +153,15 @@ impl Run<'_> {
                 .await
                 .map_err(|e| e.to_string())?;
             if rows.first_value().flatten() == Some("0") {
-                calm += 1;
+                calm_since.get_or_insert_with(Instant::now);
             } else {
-                calm = 0;
+                calm_since = None;
             }
-            Ok::<_, String>((calm >= 2).then_some(()))
+            Ok::<_, String>(
+                calm_since
+                    .is_some_and(|t| t.elapsed() >= Duration::from_millis(SETTLE_CALM_MS))
+                    .then_some(()),
+            )
         })
         .await?;
         match polled {
