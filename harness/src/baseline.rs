@@ -163,7 +163,8 @@ impl Share {
 }
 
 impl BaselineCell {
-    fn of(r: &RunResult) -> BaselineCell {
+    /// What the baseline keeps of the run `r`.
+    pub fn of(r: &RunResult) -> BaselineCell {
         let o = r.outcome();
         BaselineCell {
             scenario: r.scenario.clone(),

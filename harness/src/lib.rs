@@ -24,6 +24,7 @@ pub mod load;
 pub mod matrix;
 pub mod observe;
 pub mod outcome;
+pub mod properties;
 pub mod report;
 pub mod runner;
 pub mod scenario;

@@ -9,7 +9,7 @@
 //! with its text, status and evidence), computed once per document.
 //!
 //! `matrix.json`, schema version 8:
-//! - `schema_version` (8), `generated_at` (RFC 3339), `locklab_version`, `repeat`
+//! - `schema_version` (9), `generated_at` (RFC 3339), `locklab_version`, `repeat`
 //!   (runs per cell, `--repeat`)
 //! - `shard` (`"2/4"`): present only in a shard's file (`--shard I/N`): the
 //!   part of the matrix its `runs` hold (the header lists the whole
@@ -51,9 +51,17 @@
 //!   `elapsed_stats`, `unstable` (what the repeats disagreed on; absent when they agreed)
 //! - `summary`: `runs` (cells), `passed` (including `deviated` and `not_applicable`), `deviated`,
 //!   `not_applicable`, `failed` (including `unstable`), `unstable`, `elapsed_ms`
+//! - `properties[]` ([`crate::properties`]): `id`, `rule`, `source`, `severity`
+//!   (`unsafe`/`surprising`/`informational`), `scope` (`column`/`server`), `advice`, `file`,
+//!   `decided_by` (`scenario · record`)
+//! - `verdicts[]`: per server, `server` (a `servers[].id`) and `properties[]`: `id`,
+//!   `severity`, `scope`, `columns[]`: `driver`, `verdict` (`holds`/`violated`/`n/a`/`undecided`),
+//!   `reasons` (why n/a or undecided), `evidence[]` (`scenario`, `record`, `reading` as the
+//!   report shows it, `reads`, `says`, `advice`, and for a race row `trials`: `{violated, of}`)
 //!
 //! All times are in ms. With `repeat` > 1 a cell's values are its first
-//! repeat's (its first failing one's, if any failed). Version 7 kept each
+//! repeat's (its first failing one's, if any failed). Version 8 had no
+//! `properties` and `verdicts` (`report --from` reads it and evaluates them). Version 7 kept each
 //! observation's report text (`display`) and keyed a race's `distribution`
 //! and `trials.outcomes` by text. Version 6 wrote a
 //! value as plain JSON (`true`, `7`, `null`, `{"checkout": "ok"}`), which lost
@@ -70,6 +78,7 @@ pub mod html;
 mod json;
 mod markdown;
 mod merge;
+pub mod verdicts;
 mod view;
 
 pub use merge::{load, merge};
@@ -85,7 +94,7 @@ use crate::scenario::Scenario;
 use crate::server::Server;
 
 /// Version of the `matrix.json` layout; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 8;
+pub const SCHEMA_VERSION: u32 = 9;
 
 /// Everything one `locklab report` produced.
 #[derive(Debug, Serialize, Deserialize)]
@@ -114,6 +123,13 @@ pub struct Report {
     pub runs: Vec<RunResult>,
     /// Totals.
     pub summary: Summary,
+    /// The properties the verdicts judge ([`crate::properties`]), in
+    /// severity order; empty when none could be read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub properties: Vec<crate::properties::PropertyInfo>,
+    /// Each property's verdict per column, per server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verdicts: Vec<crate::properties::ServerVerdicts>,
 }
 
 /// The machine and checkout a report was made on.
@@ -369,12 +385,7 @@ impl Report {
                         .map(Path::to_path_buf)
                         .unwrap_or_else(|_| s.file.clone()),
                     // Then one row per invariant of a race scenario.
-                    observations: s
-                        .steps
-                        .iter()
-                        .filter_map(|st| st.record.clone())
-                        .chain(invariants(s).map(|i| crate::outcome::trials::row_name(&i.name)))
-                        .collect(),
+                    observations: s.records(),
                     observation_steps: s
                         .steps
                         .iter()
@@ -386,7 +397,30 @@ impl Report {
                 .collect(),
             summary: Summary::of(&runs, elapsed_ms),
             runs,
+            properties: Vec::new(),
+            verdicts: Vec::new(),
         }
+        .judged()
+    }
+
+    /// With [`Report::properties`] and [`Report::verdicts`] evaluated anew
+    /// from its runs by the shipped properties (`properties/`). When they
+    /// cannot be read (an invalid property file: `locklab validate` names
+    /// it), a note on stderr, and no verdicts.
+    pub fn judged(mut self) -> Report {
+        match crate::properties::shipped_cached() {
+            Ok(properties) => {
+                self.verdicts = crate::properties::evaluate_report(properties, &self);
+                self.properties = properties.iter().map(crate::properties::PropertyInfo::of).collect();
+            }
+            Err(e) => {
+                static ONCE: std::sync::Once = std::sync::Once::new();
+                ONCE.call_once(|| eprintln!("locklab: note: no verdicts: the property files do not load:\n{e}"));
+                self.properties.clear();
+                self.verdicts.clear();
+            }
+        }
+        self
     }
 
     /// Where a cell's time goes, per column (server × driver, as the

@@ -8,6 +8,19 @@ use super::Report;
 use super::view::{Family, Verdict, View};
 use crate::outcome::Status;
 
+/// One table of a scenario file: a parameter set's observations (or, for
+/// the whole file, its locks left and expectations), one row per column.
+#[derive(Serialize)]
+struct Part {
+    /// `[key=1]` for a parameter set, empty for the file's only set, `all
+    /// parameter sets` for the file's last table.
+    title: String,
+    /// The observation names (the table's columns after `column`).
+    headers: Vec<String>,
+    /// One per column: its header and a cell per observation.
+    rows: Vec<Row>,
+}
+
 #[derive(Serialize)]
 struct Row {
     name: String,
@@ -19,7 +32,7 @@ struct Table<'a> {
     name: &'a str,
     description: &'a str,
     source: Option<&'a str>,
-    rows: Vec<Row>,
+    parts: Vec<Part>,
 }
 
 /// A table cell's text: no `|`, no line breaks.
@@ -47,56 +60,87 @@ fn verdict(v: &Verdict) -> String {
     }
 }
 
-/// One family's table: its observation rows, locks left and expectations.
-fn table<'a>(family: &Family<'a>) -> Table<'a> {
-    let mut rows: Vec<Row> = family
-        .rows
-        .iter()
-        .map(|row| {
-            let label = if row.parameterised {
-                format!("`{}` {}", row.name, esc(row.suffix))
-            } else {
-                format!("`{}`", row.name)
-            };
-            Row {
-                name: format!("{label}{}", mark(row.differs_between_servers)),
-                cells: row
-                    .cells
+/// One family's tables, transposed so that they read at 30+ columns: one
+/// row per column and one column per observation; a table per parameter
+/// set, then the locks left and the expectations (of every parameter set).
+fn table<'a>(family: &Family<'a>, headers: &[String]) -> Table<'a> {
+    let mut parts: Vec<Part> = Vec::new();
+    for row in &family.rows {
+        let title = if row.parameterised {
+            row.suffix.to_owned()
+        } else {
+            String::new()
+        };
+        if parts.last().is_none_or(|p| p.title != title) {
+            parts.push(Part {
+                title,
+                headers: Vec::new(),
+                rows: headers
                     .iter()
-                    .map(|c| match c.observation {
-                        Some(o) => match o.timing() {
-                            Some(t) => format!("{} ({t})", esc(&o.shown())),
-                            None => esc(&o.shown()),
-                        },
-                        None => "—".to_owned(),
+                    .map(|h| Row {
+                        name: format!("`{h}`"),
+                        cells: Vec::new(),
                     })
                     .collect(),
-            }
-        })
-        .collect();
-    rows.push(Row {
-        name: format!("locks left after run{}", mark(family.locks_left_differ_between_servers)),
-        cells: family
-            .locks_left
+            });
+        }
+        let part = parts.last_mut().expect("pushed above");
+        part.headers
+            .push(format!("`{}`{}", row.name, mark(row.differs_between_servers)));
+        for (r, c) in part.rows.iter_mut().zip(&row.cells) {
+            r.cells.push(match c.observation {
+                Some(o) => match o.timing() {
+                    Some(t) => format!("{} ({t})", esc(&o.shown())),
+                    None => esc(&o.shown()),
+                },
+                None => "—".to_owned(),
+            });
+        }
+    }
+    let several = parts.len() > 1;
+    let last = Part {
+        title: if several {
+            "all parameter sets".to_owned()
+        } else {
+            String::new()
+        },
+        headers: vec![
+            format!("locks left after run{}", mark(family.locks_left_differ_between_servers)),
+            "expectations".to_owned(),
+        ],
+        rows: headers
             .iter()
-            .map(|l| l.summary().map(|x| esc(&x)).unwrap_or_else(|| "—".to_owned()))
+            .zip(family.locks_left.iter().zip(&family.expectations))
+            .map(|(h, (l, e))| Row {
+                name: format!("`{h}`"),
+                cells: vec![
+                    l.summary().map(|x| esc(&x)).unwrap_or_else(|| "—".to_owned()),
+                    verdict(e),
+                ],
+            })
             .collect(),
-    });
-    rows.push(Row {
-        name: "expectations".into(),
-        cells: family.expectations.iter().map(verdict).collect(),
-    });
+    };
+    if several || parts.is_empty() {
+        parts.push(last);
+    } else if let Some(only) = parts.last_mut() {
+        only.headers.extend(last.headers);
+        for (r, l) in only.rows.iter_mut().zip(last.rows) {
+            r.cells.extend(l.cells);
+        }
+    }
     Table {
         name: &family.first.family,
         description: &family.first.description,
         source: family.first.source.as_deref(),
-        rows,
+        parts,
     }
 }
 
 impl Report {
-    /// The report as GitHub-flavoured Markdown: per scenario, one row per
-    /// recorded observation and one column per server × driver (server-major).
+    /// The report as GitHub-flavoured Markdown: the verdicts first
+    /// ([`super::verdicts`]), then per scenario file a table per parameter
+    /// set, one row per server × driver (server-major) and one column per
+    /// recorded observation.
     /// With several servers, a row whose value differs between servers
     /// for the same driver is marked.
     ///
@@ -105,7 +149,8 @@ impl Report {
     pub fn to_markdown(&self) -> Result<String> {
         let view = View::of(self);
         let headers: Vec<String> = view.columns.iter().map(|c| c.header.clone()).collect();
-        let tables: Vec<Table> = view.families.iter().map(table).collect();
+        let tables: Vec<Table> = view.families.iter().map(|f| table(f, &headers)).collect();
+        let verdicts = super::verdicts::VerdictView::of(self).markdown("all", "", "##")?;
         let mut env = minijinja::Environment::new();
         env.set_syntax(
             minijinja::syntax::SyntaxConfig::builder()
@@ -116,6 +161,7 @@ impl Report {
         let out = env.get_template("matrix.md")?.render(minijinja::context! {
             headers => headers,
             tables => minijinja::value::Serde(&tables),
+            verdicts => verdicts,
             ..self.template_context()
         })?;
         Ok(out)

@@ -9,25 +9,33 @@ use anyhow::{Context, Result, bail};
 use super::{Report, SCHEMA_VERSION, Summary};
 use crate::shard::Shard;
 
-/// A shard's `matrix.json`, read back.
+/// A `matrix.json` (a shard's, or a whole report's), read back, with its
+/// verdicts evaluated anew by the shipped properties ([`Report::judged`]).
 ///
 /// # Errors
 /// The file cannot be read, is not JSON, has another `schema_version` than
-/// [`SCHEMA_VERSION`], or does not have a report's fields (the message
+/// [`SCHEMA_VERSION`] (or 8, the version before verdicts), or does not have a report's fields (the message
 /// names the path and, from serde, the line and column).
 pub fn load(path: &Path) -> Result<Report> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let json: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
     match json.get("schema_version").and_then(serde_json::Value::as_u64) {
-        Some(v) if v == u64::from(SCHEMA_VERSION) => {}
+        // Version 8 lacks only the verdicts, evaluated below.
+        Some(v) if v == u64::from(SCHEMA_VERSION) || v == 8 => {}
         Some(v) => bail!(
             "{}: schema_version {v}, but this locklab reads {SCHEMA_VERSION}: make every shard with this version",
             path.display()
         ),
         None => bail!("{}: no schema_version: not a locklab matrix.json", path.display()),
     }
-    serde_json::from_str(&text).with_context(|| format!("{}: not a locklab matrix.json", path.display()))
+    let report: Report =
+        serde_json::from_str(&text).with_context(|| format!("{}: not a locklab matrix.json", path.display()))?;
+    Ok(Report {
+        schema_version: SCHEMA_VERSION,
+        ..report
+    }
+    .judged())
 }
 
 /// Puts the shards of one matrix together: the report an unsharded run of
@@ -117,7 +125,7 @@ pub fn merge(reports: Vec<(String, Report)>) -> Result<Report> {
     merged.environment.git_dirty = git_dirty;
     merged.generated_at = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
     merged.shard = None;
-    Ok(merged)
+    Ok(merged.judged())
 }
 
 /// Whether `b` is a shard of the same matrix as `a`: the same locklab,

@@ -91,6 +91,21 @@ pub struct Scenario {
 }
 
 impl Scenario {
+    /// The names of its report rows, in step order: each step's `record:`,
+    /// then one row per invariant of a race scenario (`invariant NAME`).
+    pub fn records(&self) -> Vec<String> {
+        self.steps
+            .iter()
+            .filter_map(|st| st.record.clone())
+            .chain(
+                self.trials
+                    .iter()
+                    .flat_map(|t| t.invariants.iter())
+                    .map(|i| crate::outcome::trials::row_name(&i.name)),
+            )
+            .collect()
+    }
+
     /// Where each cell of the scenario runs, from its steps' declarations
     /// ([`Declaration::placement`]) and its actors: on a local cluster of its
     /// own, started for it and removed after it, when a step restarts the

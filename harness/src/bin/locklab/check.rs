@@ -333,7 +333,11 @@ fn compare(plan: &CheckPlan, report: &Report, before: &Baseline, fresh: &Baselin
     let expected = |cell: &baseline::BaselineCell| {
         expected(cell) && !not_here.contains(&(cell.scenario.as_str(), cell.driver.as_str()))
     };
-    let comparison = baseline::compare(before, &fresh, plan.tolerance, &expected);
+    let mut comparison = baseline::compare(before, &fresh, plan.tolerance, &expected);
+    match locklab::properties::shipped_cached() {
+        Ok(properties) => comparison.judge(properties, before, &fresh),
+        Err(e) => eprintln!("locklab: note: verdicts not compared: the property files do not load:\n{e}"),
+    }
     let mut text = comparison.render(before, path, &server_label(report), plan.max_lines);
     if !comparison.is_clean() {
         let _ = writeln!(

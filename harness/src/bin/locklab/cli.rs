@@ -36,14 +36,17 @@ pub struct Cli {
 pub enum Command {
     /// List scenarios and driver configurations.
     List,
-    /// Check scenario files or directories (default: the scenario directory).
+    /// Check scenario files or directories (default: the scenario directory
+    /// and properties/); a property file or a directory named `properties`
+    /// is checked as properties, against the scenario directory.
     Validate {
         /// Files or directories to check.
         files: Vec<PathBuf>,
     },
     /// Print a JSON Schema: of scenario files (shipped as
-    /// scenarios/scenario.schema.json) or of the driver protocol's lines
-    /// (shipped as drivers/adapters/protocol.schema.json).
+    /// scenarios/scenario.schema.json), of the driver protocol's lines
+    /// (shipped as drivers/adapters/protocol.schema.json) or of property
+    /// files (shipped as properties/property.schema.json).
     Schema {
         /// Which schema.
         #[arg(value_enum, default_value_t = SchemaOf::Scenario)]
@@ -59,6 +62,11 @@ pub enum Command {
     },
     /// Run scenarios × drivers (default: all) and write matrix.json, matrix.md and index.html.
     Report(ReportArgs),
+    /// The verdicts: each property (properties/*.yaml) judged per column, the
+    /// server findings and a card per column, for a run or a matrix.json
+    /// (--from); with --require or --require-severity, exit 1 when a
+    /// selected column violates a required property.
+    Verdict(VerdictArgs),
     /// Run the whole matrix (or a selection) round after round and count the
     /// cells whose outcome differs between rounds; exit 1 if any differs or fails.
     Soak(SoakArgs),
@@ -106,6 +114,28 @@ pub struct ReportArgs {
     /// the file's own directory; the selection and server options are not used.
     #[arg(long, value_name = "MATRIX_JSON")]
     pub from: Option<PathBuf>,
+}
+
+/// `locklab verdict`'s arguments.
+#[derive(Args)]
+pub struct VerdictArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Judge this matrix.json (e.g. reports/matrix.json) instead of running
+    /// anything; -d then selects its columns, the other run options are not used.
+    #[arg(long, value_name = "MATRIX_JSON")]
+    pub from: Option<PathBuf>,
+    /// Exit 1 when a selected column violates one of these properties (ids,
+    /// comma-separated), or when a cell that decides one failed.
+    #[arg(long, value_delimiter = ',', value_name = "ID")]
+    pub require: Vec<String>,
+    /// Exit 1 when a selected column violates a property of this severity or
+    /// a graver one (`unsafe`; `surprising`: unsafe and surprising; …).
+    #[arg(long, value_enum, value_name = "SEVERITY")]
+    pub require_severity: Option<locklab::properties::Severity>,
+    /// Print the verdicts as JSON (matrix.json's `properties` and `verdicts`) instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `locklab merge`'s arguments.
@@ -447,4 +477,6 @@ pub enum SchemaOf {
     Scenario,
     /// The driver protocol: one request or answer line.
     Protocol,
+    /// Property files (properties/*.yaml).
+    Property,
 }

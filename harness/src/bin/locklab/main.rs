@@ -20,6 +20,7 @@ mod servers;
 mod soak;
 mod stress;
 mod validate;
+mod verdict;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -84,6 +85,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Schema { of } => schema::schema(*of),
         Command::Run { run, json } => run::run(&dir, run, *json),
         Command::Report(args) => report::report(&dir, given.is_some(), args),
+        Command::Verdict(args) => verdict::verdict(&dir, args),
         Command::Soak(args) => soak::soak(&dir, args),
         Command::Check(args) => check::check(&dir, given, args),
         Command::Merge(args) => merge::merge(args),

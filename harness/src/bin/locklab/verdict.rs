@@ -1,0 +1,128 @@
+//! `locklab verdict`: the properties judged per column, for a run or a
+//! matrix.json, and the CI gate (`--require`, `--require-severity`).
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+use locklab::properties::{Mark, Scope};
+use locklab::report::verdicts::VerdictView;
+
+use crate::cli::VerdictArgs;
+use crate::execute::execute;
+use crate::output::emit;
+
+/// Prints the verdicts of a run of the selection (or of `--from`'s report)
+/// for the selected columns, and exits 1 when a selected column violates a
+/// required property (or a cell deciding one failed: undecided), naming the
+/// property and the deciding cell; 0 otherwise. Server findings never fail
+/// a column.
+///
+/// # Errors
+/// A `--require` id no property has; a `--from` file that is not a
+/// matrix.json; a `-d` column the report lacks; no verdicts (the property
+/// files do not load); as [`execute`].
+pub fn verdict(dir: &Path, args: &VerdictArgs) -> Result<ExitCode> {
+    let properties =
+        locklab::properties::shipped_cached().map_err(|e| anyhow::anyhow!("the property files do not load:\n{e}"))?;
+    for id in &args.require {
+        match properties.iter().find(|p| &p.id == id) {
+            None => bail!(
+                "--require: no property '{id}' (have: {})",
+                properties.iter().map(|p| p.id.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+            Some(p) if p.scope == Scope::Server => eprintln!(
+                "locklab: note: --require {id}: a server property, shown as a server finding; it fails no column"
+            ),
+            Some(_) => {}
+        }
+    }
+    let report = match &args.from {
+        Some(file) => locklab::report::load(file)?,
+        None => execute(dir, &args.run)?,
+    };
+    let drivers = &args.run.driver;
+    for d in drivers {
+        if !report.drivers.iter().any(|c| &c.id == d) {
+            bail!(
+                "-d {d}: no such column in {} (have: {})",
+                args.from
+                    .as_ref()
+                    .map_or("this run".to_owned(), |f| f.display().to_string()),
+                report
+                    .drivers
+                    .iter()
+                    .map(|c| c.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    if report.verdicts.is_empty() {
+        bail!("no verdicts: the report has no runs of a server");
+    }
+    let selected = |driver: &str| drivers.is_empty() || drivers.iter().any(|d| d == driver);
+    let mut failing = String::new();
+    let mut failures = 0;
+    for server in &report.verdicts {
+        for p in server.properties.iter().filter(|p| p.scope == Scope::Column) {
+            let required = args.require.contains(&p.id) || args.require_severity.is_some_and(|s| p.severity <= s);
+            if !required {
+                continue;
+            }
+            for c in p.columns.iter().filter(|c| selected(&c.driver)) {
+                if !matches!(c.verdict, Mark::Violated | Mark::Undecided) {
+                    continue;
+                }
+                failures += 1;
+                let cell = c
+                    .evidence
+                    .iter()
+                    .find(|e| e.reads == c.verdict)
+                    .map(|e| {
+                        format!(
+                            "{} · {}: {}",
+                            e.scenario,
+                            e.record.as_deref().unwrap_or("status"),
+                            e.says.as_deref().unwrap_or(&e.reading)
+                        )
+                    })
+                    .unwrap_or_else(|| c.reasons.join("; "));
+                let _ = writeln!(
+                    failing,
+                    "{} {} {} ({}, required) on {}: {cell}",
+                    c.driver,
+                    if c.verdict == Mark::Violated {
+                        "violates"
+                    } else {
+                        "cannot be judged on"
+                    },
+                    p.id,
+                    p.severity.as_str(),
+                    server.server
+                );
+            }
+        }
+    }
+    if args.json {
+        emit(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "properties": report.properties,
+                "verdicts": report.verdicts,
+            }))?
+        ))?;
+    } else {
+        let view = VerdictView::of(&report).only(drivers);
+        emit(&view.markdown("all", "matrix.md", "#")?)?;
+    }
+    if failures > 0 {
+        eprint!("locklab verdict: {failures} required propert(y/ies) not met:\n{failing}");
+        return Ok(ExitCode::from(1));
+    }
+    if !args.require.is_empty() || args.require_severity.is_some() {
+        eprintln!("locklab verdict: every required property holds (or does not apply) in the selected column(s)");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,539 @@
+//! What the report shows of the verdicts ([`crate::properties`]), computed
+//! once from a [`Report`]'s `properties` and `verdicts`: per server, the
+//! server findings, the properties with their counts, the properties ×
+//! columns grid and a card per column. `templates/verdicts.md.j2` words it
+//! as Markdown (in `matrix.md`, for `locklab verdict`, and for the README's
+//! and the book's generated regions); `templates/index.html.j2` as HTML.
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use super::{DriverColumn, Report};
+use crate::properties::{ColumnVerdict, Evidence, Mark, PropertyInfo, Scope, Severity};
+
+/// The verdicts of a report, ready for a template.
+#[derive(Serialize)]
+pub struct VerdictView {
+    /// One per server with verdicts.
+    pub servers: Vec<ServerView>,
+    /// Whether the report has several servers (headings then name them).
+    pub several: bool,
+}
+
+/// The verdicts of one server.
+#[derive(Serialize)]
+pub struct ServerView {
+    /// `pg17`.
+    pub id: String,
+    /// `PostgreSQL 17.11`.
+    pub version: String,
+    /// The server-scope properties.
+    pub findings: Vec<Finding>,
+    /// The column-scope properties, numbered from 1.
+    pub properties: Vec<PropertyRow>,
+    /// One row per column: its mark per property of `properties`.
+    pub grid: Vec<GridRow>,
+    /// One card per column.
+    pub cards: Vec<Card>,
+}
+
+/// A server-scope property: how it fared through the columns.
+#[derive(Serialize)]
+pub struct Finding {
+    /// The property.
+    pub id: String,
+    /// Its rule.
+    pub rule: String,
+    /// `unsafe`, …
+    pub severity: &'static str,
+    /// Where the rule comes from.
+    pub source: String,
+    /// What to do.
+    pub advice: String,
+    /// Its file.
+    pub file: String,
+    /// The overall mark: violated if any column violated it.
+    pub symbol: &'static str,
+    /// Columns that violated it / that decided it (holds or violated).
+    pub violated: usize,
+    /// Columns whose cells decided it.
+    pub decided: usize,
+    /// One line per deciding cell that violated it somewhere: the cell, how
+    /// often, in how many columns.
+    pub evidence: Vec<Fact>,
+}
+
+/// A column-scope property, with its counts over the columns.
+#[derive(Serialize)]
+pub struct PropertyRow {
+    /// Its number in the grid (1-based).
+    pub n: usize,
+    /// The property.
+    pub id: String,
+    /// Its rule.
+    pub rule: String,
+    /// `unsafe`, …
+    pub severity: &'static str,
+    /// Where the rule comes from.
+    pub source: String,
+    /// Its file.
+    pub file: String,
+    /// Columns where it holds.
+    pub holds: usize,
+    /// Columns that violate it.
+    pub violated: usize,
+    /// Columns where it does not apply.
+    pub na: usize,
+    /// Columns where it is undecided.
+    pub undecided: usize,
+    /// For n/a and undecided: `reason (columns)`.
+    pub reasons: Vec<String>,
+}
+
+/// One column's marks.
+#[derive(Serialize)]
+pub struct GridRow {
+    /// The column.
+    pub driver: String,
+    /// One per property row: the mark and its CSS class and title.
+    pub marks: Vec<GridMark>,
+}
+
+/// A mark of the grid.
+#[derive(Serialize)]
+pub struct GridMark {
+    /// ✓ ✗ – ?
+    pub symbol: &'static str,
+    /// `holds`, `violated`, `na`, `undecided`.
+    pub class: &'static str,
+    /// The deciding cells in one line each (the HTML title).
+    pub title: String,
+    /// The family of the first deciding cell that decided the verdict (for the link).
+    pub family: String,
+}
+
+/// A column's card: what is unsafe with it and what to do.
+#[derive(Serialize)]
+pub struct Card {
+    /// The column.
+    pub driver: String,
+    /// `deadpool-postgres 0.14.2` (and the pooler's version).
+    pub crate_line: String,
+    /// Its configuration.
+    pub configuration: String,
+    /// Violated properties per severity, then holds and n/a counts.
+    pub unsafe_count: usize,
+    /// Violated surprising properties.
+    pub surprising_count: usize,
+    /// Violated informational properties.
+    pub informational_count: usize,
+    /// Properties that hold.
+    pub holds_count: usize,
+    /// Properties that do not apply.
+    pub na_count: usize,
+    /// One line per violated (by severity) or undecided property.
+    pub lines: Vec<CardLine>,
+    /// The properties that hold: `id` and the first fact (`id: fact`).
+    pub holds: Vec<String>,
+    /// The properties that do not apply: `id (why)`.
+    pub not_applicable: Vec<String>,
+}
+
+/// One property on a card.
+#[derive(Serialize)]
+pub struct CardLine {
+    /// ✓ ✗ – ?
+    pub symbol: &'static str,
+    /// `holds`, `violated`, `n/a`, `undecided`.
+    pub verdict: &'static str,
+    /// The property.
+    pub id: String,
+    /// `unsafe`, …
+    pub severity: &'static str,
+    /// The facts, from the deciding cells (violating ones first).
+    pub facts: Vec<Fact>,
+    /// For a violation: the property's advice, then the readings' own.
+    pub advice: Vec<String>,
+    /// For n/a and undecided: why.
+    pub reasons: Vec<String>,
+}
+
+/// A fact from one deciding cell.
+#[derive(Serialize)]
+pub struct Fact {
+    /// The fact in words.
+    pub text: String,
+    /// The scenario run (`NAME[params]`).
+    pub scenario: String,
+    /// Its file's name, the report's anchor.
+    pub family: String,
+    /// The record read (or `status`).
+    pub record: String,
+}
+
+fn family(scenario: &str) -> String {
+    scenario.split('[').next().unwrap_or(scenario).to_owned()
+}
+
+fn class(m: Mark) -> &'static str {
+    match m {
+        Mark::Holds => "holds",
+        Mark::Violated => "violated",
+        Mark::NotApplicable => "na",
+        Mark::Undecided => "undecided",
+    }
+}
+
+/// The fact an evidence states: the rule's words (or the reading), and for
+/// a race row the trials.
+fn fact(e: &Evidence) -> Fact {
+    let mut text = e.says.clone().unwrap_or_else(|| e.reading.clone());
+    if let Some(t) = e.trials
+        && t.violated > 0
+    {
+        text = format!("{text} (in {} of {} trials)", t.violated, t.of);
+    }
+    Fact {
+        text,
+        scenario: e.scenario.clone(),
+        family: family(&e.scenario),
+        record: e.record.clone().unwrap_or_else(|| "status".to_owned()),
+    }
+}
+
+/// The facts of a column verdict: the evidence that decided it first, each
+/// distinct text once (the first cell that states it named).
+fn facts(v: &ColumnVerdict) -> Vec<Fact> {
+    if v.verdict == Mark::NotApplicable {
+        // The reasons say it.
+        return Vec::new();
+    }
+    let mut ordered: Vec<&Evidence> = v.evidence.iter().filter(|e| e.reads == v.verdict).collect();
+    if v.verdict == Mark::Violated {
+        ordered.extend(v.evidence.iter().filter(|e| e.reads == Mark::Holds && e.says.is_some()));
+    }
+    let mut out: Vec<Fact> = Vec::new();
+    for e in ordered {
+        let f = fact(e);
+        if !out.iter().any(|x| x.text == f.text) {
+            out.push(f);
+        }
+    }
+    out
+}
+
+fn crate_line(d: &DriverColumn) -> String {
+    match &d.pooler_version {
+        Some(p) => format!("{} {}; {p}", d.crate_name, d.crate_version),
+        None => format!("{} {}", d.crate_name, d.crate_version),
+    }
+}
+
+impl VerdictView {
+    /// The view of `report`'s verdicts (empty without any).
+    pub fn of(report: &Report) -> VerdictView {
+        let info: BTreeMap<&str, &PropertyInfo> = report.properties.iter().map(|p| (p.id.as_str(), p)).collect();
+        let servers = report
+            .verdicts
+            .iter()
+            .map(|sv| {
+                let version = report
+                    .servers
+                    .iter()
+                    .find(|s| s.id == sv.server)
+                    .map(|s| crate::baseline::short_version(&s.version))
+                    .unwrap_or_else(|| sv.server.clone());
+                let column_props: Vec<_> = sv.properties.iter().filter(|p| p.scope == Scope::Column).collect();
+                let findings = sv
+                    .properties
+                    .iter()
+                    .filter(|p| p.scope == Scope::Server)
+                    .filter_map(|p| {
+                        let i = info.get(p.id.as_str())?;
+                        let violated = p.count(Mark::Violated);
+                        let decided = violated + p.count(Mark::Holds);
+                        // Per deciding cell that violated: how many columns, which trials.
+                        let mut cells: Vec<(String, Option<String>, usize, Vec<String>)> = Vec::new();
+                        for c in &p.columns {
+                            for e in c.evidence.iter().filter(|e| e.reads == Mark::Violated) {
+                                let detail = e
+                                    .trials
+                                    .map(|t| format!("{} of {}", t.violated, t.of))
+                                    .unwrap_or_else(|| e.reading.clone());
+                                match cells.iter_mut().find(|x| x.0 == e.scenario && x.1 == e.record) {
+                                    Some(x) => {
+                                        x.2 += 1;
+                                        x.3.push(format!("{}: {detail}", c.driver));
+                                    }
+                                    None => cells.push((
+                                        e.scenario.clone(),
+                                        e.record.clone(),
+                                        1,
+                                        vec![format!("{}: {detail}", c.driver)],
+                                    )),
+                                }
+                            }
+                        }
+                        let evidence = cells
+                            .into_iter()
+                            .map(|(scenario, record, n, details)| {
+                                let says = p
+                                    .columns
+                                    .iter()
+                                    .flat_map(|c| &c.evidence)
+                                    .find(|e| e.scenario == scenario && e.reads == Mark::Violated)
+                                    .and_then(|e| e.says.clone())
+                                    .unwrap_or_default();
+                                let shown: Vec<&str> = details.iter().take(3).map(String::as_str).collect();
+                                let race = p
+                                    .columns
+                                    .iter()
+                                    .flat_map(|c| &c.evidence)
+                                    .any(|e| e.scenario == scenario && e.trials.is_some());
+                                Fact {
+                                    text: format!(
+                                        "{says}: in {n} column(s) ({}{}{})",
+                                        if race { "violating trials, of all: " } else { "" },
+                                        shown.join("; "),
+                                        if details.len() > 3 { "; …" } else { "" }
+                                    ),
+                                    family: family(&scenario),
+                                    scenario,
+                                    record: record.unwrap_or_else(|| "status".to_owned()),
+                                }
+                            })
+                            .collect();
+                        Some(Finding {
+                            id: p.id.clone(),
+                            rule: i.rule.clone(),
+                            severity: p.severity.as_str(),
+                            source: i.source.clone(),
+                            advice: i.advice.clone(),
+                            file: i.file.display().to_string(),
+                            symbol: if violated > 0 {
+                                Mark::Violated.symbol()
+                            } else {
+                                Mark::Holds.symbol()
+                            },
+                            violated,
+                            decided,
+                            evidence,
+                        })
+                    })
+                    .collect();
+                let properties = column_props
+                    .iter()
+                    .enumerate()
+                    .map(|(n, p)| {
+                        let i = info.get(p.id.as_str());
+                        // reason → columns
+                        let mut reasons: Vec<(String, Vec<&str>)> = Vec::new();
+                        for c in p
+                            .columns
+                            .iter()
+                            .filter(|c| matches!(c.verdict, Mark::NotApplicable | Mark::Undecided))
+                        {
+                            let why = format!("{}: {}", c.verdict.as_str(), c.reasons.join("; "));
+                            match reasons.iter_mut().find(|(w, _)| *w == why) {
+                                Some((_, cs)) => cs.push(&c.driver),
+                                None => reasons.push((why, vec![&c.driver])),
+                            }
+                        }
+                        PropertyRow {
+                            n: n + 1,
+                            id: p.id.clone(),
+                            rule: i.map(|i| i.rule.clone()).unwrap_or_default(),
+                            severity: p.severity.as_str(),
+                            source: i.map(|i| i.source.clone()).unwrap_or_default(),
+                            file: i.map(|i| i.file.display().to_string()).unwrap_or_default(),
+                            holds: p.count(Mark::Holds),
+                            violated: p.count(Mark::Violated),
+                            na: p.count(Mark::NotApplicable),
+                            undecided: p.count(Mark::Undecided),
+                            reasons: reasons
+                                .into_iter()
+                                .map(|(why, cs)| format!("{why} ({})", cs.join(", ")))
+                                .collect(),
+                        }
+                    })
+                    .collect();
+                let grid = report
+                    .drivers
+                    .iter()
+                    .map(|d| GridRow {
+                        driver: d.id.clone(),
+                        marks: column_props
+                            .iter()
+                            .map(|p| match p.of(&d.id) {
+                                Some(v) => GridMark {
+                                    symbol: v.verdict.symbol(),
+                                    class: class(v.verdict),
+                                    title: v
+                                        .evidence
+                                        .iter()
+                                        .map(|e| {
+                                            format!(
+                                                "{} · {}: {} ({})",
+                                                e.scenario,
+                                                e.record.as_deref().unwrap_or("status"),
+                                                e.reading,
+                                                e.reads.as_str()
+                                            )
+                                        })
+                                        .collect::<Vec<_>>()
+                                        .join("\n"),
+                                    family: v
+                                        .evidence
+                                        .iter()
+                                        .find(|e| e.reads == v.verdict)
+                                        .or(v.evidence.first())
+                                        .map(|e| family(&e.scenario))
+                                        .unwrap_or_default(),
+                                },
+                                None => GridMark {
+                                    symbol: " ",
+                                    class: "na",
+                                    title: String::new(),
+                                    family: String::new(),
+                                },
+                            })
+                            .collect(),
+                    })
+                    .collect();
+                let cards = report.drivers.iter().map(|d| card(d, &column_props, &info)).collect();
+                ServerView {
+                    id: sv.server.clone(),
+                    version,
+                    findings,
+                    properties,
+                    grid,
+                    cards,
+                }
+            })
+            .collect();
+        VerdictView {
+            servers,
+            several: report.verdicts.len() > 1,
+        }
+    }
+
+    /// The view narrowed to the columns in `drivers` (all when empty).
+    pub fn only(mut self, drivers: &[String]) -> VerdictView {
+        if drivers.is_empty() {
+            return self;
+        }
+        for s in &mut self.servers {
+            s.grid.retain(|g| drivers.contains(&g.driver));
+            s.cards.retain(|c| drivers.contains(&c.driver));
+        }
+        self
+    }
+
+    /// The view as Markdown: `section` picks the parts (`all`: findings,
+    /// properties, grid and cards; `findings`: the findings and the
+    /// properties with the columns that violate them, for the README);
+    /// `link` is the path of `matrix.md` evidence links point into (empty:
+    /// this document).
+    ///
+    /// # Errors
+    /// A template error (a bug).
+    pub fn markdown(&self, section: &str, link: &str, heading: &str) -> Result<String> {
+        let mut env = minijinja::Environment::new();
+        env.set_syntax(
+            minijinja::syntax::SyntaxConfig::builder()
+                .keep_trailing_newline(true)
+                .build()?,
+        );
+        env.add_template("verdicts.md", include_str!("../../templates/verdicts.md.j2"))?;
+        Ok(env.get_template("verdicts.md")?.render(minijinja::context! {
+            v => minijinja::value::Serde(self),
+            section => section,
+            link => link,
+            h => heading,
+        })?)
+    }
+}
+
+fn card(
+    d: &DriverColumn,
+    props: &[&crate::properties::PropertyVerdicts],
+    info: &BTreeMap<&str, &PropertyInfo>,
+) -> Card {
+    let mut lines: Vec<(u8, Severity, CardLine)> = Vec::new();
+    for p in props {
+        let Some(v) = p.of(&d.id) else {
+            continue;
+        };
+        let mut advice = Vec::new();
+        if v.verdict == Mark::Violated {
+            if let Some(i) = info.get(p.id.as_str()) {
+                advice.push(i.advice.clone());
+            }
+            for e in v.evidence.iter().filter(|e| e.reads == Mark::Violated) {
+                if let Some(a) = &e.advice
+                    && !advice.contains(a)
+                {
+                    advice.push(a.clone());
+                }
+            }
+        }
+        let order = match v.verdict {
+            Mark::Violated => 0,
+            Mark::Undecided => 1,
+            Mark::Holds => 2,
+            Mark::NotApplicable => 3,
+        };
+        lines.push((
+            order,
+            p.severity,
+            CardLine {
+                symbol: v.verdict.symbol(),
+                verdict: v.verdict.as_str(),
+                id: p.id.clone(),
+                severity: p.severity.as_str(),
+                facts: facts(v),
+                advice,
+                reasons: v.reasons.clone(),
+            },
+        ));
+    }
+    lines.sort_by_key(|(order, severity, _)| (*order, *severity));
+    let holds = lines
+        .iter()
+        .filter(|(_, _, l)| l.verdict == "holds")
+        .map(|(_, _, l)| match l.facts.first() {
+            Some(f) => format!("{} ({})", l.id, f.text),
+            None => l.id.clone(),
+        })
+        .collect();
+    let not_applicable = lines
+        .iter()
+        .filter(|(_, _, l)| l.verdict == "n/a")
+        .map(|(_, _, l)| format!("{} ({})", l.id, l.reasons.join("; ")))
+        .collect();
+    let count = |m: &str, s: Option<&str>| {
+        lines
+            .iter()
+            .filter(|(_, _, l)| l.verdict == m && s.is_none_or(|s| l.severity == s))
+            .count()
+    };
+    Card {
+        driver: d.id.clone(),
+        crate_line: crate_line(d),
+        configuration: d.configuration.clone(),
+        unsafe_count: count("violated", Some("unsafe")),
+        surprising_count: count("violated", Some("surprising")),
+        informational_count: count("violated", Some("informational")),
+        holds_count: count("holds", None),
+        na_count: count("n/a", None),
+        lines: lines
+            .into_iter()
+            .map(|(_, _, l)| l)
+            .filter(|l| matches!(l.verdict, "violated" | "undecided"))
+            .collect(),
+        holds,
+        not_applicable,
+    }
+}

@@ -1,0 +1,270 @@
+//! Property files without a server: the shipped ones validate against the
+//! shipped scenarios, every broken fixture gives its error at its place, the
+//! schema is the generated one, and on the committed report every property
+//! can fail: a real column violates it, or, where none does, a cell made
+//! deliberately wrong (one reading replaced) does.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use locklab::baseline::{Baseline, BaselineCell};
+use locklab::outcome::{Reading, Seen, Value};
+use locklab::properties::{self, Mark, Property, Scope};
+use locklab::scenario::{self, Scenario};
+use rstest::rstest;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn scenarios() -> &'static [Scenario] {
+    static S: OnceLock<Vec<Scenario>> = OnceLock::new();
+    S.get_or_init(|| scenario::load_dir(&root().join("scenarios")).unwrap())
+}
+
+fn shipped() -> &'static [Property] {
+    static P: OnceLock<Vec<Property>> = OnceLock::new();
+    P.get_or_init(|| {
+        properties::load_dir(&root().join("properties"), scenarios()).unwrap_or_else(|errors| {
+            panic!(
+                "{}",
+                errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n")
+            )
+        })
+    })
+}
+
+/// The committed report's cells, as the baseline keeps them.
+fn committed() -> &'static Baseline {
+    static B: OnceLock<Baseline> = OnceLock::new();
+    B.get_or_init(|| {
+        let report = locklab::report::load(&root().join("reports/matrix.json")).unwrap();
+        Baseline::from_report(&report).unwrap()
+    })
+}
+
+fn drivers() -> Vec<String> {
+    committed().drivers.keys().cloned().collect()
+}
+
+#[test]
+fn shipped_properties_validate() {
+    let ids: Vec<&str> = shipped().iter().map(|p| p.id.as_str()).collect();
+    // The guide's Verification list and the issue's starting set.
+    for required in [
+        "session-lock-released-on-return",
+        "lock-timeout-ends-wait",
+        "set-local-confined-to-transaction",
+        "given-up-call-leaves-no-ghost-lock",
+        "cancel-request-ends-wait",
+        "lock-error-means-not-held",
+        "crashed-holder-released",
+        "unlock-reaches-the-session",
+        "session-semantics-hold",
+        "connection-usable-after-given-up-call",
+        "lock-guard-releases",
+    ] {
+        assert!(ids.contains(&required), "missing property {required}; have {ids:?}");
+    }
+}
+
+/// Each fixture's first line is `# expect: LINE:COLUMN message-prefix`.
+#[rstest]
+fn broken_property_reports_its_error_and_location(
+    #[files("tests/fixtures/invalid-properties/properties/*.yaml")] path: PathBuf,
+) {
+    let text = std::fs::read_to_string(&path).unwrap();
+    let header = text
+        .lines()
+        .next()
+        .unwrap()
+        .strip_prefix("# expect: ")
+        .expect("fixture lacks '# expect: L:C message'");
+    let (at, message) = header.split_once(' ').unwrap();
+    let errors = match properties::load_file(&path, scenarios()) {
+        Ok(_) => panic!("{} loaded without error", path.display()),
+        Err(e) => e,
+    };
+    let first = &errors[0];
+    assert_eq!(
+        format!("{}:{}", first.pos.line, first.pos.column),
+        at,
+        "wrong location in: {first}"
+    );
+    assert!(
+        first.message.starts_with(message.trim()),
+        "message {:?} does not start with {:?}",
+        first.message,
+        message.trim()
+    );
+}
+
+/// `locklab validate` on the fixtures' directory: every error, located, exit 1.
+#[test]
+fn validate_names_every_broken_property_file() {
+    let dir = root().join("harness/tests/fixtures/invalid-properties/properties");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .arg("validate")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let fixtures = std::fs::read_dir(&dir).unwrap().count();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().path();
+        assert!(
+            stderr.contains(&format!("{}:", name.display())),
+            "{} not named in:\n{stderr}",
+            name.display()
+        );
+    }
+    assert!(fixtures >= 10);
+}
+
+/// The shipped schema is the one generated from the property types
+/// (regenerate with `cargo locklab schema property > properties/property.schema.json`).
+#[test]
+fn shipped_property_schema_is_up_to_date() {
+    let shipped: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("properties/property.schema.json")).unwrap())
+            .unwrap();
+    assert!(
+        shipped == properties::json_schema(),
+        "properties/property.schema.json is stale: run `cargo locklab schema property > properties/property.schema.json`"
+    );
+}
+
+/// Every reading of the committed report that decides a property is read by
+/// one of its rules: no verdict is undecided (a new reading, say after a
+/// pool upgrade, makes the property say what it means by it).
+#[test]
+fn every_deciding_reading_of_the_committed_report_is_read() {
+    let verdicts = properties::evaluate(shipped(), &committed().cells, &drivers());
+    let undecided: Vec<String> = verdicts
+        .iter()
+        .flat_map(|p| {
+            p.columns
+                .iter()
+                .filter(|c| c.verdict == Mark::Undecided)
+                .map(move |c| format!("{} × {}: {}", p.id, c.driver, c.reasons.join("; ")))
+        })
+        .collect();
+    assert!(undecided.is_empty(), "undecided:\n{}", undecided.join("\n"));
+}
+
+/// A copy of `cell` whose observation `record` reads `value`.
+fn with_reading(cell: &BaselineCell, record: &str, value: Value) -> BaselineCell {
+    let mut cell = cell.clone();
+    let o = cell
+        .observations
+        .get_mut(record)
+        .unwrap_or_else(|| panic!("{} records {record}", cell.scenario));
+    o.seen = Seen::Value(Reading::plain(value));
+    o.shares = None;
+    o.trials = None;
+    cell
+}
+
+/// No property is a check that cannot fail. Where a column of the
+/// committed report violates it, that is the proof; where none does, the
+/// tokio-postgres column is made deliberately wrong in one reading (the
+/// value a broken driver would have given) and must then violate it.
+#[test]
+fn every_property_is_violated_by_a_column_or_by_a_deliberately_wrong_cell() {
+    let cells = &committed().cells;
+    let drivers = drivers();
+    let held = || {
+        Value::Locks(locklab::outcome::LockSnapshot {
+            held: true,
+            holders: vec![locklab::outcome::LockHolder {
+                actor: Some("worker".into()),
+                pid: 0,
+                state: Some("idle".into()),
+                key: locklab::keys::AdvisoryKey::Big(1),
+                mode: "ExclusiveLock".into(),
+            }],
+            waiters: vec![],
+        })
+    };
+    // property → (scenario, record, the broken reading)
+    let wrong: Vec<(&str, &str, &str, Value)> = vec![
+        (
+            "set-local-confined-to-transaction",
+            "set-local-confined-to-transaction",
+            "after_commit",
+            Value::Text("123ms".into()),
+        ),
+        (
+            "lock-timeout-ends-wait",
+            "lock-timeout-200ms",
+            "lock_timeout_wait",
+            Value::Bool(true),
+        ),
+        (
+            "xact-lock-released-at-transaction-end",
+            "xact-released-by-rollback",
+            "held_after_rollback",
+            held(),
+        ),
+        (
+            "cancel-request-ends-wait",
+            "cancel-timeout-session-lock[on_timeout=cancel]",
+            "lock_call",
+            Value::Dropped {
+                at_ms: 200,
+                cancel: locklab::outcome::Cancel::NoEffect(1000),
+            },
+        ),
+    ];
+    let real = properties::evaluate(shipped(), cells, &drivers);
+    for p in shipped() {
+        let verdicts = real.iter().find(|v| v.id == p.id).unwrap();
+        if verdicts.count(Mark::Violated) > 0 {
+            continue;
+        }
+        let Some((_, scenario, record, value)) = wrong.iter().find(|w| w.0 == p.id) else {
+            panic!(
+                "no column of the committed report violates {} and the test has no deliberately wrong cell for it",
+                p.id
+            );
+        };
+        assert!(
+            verdicts.of("tokio-postgres").unwrap().verdict == Mark::Holds,
+            "{} holds with tokio-postgres before the change",
+            p.id
+        );
+        let broken: Vec<BaselineCell> = cells
+            .iter()
+            .map(|c| {
+                if c.driver == "tokio-postgres" && c.scenario == *scenario {
+                    with_reading(c, record, value.clone())
+                } else {
+                    c.clone()
+                }
+            })
+            .collect();
+        let after = properties::evaluate(std::slice::from_ref(p), &broken, &drivers);
+        let v = after[0].of("tokio-postgres").unwrap();
+        assert_eq!(v.verdict, Mark::Violated, "{}: {v:?}", p.id);
+        assert_eq!(after[0].count(Mark::Violated), 1, "{}: only the broken column", p.id);
+    }
+}
+
+/// The issue's example of a server finding: `lock-error-means-not-held` is
+/// a server property, violated through most columns that run the race
+/// cells (PostgreSQL grants the lock as the timeout fires), and a column
+/// without a cancel API has no trial that decides it.
+#[test]
+fn the_lock_error_race_is_a_server_finding() {
+    let verdicts = properties::evaluate(shipped(), &committed().cells, &drivers());
+    let p = verdicts.iter().find(|v| v.id == "lock-error-means-not-held").unwrap();
+    assert_eq!(p.scope, Scope::Server);
+    let violated = p.count(Mark::Violated);
+    let decided = violated + p.count(Mark::Holds);
+    assert!(violated * 2 > decided, "{violated} of {decided}");
+    for c in p.columns.iter().filter(|c| c.verdict == Mark::Violated) {
+        let trials = c.evidence.iter().filter_map(|e| e.trials).find(|t| t.violated > 0);
+        assert!(trials.is_some(), "{}: a race verdict names its trials", c.driver);
+    }
+}
