@@ -73,14 +73,19 @@ bench-holders:
 run *args:
     cargo run --release --quiet -p locklab -- run {{args}}
 
-# Check scenario files (default: all of scenarios/).
+# Check scenario and property files (default: all of scenarios/ and properties/).
 validate *files:
     cargo run --quiet -p locklab -- validate {{files}}
 
-# Regenerate the JSON Schemas from the Rust types: the scenario format's (scenarios/scenario.schema.json) and the driver protocol's (drivers/adapters/protocol.schema.json).
+# Regenerate the JSON Schemas from the Rust types: the scenario format's (scenarios/scenario.schema.json), the driver protocol's (drivers/adapters/protocol.schema.json) and the property files' (properties/property.schema.json).
 schema:
     cargo run --quiet -p locklab -- schema scenario > scenarios/scenario.schema.json
     cargo run --quiet -p locklab -- schema protocol > drivers/adapters/protocol.schema.json
+    cargo run --quiet -p locklab -- schema property > properties/property.schema.json
+
+# The properties judged per column, with a card per column (e.g. just verdict --from reports/matrix.json -d sqlx; just verdict -d asyncpg-0.32 --require-severity unsafe exits 1 on an unsafe violation).
+verdict *args:
+    cargo run --release --quiet -p locklab -- verdict {{args}}
 
 # List scenarios and drivers.
 list:

@@ -78,6 +78,7 @@ pub mod html;
 mod json;
 mod markdown;
 mod merge;
+pub mod regions;
 pub mod verdicts;
 mod view;
 

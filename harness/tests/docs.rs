@@ -158,3 +158,40 @@ mod lab_api;
 fn the_lab_api_example_in_the_docs_runs() {
     lab_api::main().unwrap();
 }
+
+/// The README's findings and the book's cards are generated from the
+/// committed report's verdicts (`locklab::report::regions`): a test fails
+/// when one is stale, say after `reports/matrix.json` or a property changed.
+#[test]
+fn the_generated_findings_match_the_committed_report() {
+    let root = root();
+    let report = locklab::report::load(&root.join("reports/matrix.json")).unwrap();
+    assert!(!report.verdicts.is_empty(), "the committed report has no verdicts");
+    let stale = locklab::report::regions::stale(&report, &root).unwrap();
+    assert!(
+        stale.is_empty(),
+        "stale generated findings (rewrite them with `cargo locklab report --from reports/matrix.json`):\n{}",
+        stale.join("\n")
+    );
+}
+
+/// So are the committed `matrix.md` and `index.html`: what `report --from
+/// reports/matrix.json` writes (a new property or a template change needs
+/// the re-render, not a new run).
+#[test]
+fn the_committed_report_files_match_their_matrix_json() {
+    let root = root();
+    let report = locklab::report::load(&root.join("reports/matrix.json")).unwrap();
+    let md = std::fs::read_to_string(root.join("reports/matrix.md")).unwrap();
+    assert!(
+        md == report.to_markdown().unwrap(),
+        "reports/matrix.md is stale: run `cargo locklab report --from reports/matrix.json`"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("reports/matrix.json")).unwrap()).unwrap();
+    assert_eq!(
+        json["verdicts"],
+        serde_json::to_value(&report.verdicts).unwrap(),
+        "the verdicts of reports/matrix.json are stale: run `cargo locklab report --from reports/matrix.json`"
+    );
+}

@@ -268,3 +268,117 @@ fn the_lock_error_race_is_a_server_finding() {
         assert!(trials.is_some(), "{}: a race verdict names its trials", c.driver);
     }
 }
+
+fn locklab(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args(args)
+        .env_remove("LOCKLAB_DSN")
+        .output()
+        .unwrap()
+}
+
+/// `locklab verdict` as a CI gate on the committed report: a column with
+/// no unsafe violation passes `--require-severity unsafe`, one with a
+/// violation fails it naming the property and the deciding cell, and
+/// `--require` of a property the column does not violate passes; an
+/// unknown property id is refused.
+#[test]
+fn verdict_require_gates_a_column() {
+    let matrix = root().join("reports/matrix.json");
+    let matrix = matrix.to_str().unwrap();
+    let ok = locklab(&[
+        "verdict",
+        "--from",
+        matrix,
+        "-d",
+        "asyncpg-0.32",
+        "--require-severity",
+        "unsafe",
+    ]);
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+    let stdout = String::from_utf8_lossy(&ok.stdout);
+    assert!(stdout.contains("### `asyncpg-0.32`"), "no card:\n{stdout}");
+    assert!(
+        !stdout.contains("### `deadpool-fast`"),
+        "-d selects the cards:\n{stdout}"
+    );
+
+    let bad = locklab(&[
+        "verdict",
+        "--from",
+        matrix,
+        "-d",
+        "deadpool-fast",
+        "--require-severity",
+        "unsafe",
+    ]);
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("deadpool-fast violates session-lock-released-on-return (unsafe, required) on pg17: session-lock-pool-return · held_after_return"),
+        "{stderr}"
+    );
+    // The server finding fails no column.
+    assert!(!stderr.contains("lock-error-means-not-held"), "{stderr}");
+
+    let one = locklab(&[
+        "verdict",
+        "--from",
+        matrix,
+        "-d",
+        "deadpool-fast",
+        "--require",
+        "lock-timeout-ends-wait,set-local-confined-to-transaction",
+    ]);
+    assert_eq!(one.status.code(), Some(0), "{}", String::from_utf8_lossy(&one.stderr));
+
+    let unknown = locklab(&["verdict", "--from", matrix, "--require", "no-such-property"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no property 'no-such-property'"));
+}
+
+/// `check` prints a changed verdict first, above the value change that
+/// caused it: the committed report against a copy of its baseline with one
+/// value changed (psycopg-pool's lock after the return: held → not held).
+#[test]
+fn check_shows_the_verdict_change_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = root().join("reports/matrix.json");
+    let report = locklab::report::load(&matrix).unwrap();
+    let mut baseline = Baseline::from_report(&report).unwrap();
+    let cell = baseline
+        .cells
+        .iter_mut()
+        .find(|c| c.scenario == "session-lock-pool-return" && c.driver == "psycopg-pool")
+        .unwrap();
+    cell.observations.get_mut("held_after_return").unwrap().seen =
+        Seen::Value(Reading::plain(Value::Locks(locklab::outcome::LockSnapshot {
+            held: false,
+            holders: vec![],
+            waiters: vec![],
+        })));
+    cell.observations.get_mut("held_after_next_checkout").unwrap().seen =
+        Seen::Value(Reading::plain(Value::Locks(locklab::outcome::LockSnapshot {
+            held: false,
+            holders: vec![],
+            waiters: vec![],
+        })));
+    let path = dir.path().join("baseline.json");
+    baseline.save(&path).unwrap();
+    let out = locklab(&[
+        "check",
+        "--from",
+        matrix.to_str().unwrap(),
+        "--baseline",
+        path.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let verdict = stdout
+        .find("session-lock-released-on-return × psycopg-pool: holds → violated (unsafe; decided by session-lock-pool-return)")
+        .unwrap_or_else(|| panic!("no verdict line:\n{stdout}"));
+    let value = stdout
+        .find("`held_after_return`: not held → held by worker (idle)")
+        .unwrap_or_else(|| panic!("no value line:\n{stdout}"));
+    assert!(verdict < value, "the verdict comes first:\n{stdout}");
+}

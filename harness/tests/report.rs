@@ -138,48 +138,66 @@ fn the_report_has_a_cell_for_every_observation_and_driver() {
     assert_eq!(json["runs"].as_array().unwrap().len(), scenarios.len() * drivers.len());
 
     let md = report.to_markdown().unwrap();
+    // The verdicts lead.
+    let verdicts = md.find("## Verdicts").expect("no verdicts");
+    assert!(verdicts < md.find("## Drivers").unwrap(), "the verdicts come first");
+    for d in &drivers {
+        assert!(
+            md.contains(&format!("### `{}`", d.info().id)),
+            "no card for {}",
+            d.info().id
+        );
+    }
     for s in scenarios {
         let heading = format!("## {}\n", s.family);
         assert!(md.contains(&heading), "no section for {}", s.name);
         let section = md.split(&heading).nth(1).unwrap().split("\n## ").next().unwrap();
+        // A table per parameter set (titled when the file has several), one
+        // row per column and one column per observation.
+        let suffix = s.name.strip_prefix(&s.family).unwrap();
+        let table = if s.params.is_empty() {
+            section
+        } else {
+            section
+                .split(&format!("### {} {suffix}\n", s.family))
+                .nth(1)
+                .unwrap_or_else(|| panic!("no table for {}", s.name))
+                .split("\n### ")
+                .next()
+                .unwrap()
+        };
+        let header = table
+            .lines()
+            .find(|l| l.starts_with("| column |"))
+            .unwrap_or_else(|| panic!("no header in {}", s.name));
         for name in s.steps.iter().filter_map(|st| st.record.as_deref()) {
-            let row = section
-                .lines()
-                .find(|l| {
-                    let suffix = s.name.strip_prefix(&s.family).unwrap();
-                    let label = if s.params.is_empty() {
-                        format!("| `{name}` |")
-                    } else {
-                        format!("| `{name}` {suffix} |")
-                    };
-                    l.starts_with(&label)
-                })
-                .unwrap_or_else(|| panic!("no row {name}"));
-            // one cell per driver, none missing
-            assert_eq!(row.matches(" | ").count(), drivers.len(), "{row}");
+            assert!(
+                header.contains(&format!("| `{name}` |")),
+                "no column {name} in {header}"
+            );
+        }
+        let columns = header.matches(" | ").count();
+        let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| `")).collect();
+        // one row per driver, in order, none missing a cell
+        assert_eq!(rows.len(), drivers.len(), "{}", s.name);
+        for (d, row) in drivers.iter().zip(&rows) {
+            let id = d.info().id;
+            assert!(row.starts_with(&format!("| `{id}")), "{row}");
+            assert_eq!(row.matches(" | ").count(), columns, "{row}");
             // A run that deviated (behind transaction pooling) stops at the
             // failed expectation: its later cells are empty, nobody else's.
-            let deviated: Vec<usize> = drivers
+            let deviated = report
+                .runs
                 .iter()
-                .enumerate()
-                .filter(|(_, d)| {
-                    report
-                        .runs
-                        .iter()
-                        .any(|r| r.scenario == s.name && r.driver == d.info().id && r.deviation.is_some())
-                })
-                .map(|(i, _)| i)
-                .collect();
-            let cells: Vec<&str> = row.trim_matches('|').split(" | ").skip(1).collect();
-            for (i, c) in cells.iter().enumerate() {
-                assert!(deviated.contains(&i) || !c.contains('—'), "missing cell in {row}");
-            }
+                .any(|r| r.scenario == s.name && r.driver == id && r.deviation.is_some());
+            assert!(deviated || !row.contains('—'), "missing cell in {row}");
         }
     }
 }
 
 /// The HTML page of the matrix, rendered by headless Chromium: the DOM it
-/// builds holds the overview with one cell per scenario file × driver, a
+/// builds holds the verdicts first (the properties table, a card per
+/// column), the overview with one cell per scenario file × driver, a
 /// section per scenario file with one row per observation, the timing charts,
 /// and no reference to anything outside the file; the screenshot is a PNG of
 /// the requested size.
@@ -228,8 +246,27 @@ fn the_html_report_renders_the_matrix_in_chromium() {
         .skip(1)
         .map(|t| t.split("</table>").next().unwrap().matches("\" title=\"").count())
         .sum();
+    // Each observation's row name carries the step (once per row, not per cell).
+    let row_titles: usize = dom
+        .split("class=\"matrix detail\"")
+        .skip(1)
+        .map(|t| {
+            t.split("</table>")
+                .next()
+                .unwrap()
+                .matches("class=\"rowname\" title=\"")
+                .count()
+        })
+        .sum();
+    assert_eq!(row_titles, observations);
     // per file: its observations' and invariants' rows, "locks left after run" and "expectations"
-    assert_eq!(detail_cells, (observations + 2 * families.len()) * columns);
+    assert_eq!(detail_cells - row_titles, (observations + 2 * families.len()) * columns);
+    // The verdicts come first: the properties × columns table and a card per column.
+    let verdicts = dom.find("id=\"properties\"").expect("no verdicts table");
+    assert!(verdicts < dom.find("id=\"matrix\"").unwrap(), "the verdicts lead");
+    for d in &report.drivers {
+        assert!(dom.contains(&format!("id=\"card-{}\"", d.id)), "no card for {}", d.id);
+    }
     assert!(dom.contains("<svg"), "no timing chart");
     let png = dir.path().join("index.png");
     locklab::browser::screenshot(page, &png, 1200, 900).unwrap();

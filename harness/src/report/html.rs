@@ -1,5 +1,6 @@
 //! `index.html`: one self-contained page (inline CSS and SVG, no scripts, no
-//! external assets) with an overview matrix, one colour-coded table per
+//! external assets) with the verdicts first (properties × columns, server
+//! findings, a card per column), an overview matrix, one colour-coded table per
 //! scenario with the evidence of each cell as hover text, timing charts and
 //! the environment: the view of `report/view.rs` rendered from
 //! `templates/index.html.j2`.
@@ -27,6 +28,9 @@ struct Cell {
 #[derive(Serialize)]
 struct Row {
     name: String,
+    /// The row's hover text: the step that records it, with its SQL (the
+    /// same for every column, so said once here, not in each cell).
+    title: String,
     cells: Vec<Cell>,
 }
 
@@ -121,7 +125,14 @@ fn observation_row(row: &ObservationRow<'_>, headers: &[String]) -> Result<(Row,
     } else {
         None
     };
-    Ok((Row { name: label, cells }, chart))
+    Ok((
+        Row {
+            name: label,
+            title: row.step.to_owned(),
+            cells,
+        },
+        chart,
+    ))
 }
 
 /// A family's section and its overview row.
@@ -135,6 +146,7 @@ fn section(family: &Family<'_>, headers: &[String]) -> Result<(Section, Row)> {
         charts.extend(chart);
     }
     rows.push(Row {
+        title: String::new(),
         name: "locks left after run".into(),
         cells: family
             .locks_left
@@ -176,10 +188,12 @@ fn section(family: &Family<'_>, headers: &[String]) -> Result<(Section, Row)> {
         });
     }
     rows.push(Row {
+        title: String::new(),
         name: "expectations".into(),
         cells: status_cells,
     });
     let overview = Row {
+        title: String::new(),
         name: first.family.clone(),
         cells: overview_cells,
     };
@@ -226,6 +240,7 @@ impl Report {
             headers => headers,
             overview => minijinja::value::Serde(&overview),
             sections => minijinja::value::Serde(&sections),
+            verdicts => minijinja::value::Serde(&super::verdicts::VerdictView::of(self)),
             ..self.template_context()
         })?;
         Ok(page)
@@ -323,6 +338,8 @@ mod tests {
                 unstable: 0,
                 elapsed_ms: 1.0,
             },
+            properties: Vec::new(),
+            verdicts: Vec::new(),
         }
     }
 

@@ -90,6 +90,8 @@ pub struct PropertyRow {
     pub undecided: usize,
     /// For n/a and undecided: `reason (columns)`.
     pub reasons: Vec<String>,
+    /// The columns that violate it, in column order.
+    pub violated_by: Vec<String>,
 }
 
 /// One column's marks.
@@ -355,6 +357,12 @@ impl VerdictView {
                             reasons: reasons
                                 .into_iter()
                                 .map(|(why, cs)| format!("{why} ({})", cs.join(", ")))
+                                .collect(),
+                            violated_by: p
+                                .columns
+                                .iter()
+                                .filter(|c| c.verdict == Mark::Violated)
+                                .map(|c| c.driver.clone())
                                 .collect(),
                         }
                     })

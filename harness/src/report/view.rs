@@ -181,14 +181,13 @@ fn run_notes(run: &RunResult, lines: &mut Vec<String>) {
     }
 }
 
-/// Hover text of an observation cell: the step and its SQL, value, SQLSTATE,
-/// holders and waiters with backend pid and state, timings.
-fn evidence(header: &str, step: &str, o: &Observation, run: &RunResult) -> Vec<String> {
-    let mut lines = vec![
-        format!("{header} · {}", o.name),
-        step.to_owned(),
-        format!("value: {}", o.seen()),
-    ];
+/// Hover text of an observation cell: value, SQLSTATE, holders and waiters
+/// with backend pid and state, timings, notices, and what went wrong in the
+/// run (a failure, a deviation, an unstable repeat). The step and its SQL
+/// are the row's (the same for every column), and the run's other notes
+/// (repeats, trials, where it ran) its expectations cell's: each said once.
+fn evidence(header: &str, o: &Observation, run: &RunResult) -> Vec<String> {
+    let mut lines = vec![format!("{header} · {}", o.name), format!("value: {}", o.seen())];
     if let Some(state) = &o.sqlstate {
         lines.push(format!("SQLSTATE: {state}"));
     }
@@ -211,7 +210,12 @@ fn evidence(header: &str, step: &str, o: &Observation, run: &RunResult) -> Vec<S
         lines.push(format!("at await: {}", stats_line(w)));
     }
     lines.extend(o.notices.iter().cloned());
-    run_notes(run, &mut lines);
+    for u in &run.unstable {
+        lines.push(format!("unstable: {u}"));
+    }
+    for note in [&run.failure, &run.deviation].into_iter().flatten() {
+        lines.push(note.clone());
+    }
     lines
 }
 
@@ -313,7 +317,7 @@ impl<'a> Cells<'a> {
             for (k, name) in s.observations.iter().enumerate() {
                 let step = s.observation_steps.get(k).map(String::as_str).unwrap_or_default();
                 let cells: Vec<ObservationCell> = (0..self.columns.len())
-                    .map(|c| self.observation_cell(c, s, name, step))
+                    .map(|c| self.observation_cell(c, s, name))
                     .collect();
                 let differs_between_servers =
                     self.differ_between_servers(|c| cells[c].observation.map(Observation::seen));
@@ -340,7 +344,7 @@ impl<'a> Cells<'a> {
         }
     }
 
-    fn observation_cell(&self, c: usize, s: &ScenarioInfo, name: &str, step: &str) -> ObservationCell<'a> {
+    fn observation_cell(&self, c: usize, s: &ScenarioInfo, name: &str) -> ObservationCell<'a> {
         let column = &self.columns[c];
         let run = self.run(column, &s.name);
         let Some((run, o)) = run.and_then(|r| r.observation(name).map(|o| (r, o))) else {
@@ -366,7 +370,7 @@ impl<'a> Cells<'a> {
             observation: Some(o),
             status: Some(run.status()),
             differs,
-            evidence: evidence(&column.header, step, o, run),
+            evidence: evidence(&column.header, o, run),
         }
     }
 
@@ -526,6 +530,8 @@ mod tests {
                 unstable: 0,
                 elapsed_ms: 0.0,
             },
+            properties: Vec::new(),
+            verdicts: Vec::new(),
         }
     }
 

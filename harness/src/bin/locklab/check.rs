@@ -52,7 +52,7 @@ pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<E
     let explicit = args.baseline.is_some();
     let default_dir = match given_dir {
         None => true,
-        Some(d) => same_dir(d, &server::workspace_root().join("scenarios")),
+        Some(d) => crate::output::same_dir(d, &server::workspace_root().join("scenarios")),
     };
     let run = &args.run;
     let plan = CheckPlan {
@@ -192,14 +192,6 @@ fn whole_matrix(dir: &Path, file: &Path, report: &Report) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// Whether two paths name the same directory (by their canonical paths).
-fn same_dir(a: &Path, b: &Path) -> bool {
-    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => false,
-    }
 }
 
 /// One server: refuses several versions or backends before starting any.

@@ -23,7 +23,9 @@ const SHOT_HEIGHT: u32 = 1700;
 /// Runs the selection, writes the report's files into `--out` (default:
 /// `reports/`, only for the whole matrix of this repository's scenarios:
 /// `custom_dir` says whether another directory was given) and prints what
-/// it wrote and the summary. Exit code 1 when a run failed or was unstable.
+/// it wrote and the summary. Written into this repository's `reports/`, it
+/// also rewrites the generated findings of the README and the book
+/// ([`locklab::report::regions`]). Exit code 1 when a run failed or was unstable.
 ///
 /// # Errors
 /// A selection without `--out`; a `--from` file that is not a matrix.json;
@@ -64,6 +66,13 @@ pub fn report(dir: &Path, custom_dir: bool, args: &ReportArgs) -> Result<ExitCod
     let mut text = String::new();
     for p in report.write(&out, format)? {
         let _ = writeln!(text, "wrote {}", p.display());
+    }
+    // This repository's reports/: the README's and the book's findings follow them.
+    let root = server::workspace_root();
+    if !partial && crate::output::same_dir(&out, &root.join("reports")) {
+        for p in locklab::report::regions::sync(&report, &root)? {
+            let _ = writeln!(text, "updated the generated findings in {}", p.display());
+        }
     }
     text.push_str(&summary(&report.runs));
     if *json {
