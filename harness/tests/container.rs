@@ -487,11 +487,24 @@ fn a_report_over_two_versions_has_a_column_group_per_version() {
         assert_eq!(runs.iter().filter(|r| r["server"] == id).count(), 2, "{id}");
     }
     let md = std::fs::read_to_string(out_dir.path().join("matrix.md")).unwrap();
-    let header = md.lines().find(|l| l.starts_with("| observation |")).unwrap();
+    // A row per server × driver, server-major.
+    let rows: Vec<&str> = md
+        .lines()
+        .filter(|l| l.starts_with("| `pg1"))
+        .map(|l| l.split(" | ").next().unwrap())
+        .collect();
     assert_eq!(
-        header,
-        "| observation | pg16 · tokio-postgres | pg16 · bb8 | pg17 · tokio-postgres | pg17 · bb8 |"
+        rows,
+        [
+            "| `pg16 · tokio-postgres`",
+            "| `pg16 · bb8`",
+            "| `pg17 · tokio-postgres`",
+            "| `pg17 · bb8`"
+        ]
     );
+    // Verdicts per server version.
+    assert!(md.contains("## Verdicts on PostgreSQL 16."), "{md}");
+    assert!(md.contains("## Verdicts on PostgreSQL 17."), "{md}");
     assert!(md.contains("## Servers"), "{md}");
 }
 

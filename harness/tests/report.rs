@@ -190,7 +190,16 @@ fn the_report_has_a_cell_for_every_observation_and_driver() {
                 .runs
                 .iter()
                 .any(|r| r.scenario == s.name && r.driver == id && r.deviation.is_some());
-            assert!(deviated || !row.contains('—'), "missing cell in {row}");
+            // (the observations' cells: a run not made has no locks left)
+            let records = s.steps.iter().filter(|st| st.record.is_some()).count();
+            let observed: Vec<&str> = row
+                .trim_matches('|')
+                .split(" | ")
+                .skip(1)
+                .take(records)
+                .map(str::trim)
+                .collect();
+            assert!(deviated || !observed.contains(&"—"), "missing cell in {row}");
         }
     }
 }

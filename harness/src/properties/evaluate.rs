@@ -71,7 +71,7 @@ pub struct TrialCount {
 }
 
 /// One deciding cell's part in a verdict.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Evidence {
     /// The scenario run (`NAME[params]`).
     pub scenario: String,
@@ -91,10 +91,14 @@ pub struct Evidence {
     /// For a race row: the trials that violated, of all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trials: Option<TrialCount>,
+    /// The step's p50 time in ms, as the baseline keeps it (from 50 ms, two
+    /// significant digits): e.g. how long after a crash the lock was released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ms: Option<f64>,
 }
 
 /// A property's verdict for one column.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ColumnVerdict {
     /// The driver column.
     pub driver: String,
@@ -109,7 +113,7 @@ pub struct ColumnVerdict {
 }
 
 /// A property's verdicts over the columns of one server.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PropertyVerdicts {
     /// The property's id.
     pub id: String,
@@ -134,7 +138,7 @@ impl PropertyVerdicts {
 }
 
 /// The verdicts of one server (`matrix.json` `verdicts[]`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ServerVerdicts {
     /// The server's id (`pg17`).
     pub server: String,
@@ -295,6 +299,7 @@ fn read_cell(d: &Decider, cell: &BaselineCell) -> Option<Evidence> {
         says: None,
         advice: None,
         trials: None,
+        ms: None,
     };
     match cell.status {
         Status::Fail | Status::Unstable => {
@@ -332,6 +337,7 @@ fn read_cell(d: &Decider, cell: &BaselineCell) -> Option<Evidence> {
         e.reading = "not recorded".to_owned();
         return Some(e);
     };
+    e.ms = o.p50_ms;
     match race_counts(o) {
         Some((counts, n)) => read_race(d, &mut e, &counts, n),
         None => {
@@ -414,7 +420,7 @@ fn read_race(d: &Decider, e: &mut Evidence, counts: &[(Reading, u64)], n: u64) {
         ));
     } else if holds {
         e.reads = Mark::Holds;
-        e.reading = format!("held in all {n} trials");
+        e.reading = format!("holds in all {n} trials");
     } else {
         e.reads = Mark::NotApplicable;
         e.reading = format!("no trial of {n} decided it");

@@ -156,7 +156,8 @@ pub struct CardLine {
     pub severity: &'static str,
     /// The facts, from the deciding cells (violating ones first).
     pub facts: Vec<Fact>,
-    /// For a violation: the property's advice, then the readings' own.
+    /// For a violation: the property's advice, then the readings' own; for
+    /// another verdict, the readings' own (what holds can still need care).
     pub advice: Vec<String>,
     /// For n/a and undecided: why.
     pub reasons: Vec<String>,
@@ -256,38 +257,49 @@ impl VerdictView {
                         let i = info.get(p.id.as_str())?;
                         let violated = p.count(Mark::Violated);
                         let decided = violated + p.count(Mark::Holds);
-                        // Per deciding cell that violated: how many columns, which trials.
-                        let mut cells: Vec<(String, Option<String>, usize, Vec<String>)> = Vec::new();
-                        for c in &p.columns {
-                            for e in c.evidence.iter().filter(|e| e.reads == Mark::Violated) {
-                                let detail = e
-                                    .trials
-                                    .map(|t| format!("{} of {}", t.violated, t.of))
-                                    .unwrap_or_else(|| e.reading.clone());
-                                match cells.iter_mut().find(|x| x.0 == e.scenario && x.1 == e.record) {
-                                    Some(x) => {
-                                        x.2 += 1;
-                                        x.3.push(format!("{}: {detail}", c.driver));
+                        // Per deciding cell and what it read (violated first): how
+                        // many columns, which trials, how long.
+                        let mut cells: Vec<(String, Option<String>, Mark, usize, Vec<String>)> = Vec::new();
+                        for mark in [Mark::Violated, Mark::Holds] {
+                            for c in &p.columns {
+                                for e in c.evidence.iter().filter(|e| e.reads == mark) {
+                                    let mut detail = e
+                                        .trials
+                                        .map(|t| format!("{} of {}", t.violated, t.of))
+                                        .unwrap_or_else(|| e.reading.clone());
+                                    if let Some(ms) = e.ms.filter(|_| mark == Mark::Holds) {
+                                        detail = format!("{detail} after {ms} ms");
                                     }
-                                    None => cells.push((
-                                        e.scenario.clone(),
-                                        e.record.clone(),
-                                        1,
-                                        vec![format!("{}: {detail}", c.driver)],
-                                    )),
+                                    let found = cells
+                                        .iter_mut()
+                                        .find(|x| x.0 == e.scenario && x.1 == e.record && x.2 == mark);
+                                    match found {
+                                        Some(x) => {
+                                            x.3 += 1;
+                                            x.4.push(format!("{}: {detail}", c.driver));
+                                        }
+                                        None => cells.push((
+                                            e.scenario.clone(),
+                                            e.record.clone(),
+                                            mark,
+                                            1,
+                                            vec![format!("{}: {detail}", c.driver)],
+                                        )),
+                                    }
                                 }
                             }
                         }
                         let evidence = cells
                             .into_iter()
-                            .map(|(scenario, record, n, details)| {
+                            .map(|(scenario, record, mark, n, details)| {
                                 let says = p
                                     .columns
                                     .iter()
                                     .flat_map(|c| &c.evidence)
-                                    .find(|e| e.scenario == scenario && e.reads == Mark::Violated)
-                                    .and_then(|e| e.says.clone())
+                                    .find(|e| e.scenario == scenario && e.reads == mark)
+                                    .map(|e| e.says.clone().unwrap_or_else(|| e.reading.clone()))
                                     .unwrap_or_default();
+                                let says = format!("{} {says}", mark.symbol());
                                 let shown: Vec<&str> = details.iter().take(3).map(String::as_str).collect();
                                 let race = p
                                     .columns
@@ -475,16 +487,18 @@ fn card(
             continue;
         };
         let mut advice = Vec::new();
-        if v.verdict == Mark::Violated {
-            if let Some(i) = info.get(p.id.as_str()) {
-                advice.push(i.advice.clone());
-            }
-            for e in v.evidence.iter().filter(|e| e.reads == Mark::Violated) {
-                if let Some(a) = &e.advice
-                    && !advice.contains(a)
-                {
-                    advice.push(a.clone());
-                }
+        if v.verdict == Mark::Violated
+            && let Some(i) = info.get(p.id.as_str())
+        {
+            advice.push(i.advice.clone());
+        }
+        // The readings' own advice: for a violation, or for what holds
+        // (asyncpg's reset ends a lock one meant to keep).
+        for e in v.evidence.iter().filter(|e| e.reads == v.verdict) {
+            if let Some(a) = &e.advice
+                && !advice.contains(a)
+            {
+                advice.push(a.clone());
             }
         }
         let order = match v.verdict {
@@ -511,9 +525,15 @@ fn card(
     let holds = lines
         .iter()
         .filter(|(_, _, l)| l.verdict == "holds")
-        .map(|(_, _, l)| match l.facts.first() {
-            Some(f) => format!("{} ({})", l.id, f.text),
-            None => l.id.clone(),
+        .map(|(_, _, l)| {
+            let fact = l.facts.first().map(|f| f.text.as_str()).into_iter();
+            let advice = l.advice.iter().map(|a| format!("do: {a}"));
+            let said: Vec<String> = fact.map(str::to_owned).chain(advice).collect();
+            if said.is_empty() {
+                l.id.clone()
+            } else {
+                format!("{} ({})", l.id, said.join("; "))
+            }
         })
         .collect();
     let not_applicable = lines
