@@ -1,6 +1,6 @@
 //! Errors located in a file: [`Pos`], [`FileError`] (`FILE:LINE:COLUMN:
-//! message`), and [`yaml_error`], which words a YAML reader's error for the
-//! file's author.
+//! message`), [`yaml_error`], which words a YAML reader's error for the
+//! file's author, and [`yaml_files`], the files a directory of them holds.
 
 use std::path::{Path, PathBuf};
 
@@ -118,4 +118,28 @@ pub fn yaml_error(path: &Path, e: &serde_saphyr::Error, what: &str, hints: &[(&s
         pos,
         message: message.trim().to_owned(),
     }
+}
+
+/// The `*.yaml` files of `dir`, sorted by name (other files are left out);
+/// `what` names them in errors (`scenario`, `property`).
+///
+/// # Errors
+/// The directory cannot be read, or holds no `*.yaml` file (a wrong
+/// directory, `.yml` files: nothing to load is a mistake, not a pass); the
+/// error is placed at 1:1 of the directory.
+pub fn yaml_files(dir: &Path, what: &str) -> Result<Vec<PathBuf>, FileError> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| FileError::at_start(dir, format!("cannot read {what} directory: {e}")))?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(FileError::at_start(
+            dir,
+            format!("no {what} files (*.yaml) in this directory"),
+        ));
+    }
+    Ok(files)
 }

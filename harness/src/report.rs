@@ -51,10 +51,11 @@
 //!   `elapsed_stats`, `unstable` (what the repeats disagreed on; absent when they agreed)
 //! - `summary`: `runs` (cells), `passed` (including `deviated` and `not_applicable`), `deviated`,
 //!   `not_applicable`, `failed` (including `unstable`), `unstable`, `elapsed_ms`
-//! - `properties[]` ([`crate::properties`]): `id`, `rule`, `source`, `severity`
-//!   (`unsafe`/`surprising`/`informational`), `scope` (`column`/`server`), `advice`, `file`,
-//!   `decided_by` (`scenario · record`)
-//! - `verdicts[]`: per server, `server` (a `servers[].id`) and `properties[]`: `id`,
+//! - `properties[]` ([`crate::properties::Property`]): `id`, `rule`, `source`, `severity`
+//!   (`unsafe`/`surprising`/`informational`), `scope` (`column`/`server`), `advice`,
+//!   `decided_by[]` (`scenario`, `record`, `readings[]`: `when`, `reads`, `says`, `advice`), `file`
+//! - `verdicts[]` (written for the file's readers; locklab judges a file it
+//!   reads anew with the properties of its checkout): per server, `server` (a `servers[].id`) and `properties[]`: `id`,
 //!   `severity`, `scope`, `columns[]`: `driver`, `verdict` (`holds`/`violated`/`n/a`/`undecided`),
 //!   `reasons` (why n/a or undecided), `evidence[]` (`scenario`, `record`, `reading` as the
 //!   report shows it, `reads`, `says`, `advice`, and for a race row `trials`: `{violated, of}`)
@@ -125,11 +126,12 @@ pub struct Report {
     /// Totals.
     pub summary: Summary,
     /// The properties the verdicts judge ([`crate::properties`]), in
-    /// severity order; empty when none could be read.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub properties: Vec<crate::properties::PropertyInfo>,
-    /// Each property's verdict per column, per server.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// severity order; empty when none could be read. Not read back from a
+    /// file: a report read back is judged anew ([`Report::judged`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", skip_deserializing)]
+    pub properties: Vec<crate::properties::Property>,
+    /// Each property's verdict per column, per server (not read back either).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", skip_deserializing)]
     pub verdicts: Vec<crate::properties::ServerVerdicts>,
 }
 
@@ -412,7 +414,7 @@ impl Report {
         match crate::properties::shipped_cached() {
             Ok(properties) => {
                 self.verdicts = crate::properties::evaluate_report(properties, &self);
-                self.properties = properties.iter().map(crate::properties::PropertyInfo::of).collect();
+                self.properties = properties.to_vec();
             }
             Err(e) => {
                 static ONCE: std::sync::Once = std::sync::Once::new();

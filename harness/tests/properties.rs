@@ -4,6 +4,8 @@
 //! can fail: a real column violates it, or, where none does, a cell made
 //! deliberately wrong (one reading replaced) does.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -73,30 +75,7 @@ fn shipped_properties_validate() {
 fn broken_property_reports_its_error_and_location(
     #[files("tests/fixtures/invalid-properties/properties/*.yaml")] path: PathBuf,
 ) {
-    let text = std::fs::read_to_string(&path).unwrap();
-    let header = text
-        .lines()
-        .next()
-        .unwrap()
-        .strip_prefix("# expect: ")
-        .expect("fixture lacks '# expect: L:C message'");
-    let (at, message) = header.split_once(' ').unwrap();
-    let errors = match properties::load_file(&path, scenarios()) {
-        Ok(_) => panic!("{} loaded without error", path.display()),
-        Err(e) => e,
-    };
-    let first = &errors[0];
-    assert_eq!(
-        format!("{}:{}", first.pos.line, first.pos.column),
-        at,
-        "wrong location in: {first}"
-    );
-    assert!(
-        first.message.starts_with(message.trim()),
-        "message {:?} does not start with {:?}",
-        first.message,
-        message.trim()
-    );
+    common::assert_expected_error(&path, properties::load_file(&path, scenarios()));
 }
 
 /// `locklab validate` on the fixtures' directory: every error, located, exit 1.

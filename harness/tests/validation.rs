@@ -33,36 +33,7 @@ fn shipped_scenarios_validate() {
 /// Each fixture's first line is `# expect: LINE:COLUMN message-prefix`.
 #[rstest]
 fn broken_fixture_reports_its_error_and_location(#[files("tests/fixtures/invalid/*.yaml")] path: PathBuf) {
-    // (Lossy: one fixture is deliberately not UTF-8 after its first line.)
-    let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
-    let header = text
-        .lines()
-        .next()
-        .unwrap()
-        .strip_prefix("# expect: ")
-        .expect("fixture lacks '# expect: L:C message'");
-    let (at, message) = header.split_once(' ').unwrap();
-    let errors = match scenario::load_file(&path) {
-        Ok(_) => panic!("{} loaded without error", path.display()),
-        Err(e) => e,
-    };
-    let first = &errors[0];
-    let rendered = first.to_string();
-    assert_eq!(
-        format!("{}:{}", first.pos.line, first.pos.column),
-        at,
-        "wrong location in: {rendered}"
-    );
-    assert!(
-        rendered.starts_with(&format!("{}:{at}: ", path.display())),
-        "not file:line:col: {rendered}"
-    );
-    assert!(
-        first.message.starts_with(message.trim()),
-        "message {:?} does not start with {:?}",
-        first.message,
-        message.trim()
-    );
+    common::assert_expected_error(&path, scenario::load_file(&path));
 }
 
 #[test]

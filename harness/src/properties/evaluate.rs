@@ -3,7 +3,6 @@
 //! keeps it), and how two sets of verdicts differ.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -144,47 +143,6 @@ pub struct ServerVerdicts {
     pub server: String,
     /// One per property, in the properties' order.
     pub properties: Vec<PropertyVerdicts>,
-}
-
-/// What `matrix.json` keeps of a property (`properties[]`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PropertyInfo {
-    /// Its id.
-    pub id: String,
-    /// The rule in one sentence.
-    pub rule: String,
-    /// Where it comes from.
-    pub source: String,
-    /// Its severity.
-    pub severity: Severity,
-    /// Its scope.
-    pub scope: Scope,
-    /// What to do about a violation.
-    pub advice: String,
-    /// The file it was read from.
-    pub file: PathBuf,
-    /// Its deciding cells: `scenario · record` (or `scenario · status`).
-    pub decided_by: Vec<String>,
-}
-
-impl PropertyInfo {
-    /// What the report keeps of `p`.
-    pub fn of(p: &Property) -> PropertyInfo {
-        PropertyInfo {
-            id: p.id.clone(),
-            rule: p.rule.clone(),
-            source: p.source.clone(),
-            severity: p.severity,
-            scope: p.scope,
-            advice: p.advice.clone(),
-            file: p.file.clone(),
-            decided_by: p
-                .decided_by
-                .iter()
-                .map(|d| format!("{} · {}", d.scenario, d.record.as_deref().unwrap_or("status")))
-                .collect(),
-        }
-    }
 }
 
 /// Each property's verdict per column of `drivers`, from the cells of one

@@ -40,8 +40,8 @@
 mod evaluate;
 
 pub use evaluate::{
-    ColumnVerdict, Evidence, Mark, PropertyInfo, PropertyVerdicts, ServerVerdicts, TrialCount, VerdictChange, changes,
-    evaluate, evaluate_report,
+    ColumnVerdict, Evidence, Mark, PropertyVerdicts, ServerVerdicts, TrialCount, VerdictChange, changes, evaluate,
+    evaluate_report,
 };
 
 use std::path::{Path, PathBuf};
@@ -317,7 +317,8 @@ impl Decider {
     }
 }
 
-/// A declared property, validated.
+/// A declared property, validated (and as `matrix.json`'s `properties[]`
+/// keeps it, so that the report says what its verdicts judged).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Property {
     /// Its id: the file's name without `.yaml`.
@@ -418,19 +419,7 @@ pub fn shipped_dir() -> PathBuf {
 /// exist, an empty or contradictory `when`; a directory that cannot be read
 /// or holds no property file.
 pub fn load_dir(dir: &Path, scenarios: &[Scenario]) -> Result<Vec<Property>, Vec<FileError>> {
-    let entries = std::fs::read_dir(dir)
-        .map_err(|e| vec![FileError::at_start(dir, format!("cannot read property directory: {e}"))])?;
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    files.sort();
-    if files.is_empty() {
-        return Err(vec![FileError::at_start(
-            dir,
-            "no property files (*.yaml) in this directory",
-        )]);
-    }
+    let files = locklab_core::located::yaml_files(dir, "property").map_err(|e| vec![e])?;
     let mut out = Vec::new();
     let mut errors = Vec::new();
     for f in files {

@@ -136,6 +136,21 @@ fn table<'a>(family: &Family<'a>, headers: &[String]) -> Table<'a> {
     }
 }
 
+/// The template environment of the Markdown writers: a template's
+/// trailing newline is kept.
+///
+/// # Errors
+/// A syntax configuration error (a bug).
+pub(super) fn environment() -> Result<minijinja::Environment<'static>> {
+    let mut env = minijinja::Environment::new();
+    env.set_syntax(
+        minijinja::syntax::SyntaxConfig::builder()
+            .keep_trailing_newline(true)
+            .build()?,
+    );
+    Ok(env)
+}
+
 impl Report {
     /// The report as GitHub-flavoured Markdown: the verdicts first
     /// ([`super::verdicts`]), then per scenario file a table per parameter
@@ -151,12 +166,7 @@ impl Report {
         let headers: Vec<String> = view.columns.iter().map(|c| c.header.clone()).collect();
         let tables: Vec<Table> = view.families.iter().map(|f| table(f, &headers)).collect();
         let verdicts = super::verdicts::VerdictView::of(self).markdown("all", "", "##")?;
-        let mut env = minijinja::Environment::new();
-        env.set_syntax(
-            minijinja::syntax::SyntaxConfig::builder()
-                .keep_trailing_newline(true)
-                .build()?,
-        );
+        let mut env = environment()?;
         env.add_template("matrix.md", include_str!("../../templates/matrix.md.j2"))?;
         let out = env.get_template("matrix.md")?.render(minijinja::context! {
             headers => headers,

@@ -11,7 +11,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::{DriverColumn, Report};
-use crate::properties::{ColumnVerdict, Evidence, Mark, PropertyInfo, Scope, Severity};
+use crate::properties::{ColumnVerdict, Evidence, Mark, Property, Scope, Severity};
 
 /// The verdicts of a report, ready for a template.
 #[derive(Serialize)]
@@ -237,7 +237,7 @@ fn crate_line(d: &DriverColumn) -> String {
 impl VerdictView {
     /// The view of `report`'s verdicts (empty without any).
     pub fn of(report: &Report) -> VerdictView {
-        let info: BTreeMap<&str, &PropertyInfo> = report.properties.iter().map(|p| (p.id.as_str(), p)).collect();
+        let info: BTreeMap<&str, &Property> = report.properties.iter().map(|p| (p.id.as_str(), p)).collect();
         let servers = report
             .verdicts
             .iter()
@@ -460,12 +460,7 @@ impl VerdictView {
     /// # Errors
     /// A template error (a bug).
     pub fn markdown(&self, section: &str, link: &str, heading: &str) -> Result<String> {
-        let mut env = minijinja::Environment::new();
-        env.set_syntax(
-            minijinja::syntax::SyntaxConfig::builder()
-                .keep_trailing_newline(true)
-                .build()?,
-        );
+        let mut env = super::markdown::environment()?;
         env.add_template("verdicts.md", include_str!("../../templates/verdicts.md.j2"))?;
         Ok(env.get_template("verdicts.md")?.render(minijinja::context! {
             v => minijinja::value::Serde(self),
@@ -476,11 +471,7 @@ impl VerdictView {
     }
 }
 
-fn card(
-    d: &DriverColumn,
-    props: &[&crate::properties::PropertyVerdicts],
-    info: &BTreeMap<&str, &PropertyInfo>,
-) -> Card {
+fn card(d: &DriverColumn, props: &[&crate::properties::PropertyVerdicts], info: &BTreeMap<&str, &Property>) -> Card {
     let mut lines: Vec<(u8, Severity, CardLine)> = Vec::new();
     for p in props {
         let Some(v) = p.of(&d.id) else {

@@ -208,24 +208,7 @@ impl Settings {
 /// Every problem found, across all files (an unreadable directory is one error
 /// at 1:1 of the directory).
 pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, Vec<ScenarioError>> {
-    let entries = std::fs::read_dir(dir).map_err(|e| {
-        vec![ScenarioError::at_start(
-            dir,
-            format!("cannot read scenario directory: {e}"),
-        )]
-    })?;
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    files.sort();
-    if files.is_empty() {
-        // Nothing to run is a mistake (a wrong directory, `.yml` files), not a pass.
-        return Err(vec![ScenarioError::at_start(
-            dir,
-            "no scenario files (*.yaml) in this directory",
-        )]);
-    }
+    let files = locklab_core::located::yaml_files(dir, "scenario").map_err(|e| vec![e])?;
     let mut out = Vec::new();
     let mut errors = Vec::new();
     for f in files {

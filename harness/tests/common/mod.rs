@@ -288,3 +288,39 @@ pub fn check_protocol_lines(text: &str) -> Result<(usize, usize), String> {
         ))
     }
 }
+
+/// Checks the first error of a broken fixture against the fixture's first
+/// line, `# expect: LINE:COLUMN message-prefix`: the place, `FILE:LINE:COLUMN:`
+/// in front of the message, and the message's start. (The file is read
+/// lossily: a fixture may deliberately not be UTF-8 after its first line.)
+pub fn assert_expected_error<T>(path: &Path, loaded: Result<T, Vec<locklab::scenario::ScenarioError>>) {
+    let text = String::from_utf8_lossy(&std::fs::read(path).unwrap()).into_owned();
+    let header = text
+        .lines()
+        .next()
+        .unwrap()
+        .strip_prefix("# expect: ")
+        .expect("fixture lacks '# expect: L:C message'");
+    let (at, message) = header.split_once(' ').unwrap();
+    let errors = match loaded {
+        Ok(_) => panic!("{} loaded without error", path.display()),
+        Err(e) => e,
+    };
+    let first = &errors[0];
+    let rendered = first.to_string();
+    assert_eq!(
+        format!("{}:{}", first.pos.line, first.pos.column),
+        at,
+        "wrong location in: {rendered}"
+    );
+    assert!(
+        rendered.starts_with(&format!("{}:{at}: ", path.display())),
+        "not file:line:col: {rendered}"
+    );
+    assert!(
+        first.message.starts_with(message.trim()),
+        "message {:?} does not start with {:?}",
+        first.message,
+        message.trim()
+    );
+}
