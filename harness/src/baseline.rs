@@ -20,6 +20,7 @@
 //! report text: rewrite it with `locklab check --update`.
 
 mod comparison;
+mod verdicts;
 
 use std::path::Path;
 

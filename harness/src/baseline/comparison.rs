@@ -50,58 +50,6 @@ impl Comparison {
         self.diffs.is_empty()
     }
 
-    /// Adds the verdict changes between `baseline` and `fresh` under
-    /// `properties` ([`crate::properties::changes`]): the baseline is judged
-    /// on the cells the fresh run has, so that a selection changes no
-    /// verdict by what it left out. A change decided by a race row counts
-    /// only when the comparison found a difference in one of its deciding
-    /// cells (the race rule: a run with fewer or luckier trials can only say
-    /// "not contradicted"); else it is a note.
-    pub fn judge(&mut self, properties: &[crate::properties::Property], baseline: &Baseline, fresh: &Baseline) {
-        let drivers: Vec<String> = fresh.drivers.keys().cloned().collect();
-        let ran: std::collections::HashSet<(&str, &str)> = fresh
-            .cells
-            .iter()
-            .map(|c| (c.scenario.as_str(), c.driver.as_str()))
-            .collect();
-        let before_cells: Vec<BaselineCell> = baseline
-            .cells
-            .iter()
-            .filter(|c| ran.contains(&(c.scenario.as_str(), c.driver.as_str())))
-            .cloned()
-            .collect();
-        let before = crate::properties::evaluate(properties, &before_cells, &drivers);
-        let after = crate::properties::evaluate(properties, &fresh.cells, &drivers);
-        for c in crate::properties::changes(&before, &after) {
-            let differs = self
-                .diffs
-                .iter()
-                .any(|d| d.driver == c.driver && c.cells.iter().any(|s| *s == d.scenario));
-            let scope = match c.scope {
-                crate::properties::Scope::Column => String::new(),
-                crate::properties::Scope::Server => " (a server property)".to_owned(),
-            };
-            let line = format!(
-                "{} × {}{scope}: {} → {} ({}; decided by {})",
-                c.property,
-                c.driver,
-                c.before.as_str(),
-                c.after.as_str(),
-                c.severity.as_str(),
-                if c.cells.is_empty() {
-                    "its deciding cells".to_owned()
-                } else {
-                    c.cells.join(", ")
-                }
-            );
-            if c.race && !differs {
-                self.verdict_notes.push(line);
-            } else {
-                self.verdicts.push(line);
-            }
-        }
-    }
-
     /// The readable diff: a header with the number of changed cells per
     /// driver column, then the changed cells, scenario by scenario; cells of
     /// one scenario whose changes are identical are one block naming all their
@@ -130,12 +78,7 @@ impl Comparison {
                 .map(|c| format!(" at {}", &c[..c.len().min(12)]))
                 .unwrap_or_default()
         );
-        if !self.verdicts.is_empty() {
-            let _ = writeln!(out, "\nverdicts changed: {}", self.verdicts.len());
-            for v in &self.verdicts {
-                let _ = writeln!(out, "  {v}");
-            }
-        }
+        out.push_str(&self.render_verdicts());
         let notes = self.render_notes();
         if self.diffs.is_empty() {
             out.push_str(&notes);
@@ -195,18 +138,7 @@ impl Comparison {
     /// The information lines: share changes under pressures too far apart
     /// to compare, one block per cell (empty without any).
     fn render_notes(&self) -> String {
-        let mut out = String::new();
-        if !self.verdict_notes.is_empty() {
-            let _ = writeln!(
-                out,
-                "\ninformation, not differences: {} verdict(s) decided by race cells differ, but the race rule \
-                 finds no change in their cells: not contradicted",
-                self.verdict_notes.len()
-            );
-            for v in &self.verdict_notes {
-                let _ = writeln!(out, "  {v}");
-            }
-        }
+        let mut out = self.render_verdict_notes();
         if self.notes.is_empty() {
             return out;
         }

@@ -11,7 +11,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::{DriverColumn, Report};
-use crate::properties::{ColumnVerdict, Evidence, Mark, Property, Scope, Severity};
+use crate::properties::{ColumnVerdict, Evidence, Mark, Property, PropertyVerdicts, Scope, Severity};
 
 /// The verdicts of a report, ready for a template.
 #[derive(Serialize)]
@@ -248,188 +248,24 @@ impl VerdictView {
                     .find(|s| s.id == sv.server)
                     .map(|s| crate::baseline::short_version(&s.version))
                     .unwrap_or_else(|| sv.server.clone());
-                let column_props: Vec<_> = sv.properties.iter().filter(|p| p.scope == Scope::Column).collect();
-                let findings = sv
-                    .properties
-                    .iter()
-                    .filter(|p| p.scope == Scope::Server)
-                    .filter_map(|p| {
-                        let i = info.get(p.id.as_str())?;
-                        let violated = p.count(Mark::Violated);
-                        let decided = violated + p.count(Mark::Holds);
-                        // Per deciding cell and what it read (violated first): how
-                        // many columns, which trials, how long.
-                        let mut cells: Vec<(String, Option<String>, Mark, usize, Vec<String>)> = Vec::new();
-                        for mark in [Mark::Violated, Mark::Holds] {
-                            for c in &p.columns {
-                                for e in c.evidence.iter().filter(|e| e.reads == mark) {
-                                    let mut detail = e
-                                        .trials
-                                        .map(|t| format!("{} of {}", t.violated, t.of))
-                                        .unwrap_or_else(|| e.reading.clone());
-                                    if let Some(ms) = e.ms.filter(|_| mark == Mark::Holds) {
-                                        detail = format!("{detail} after {ms} ms");
-                                    }
-                                    let found = cells
-                                        .iter_mut()
-                                        .find(|x| x.0 == e.scenario && x.1 == e.record && x.2 == mark);
-                                    match found {
-                                        Some(x) => {
-                                            x.3 += 1;
-                                            x.4.push(format!("{}: {detail}", c.driver));
-                                        }
-                                        None => cells.push((
-                                            e.scenario.clone(),
-                                            e.record.clone(),
-                                            mark,
-                                            1,
-                                            vec![format!("{}: {detail}", c.driver)],
-                                        )),
-                                    }
-                                }
-                            }
-                        }
-                        let evidence = cells
-                            .into_iter()
-                            .map(|(scenario, record, mark, n, details)| {
-                                let says = p
-                                    .columns
-                                    .iter()
-                                    .flat_map(|c| &c.evidence)
-                                    .find(|e| e.scenario == scenario && e.reads == mark)
-                                    .map(|e| e.says.clone().unwrap_or_else(|| e.reading.clone()))
-                                    .unwrap_or_default();
-                                let says = format!("{} {says}", mark.symbol());
-                                let shown: Vec<&str> = details.iter().take(3).map(String::as_str).collect();
-                                let race = p
-                                    .columns
-                                    .iter()
-                                    .flat_map(|c| &c.evidence)
-                                    .any(|e| e.scenario == scenario && e.trials.is_some());
-                                Fact {
-                                    text: format!(
-                                        "{says}: in {n} column(s) ({}{}{})",
-                                        if race { "violating trials, of all: " } else { "" },
-                                        shown.join("; "),
-                                        if details.len() > 3 { "; …" } else { "" }
-                                    ),
-                                    family: family(&scenario),
-                                    scenario,
-                                    record: record.unwrap_or_else(|| "status".to_owned()),
-                                }
-                            })
-                            .collect();
-                        Some(Finding {
-                            id: p.id.clone(),
-                            rule: i.rule.clone(),
-                            severity: p.severity.as_str(),
-                            source: i.source.clone(),
-                            advice: i.advice.clone(),
-                            file: i.file.display().to_string(),
-                            symbol: if violated > 0 {
-                                Mark::Violated.symbol()
-                            } else {
-                                Mark::Holds.symbol()
-                            },
-                            violated,
-                            decided,
-                            evidence,
-                        })
-                    })
-                    .collect();
-                let properties = column_props
-                    .iter()
-                    .enumerate()
-                    .map(|(n, p)| {
-                        let i = info.get(p.id.as_str());
-                        // reason → columns
-                        let mut reasons: Vec<(String, Vec<&str>)> = Vec::new();
-                        for c in p
-                            .columns
-                            .iter()
-                            .filter(|c| matches!(c.verdict, Mark::NotApplicable | Mark::Undecided))
-                        {
-                            let why = format!("{}: {}", c.verdict.as_str(), c.reasons.join("; "));
-                            match reasons.iter_mut().find(|(w, _)| *w == why) {
-                                Some((_, cs)) => cs.push(&c.driver),
-                                None => reasons.push((why, vec![&c.driver])),
-                            }
-                        }
-                        PropertyRow {
-                            n: n + 1,
-                            id: p.id.clone(),
-                            rule: i.map(|i| i.rule.clone()).unwrap_or_default(),
-                            severity: p.severity.as_str(),
-                            source: i.map(|i| i.source.clone()).unwrap_or_default(),
-                            file: i.map(|i| i.file.display().to_string()).unwrap_or_default(),
-                            holds: p.count(Mark::Holds),
-                            violated: p.count(Mark::Violated),
-                            na: p.count(Mark::NotApplicable),
-                            undecided: p.count(Mark::Undecided),
-                            reasons: reasons
-                                .into_iter()
-                                .map(|(why, cs)| format!("{why} ({})", cs.join(", ")))
-                                .collect(),
-                            violated_by: p
-                                .columns
-                                .iter()
-                                .filter(|c| c.verdict == Mark::Violated)
-                                .map(|c| c.driver.clone())
-                                .collect(),
-                        }
-                    })
-                    .collect();
-                let grid = report
-                    .drivers
-                    .iter()
-                    .map(|d| GridRow {
-                        driver: d.id.clone(),
-                        marks: column_props
-                            .iter()
-                            .map(|p| match p.of(&d.id) {
-                                Some(v) => GridMark {
-                                    symbol: v.verdict.symbol(),
-                                    class: class(v.verdict),
-                                    title: v
-                                        .evidence
-                                        .iter()
-                                        .map(|e| {
-                                            format!(
-                                                "{} · {}: {} ({})",
-                                                e.scenario,
-                                                e.record.as_deref().unwrap_or("status"),
-                                                e.reading,
-                                                e.reads.as_str()
-                                            )
-                                        })
-                                        .collect::<Vec<_>>()
-                                        .join("\n"),
-                                    family: v
-                                        .evidence
-                                        .iter()
-                                        .find(|e| e.reads == v.verdict)
-                                        .or(v.evidence.first())
-                                        .map(|e| family(&e.scenario))
-                                        .unwrap_or_default(),
-                                },
-                                None => GridMark {
-                                    symbol: " ",
-                                    class: "na",
-                                    title: String::new(),
-                                    family: String::new(),
-                                },
-                            })
-                            .collect(),
-                    })
-                    .collect();
-                let cards = report.drivers.iter().map(|d| card(d, &column_props, &info)).collect();
+                let column_props: Vec<&PropertyVerdicts> =
+                    sv.properties.iter().filter(|p| p.scope == Scope::Column).collect();
                 ServerView {
                     id: sv.server.clone(),
                     version,
-                    findings,
-                    properties,
-                    grid,
-                    cards,
+                    findings: sv
+                        .properties
+                        .iter()
+                        .filter(|p| p.scope == Scope::Server)
+                        .filter_map(|p| finding(p, info.get(p.id.as_str())?))
+                        .collect(),
+                    properties: column_props
+                        .iter()
+                        .enumerate()
+                        .map(|(n, p)| property_row(n + 1, p, info.get(p.id.as_str()).copied()))
+                        .collect(),
+                    grid: report.drivers.iter().map(|d| grid_row(d, &column_props)).collect(),
+                    cards: report.drivers.iter().map(|d| card(d, &column_props, &info)).collect(),
                 }
             })
             .collect();
@@ -471,7 +307,179 @@ impl VerdictView {
     }
 }
 
-fn card(d: &DriverColumn, props: &[&crate::properties::PropertyVerdicts], info: &BTreeMap<&str, &Property>) -> Card {
+/// The deciding cells of a server property that read one way (violated or
+/// holds) in some column: how many columns, and what each read.
+struct Group {
+    scenario: String,
+    record: Option<String>,
+    mark: Mark,
+    details: Vec<String>,
+}
+
+/// A server property as a finding: per deciding cell and what it read
+/// (violations first), in how many columns, which trials, how long.
+fn finding(p: &PropertyVerdicts, info: &Property) -> Option<Finding> {
+    let violated = p.count(Mark::Violated);
+    let decided = violated + p.count(Mark::Holds);
+    let mut groups: Vec<Group> = Vec::new();
+    for mark in [Mark::Violated, Mark::Holds] {
+        for c in &p.columns {
+            for e in c.evidence.iter().filter(|e| e.reads == mark) {
+                let mut detail = e
+                    .trials
+                    .map(|t| format!("{} of {}", t.violated, t.of))
+                    .unwrap_or_else(|| e.reading.clone());
+                if let Some(ms) = e.ms.filter(|_| mark == Mark::Holds) {
+                    detail = format!("{detail} after {ms} ms");
+                }
+                let detail = format!("{}: {detail}", c.driver);
+                match groups
+                    .iter_mut()
+                    .find(|g| g.scenario == e.scenario && g.record == e.record && g.mark == mark)
+                {
+                    Some(g) => g.details.push(detail),
+                    None => groups.push(Group {
+                        scenario: e.scenario.clone(),
+                        record: e.record.clone(),
+                        mark,
+                        details: vec![detail],
+                    }),
+                }
+            }
+        }
+    }
+    let evidence = groups
+        .into_iter()
+        .map(|g| {
+            let mut cell = p
+                .columns
+                .iter()
+                .flat_map(|c| &c.evidence)
+                .filter(|e| e.scenario == g.scenario);
+            let says = cell
+                .clone()
+                .find(|e| e.reads == g.mark)
+                .map(|e| e.says.clone().unwrap_or_else(|| e.reading.clone()))
+                .unwrap_or_default();
+            let race = cell.any(|e| e.trials.is_some());
+            let shown: Vec<&str> = g.details.iter().take(3).map(String::as_str).collect();
+            Fact {
+                text: format!(
+                    "{} {says}: in {} column(s) ({}{}{})",
+                    g.mark.symbol(),
+                    g.details.len(),
+                    if race { "violating trials, of all: " } else { "" },
+                    shown.join("; "),
+                    if g.details.len() > 3 { "; …" } else { "" }
+                ),
+                family: family(&g.scenario),
+                scenario: g.scenario,
+                record: g.record.unwrap_or_else(|| "status".to_owned()),
+            }
+        })
+        .collect();
+    Some(Finding {
+        id: p.id.clone(),
+        rule: info.rule.clone(),
+        severity: p.severity.as_str(),
+        source: info.source.clone(),
+        advice: info.advice.clone(),
+        file: info.file.display().to_string(),
+        symbol: if violated > 0 {
+            Mark::Violated.symbol()
+        } else {
+            Mark::Holds.symbol()
+        },
+        violated,
+        decided,
+        evidence,
+    })
+}
+
+/// Property `n` (1-based) of the table, with its counts and the reasons of
+/// its n/a and undecided columns (one per reason, naming the columns).
+fn property_row(n: usize, p: &PropertyVerdicts, info: Option<&Property>) -> PropertyRow {
+    let mut reasons: Vec<(String, Vec<&str>)> = Vec::new();
+    for c in p
+        .columns
+        .iter()
+        .filter(|c| matches!(c.verdict, Mark::NotApplicable | Mark::Undecided))
+    {
+        let why = format!("{}: {}", c.verdict.as_str(), c.reasons.join("; "));
+        match reasons.iter_mut().find(|(w, _)| *w == why) {
+            Some((_, cs)) => cs.push(&c.driver),
+            None => reasons.push((why, vec![&c.driver])),
+        }
+    }
+    PropertyRow {
+        n,
+        id: p.id.clone(),
+        rule: info.map(|i| i.rule.clone()).unwrap_or_default(),
+        severity: p.severity.as_str(),
+        source: info.map(|i| i.source.clone()).unwrap_or_default(),
+        file: info.map(|i| i.file.display().to_string()).unwrap_or_default(),
+        holds: p.count(Mark::Holds),
+        violated: p.count(Mark::Violated),
+        na: p.count(Mark::NotApplicable),
+        undecided: p.count(Mark::Undecided),
+        reasons: reasons
+            .into_iter()
+            .map(|(why, cs)| format!("{why} ({})", cs.join(", ")))
+            .collect(),
+        violated_by: p
+            .columns
+            .iter()
+            .filter(|c| c.verdict == Mark::Violated)
+            .map(|c| c.driver.clone())
+            .collect(),
+    }
+}
+
+/// Column `d`'s marks, one per property, each with its deciding cells.
+fn grid_row(d: &DriverColumn, props: &[&PropertyVerdicts]) -> GridRow {
+    GridRow {
+        driver: d.id.clone(),
+        marks: props
+            .iter()
+            .map(|p| match p.of(&d.id) {
+                Some(v) => GridMark {
+                    symbol: v.verdict.symbol(),
+                    class: class(v.verdict),
+                    title: v
+                        .evidence
+                        .iter()
+                        .map(|e| {
+                            format!(
+                                "{} · {}: {} ({})",
+                                e.scenario,
+                                e.record.as_deref().unwrap_or("status"),
+                                e.reading,
+                                e.reads.as_str()
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                    family: v
+                        .evidence
+                        .iter()
+                        .find(|e| e.reads == v.verdict)
+                        .or(v.evidence.first())
+                        .map(|e| family(&e.scenario))
+                        .unwrap_or_default(),
+                },
+                None => GridMark {
+                    symbol: " ",
+                    class: "na",
+                    title: String::new(),
+                    family: String::new(),
+                },
+            })
+            .collect(),
+    }
+}
+
+/// Column `d`'s card.
+fn card(d: &DriverColumn, props: &[&PropertyVerdicts], info: &BTreeMap<&str, &Property>) -> Card {
     let mut lines: Vec<(u8, Severity, CardLine)> = Vec::new();
     for p in props {
         let Some(v) = p.of(&d.id) else {
