@@ -87,3 +87,128 @@ impl Comparison {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use indexmap::IndexMap;
+
+    use super::*;
+    use crate::baseline::{BaselineDriver, BaselineObservation, BaselineServer, Share, Tolerance, compare};
+    use crate::outcome::{LocksLeft, Reading, Seen, Status, Value, Verdict};
+    use crate::properties::{Decider, Property, ReadingRule, Reads, Scope, Severity, When};
+
+    /// A property read off `invariant i` of scenario `s`.
+    fn property() -> Property {
+        let rule = |v: Verdict, reads: Reads| ReadingRule {
+            when: When {
+                invariant: Some(v),
+                ..When::default()
+            },
+            reads,
+            says: None,
+            advice: None,
+        };
+        Property {
+            id: "p".into(),
+            rule: "r".into(),
+            source: "s".into(),
+            severity: Severity::Unsafe,
+            scope: Scope::Column,
+            advice: "a".into(),
+            decided_by: vec![Decider {
+                scenario: "s".into(),
+                record: Some("invariant i".into()),
+                readings: vec![
+                    rule(Verdict::Holds, Reads::Holds),
+                    rule(Verdict::Violated, Reads::Violated),
+                ],
+            }],
+            file: "p.yaml".into(),
+        }
+    }
+
+    /// A baseline of one race cell whose invariant held in `holds` trials
+    /// and was violated in `violated`.
+    fn baseline(holds: u64, violated: u64) -> Baseline {
+        let n = holds + violated;
+        let share = |v: Verdict, c: u64| Share {
+            reading: Reading::plain(Value::Invariant(v)),
+            share: c as f64 / n as f64,
+            count: Some(c),
+        };
+        let mut observations = IndexMap::new();
+        observations.insert(
+            "invariant i".to_owned(),
+            BaselineObservation {
+                seen: Seen::Value(Reading::plain(Value::Invariant(Verdict::Finding))),
+                sqlstate: None,
+                p50_ms: None,
+                shares: Some(vec![share(Verdict::Holds, holds), share(Verdict::Violated, violated)]),
+                trials: Some(n),
+            },
+        );
+        let mut drivers = IndexMap::new();
+        drivers.insert(
+            "d".to_owned(),
+            BaselineDriver {
+                crate_name: "c".into(),
+                crate_version: "1".into(),
+                configuration: "x".into(),
+            },
+        );
+        Baseline {
+            baseline_version: crate::baseline::BASELINE_VERSION,
+            generated_at: String::new(),
+            locklab_version: String::new(),
+            repeat: 1,
+            git_commit: None,
+            server: BaselineServer {
+                major: 17,
+                version: "PostgreSQL 17.11".into(),
+                backend: "local".into(),
+            },
+            drivers,
+            race_rows: 1,
+            cells: vec![crate::baseline::BaselineCell {
+                scenario: "s".into(),
+                driver: "d".into(),
+                status: Status::Pass,
+                observations,
+                locks_left: LocksLeft::default(),
+                cleaned_backends: 0,
+                backends_left: 0,
+                // The same pressure on both sides: the shares compare.
+                pressure: Some(crate::outcome::shares::Pressure {
+                    cpu_some: Some(0.1),
+                    load1: 1.0,
+                    cpus: 2,
+                }),
+            }],
+        }
+    }
+
+    fn judged(before: &Baseline, after: &Baseline) -> Comparison {
+        let mut c = compare(before, after, Tolerance::default(), &|_| true);
+        c.judge(&[property()], before, after);
+        c
+    }
+
+    /// A race-decided verdict: a short run that did not see a rare
+    /// violation is "not contradicted" (a note); a run that differs by the
+    /// race rule changes the verdict (a line of the diff).
+    #[test]
+    fn a_race_verdict_changes_only_when_the_race_rule_says_its_cell_did() {
+        let rare = baseline(990, 10);
+        let short = baseline(12, 0);
+        let c = judged(&rare, &short);
+        assert!(c.verdicts.is_empty(), "{:?}", c.verdicts);
+        assert_eq!(c.verdict_notes.len(), 1, "{:?}", c.verdict_notes);
+        assert!(c.render_verdict_notes().contains("not contradicted"));
+
+        let often = baseline(500, 500);
+        let never = baseline(1000, 0);
+        let c = judged(&often, &never);
+        assert_eq!(c.verdicts, ["p × d: violated → holds (unsafe; decided by s)"], "{c:?}");
+        assert!(c.render_verdicts().starts_with("\nverdicts changed: 1\n"));
+    }
+}
