@@ -8,7 +8,7 @@
 //! observation rows, the locks-left row and the expectations row, each cell
 //! with its text, status and evidence), computed once per document.
 //!
-//! `matrix.json`, schema version 8:
+//! `matrix.json`, schema version 9:
 //! - `schema_version` (9), `generated_at` (RFC 3339), `locklab_version`, `repeat`
 //!   (runs per cell, `--repeat`)
 //! - `shard` (`"2/4"`): present only in a shard's file (`--shard I/N`): the
