@@ -12,6 +12,11 @@
 //! | `locklab_advisory_stuck_locks` | gauge | | locks with verdict stuck |
 //! | `locklab_advisory_waiters` | gauge | | awaited locks (every waiter, however young) |
 //! | `locklab_advisory_oldest_idle_holder_seconds` | gauge | | longest time an `idle` session has held an advisory lock (s); 0 when none |
+//! | `locklab_advisory_oldest_waiter_seconds` | gauge | | longest time a waiter has waited (s, `pg_locks.waitstart`); 0 when none |
+//!
+//! A probe of a named target (`holders serve --config`, `/probe?target=NAME`)
+//! adds the label `target` to every one of them ([`encode_for`]); the
+//! exporter's own `/metrics` then serves [`EXPORTER_FAMILIES`].
 //!
 //! `state` is `pg_stat_activity.state`, `unknown` when this role may not see
 //! it, `prepared` for a prepared transaction.
@@ -29,7 +34,33 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// The metrics of a snapshot (`Ok`) or of a failed one (`Err`: only
 /// `locklab_up 0` and the duration), taking `took` to connect and query.
 pub fn encode(result: Result<&Judged, ()>, took: Duration) -> String {
-    let registry = Registry::new();
+    encode_for(result, took, None)
+}
+
+/// The metric families of the exporter's own `/metrics` when it serves named
+/// targets (`holders serve --config`): its health, not a server's locks.
+///
+/// | metric | type | labels | value |
+/// |---|---|---|---|
+/// | `locklab_exporter_build_info` | gauge | `version` | 1 |
+/// | `locklab_exporter_targets` | gauge | | targets in the config file |
+/// | `locklab_exporter_probes_total` | counter | `target`, `result` (`success`, `failure`) | probes answered since start |
+/// | `locklab_exporter_last_probe_duration_seconds` | gauge | `target` | the last probe's time to connect and take the snapshot (s) |
+pub const EXPORTER_FAMILIES: &[&str] = &[
+    "locklab_exporter_build_info",
+    "locklab_exporter_targets",
+    "locklab_exporter_probes_total",
+    "locklab_exporter_last_probe_duration_seconds",
+];
+
+/// [`encode`], with the label `target` on every metric when `target` is given
+/// (a probe of a named target).
+pub fn encode_for(result: Result<&Judged, ()>, took: Duration, target: Option<&str>) -> String {
+    let registry = match target {
+        Some(t) => Registry::new_custom(None, Some([("target".to_owned(), t.to_owned())].into()))
+            .expect("a valid label"),
+        None => Registry::new(),
+    };
     let gauge = |name: &str, help: &str| {
         let g = Gauge::with_opts(Opts::new(name, help)).expect("valid metric name");
         registry.register(Box::new(g.clone())).expect("registered once");
@@ -105,6 +136,11 @@ pub fn encode(result: Result<&Judged, ()>, took: Duration) -> String {
             "Longest time a session in state idle has held an advisory lock, in seconds (0: none)",
         )
         .set(judged.oldest_idle_holder_s().unwrap_or(0.0));
+        gauge(
+            "locklab_advisory_oldest_waiter_seconds",
+            "Longest time a waiter has waited for an advisory lock, in seconds (0: none)",
+        )
+        .set(judged.oldest_waiter_s().unwrap_or(0.0));
     }
     let mut out = Vec::new();
     // Writing into a Vec fails only on invalid metric families, which the

@@ -124,6 +124,15 @@ impl Judged {
             .filter_map(|l| l.lock.state_s)
             .reduce(f64::max)
     }
+
+    /// The oldest waiter's wait (s, `pg_locks.waitstart`), if any lock is awaited.
+    pub fn oldest_waiter_s(&self) -> Option<f64> {
+        self.judged
+            .iter()
+            .filter(|l| !l.lock.granted)
+            .filter_map(|l| l.lock.wait_s)
+            .reduce(f64::max)
+    }
 }
 
 /// Gives every lock of `snapshot` its verdict.
