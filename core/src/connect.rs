@@ -1,6 +1,7 @@
 //! Where and as whom to connect: [`ConnectSpec`], which every driver, the
 //! lab's own connections and `holders` build their client configuration
-//! from, and [`parse_dsn`], the one reader of a user's DSN.
+//! from, and [`parse_dsn`], the one reader of a user's DSN (`holders` reads
+//! its TLS settings first: `locklab_holders::conninfo`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -101,17 +102,16 @@ pub fn with_sources(error: &dyn std::error::Error) -> String {
     out
 }
 
-/// The host, port, role, password and database a DSN (a libpq connection
-/// string or `postgresql://` URL, as tokio-postgres parses it) names; the
-/// defaults are `127.0.0.1`, 5432, `postgres` and `postgres`. Other libpq
-/// options are ignored (locklab connects without TLS).
+/// A DSN parsed by tokio-postgres (a libpq connection string or
+/// `postgresql://` URL), with an error that never shows the DSN or a piece of it.
 ///
 /// # Errors
-/// A DSN that does not parse (the message leaves out the DSN and any piece
-/// of it), one naming a Unix socket rather than a TCP host, or one with
-/// `sslmode=require` (locklab connects without TLS).
-pub fn parse_dsn(dsn: &str) -> Result<ConnectSpec> {
-    let cfg = tokio_postgres::Config::from_str(dsn).map_err(|e| {
+/// The DSN does not parse: the parser's reason (an option's name, a byte
+/// position), but not the character it found (maybe of a password), and an
+/// unknown option is not named (with an unquoted space in a password, it is
+/// a piece of it).
+pub fn parse_config(dsn: &str) -> Result<tokio_postgres::Config> {
+    tokio_postgres::Config::from_str(dsn).map_err(|e| {
         // The parser's detail names an option, or a byte position and, after
         // "but got", one character of the string (maybe of the password): that
         // part is left out, and the string itself is never shown.
@@ -127,7 +127,20 @@ pub fn parse_dsn(dsn: &str) -> Result<ConnectSpec> {
         anyhow!(
             "--dsn/LOCKLAB_DSN is not a valid connection string ({detail}); it is not shown, as it may hold a password"
         )
-    })?;
+    })
+}
+
+/// The host, port, role, password and database a DSN (a libpq connection
+/// string or `postgresql://` URL, as tokio-postgres parses it) names; the
+/// defaults are `127.0.0.1`, 5432, `postgres` and `postgres`. Other libpq
+/// options are ignored (locklab connects without TLS).
+///
+/// # Errors
+/// A DSN that does not parse (the message leaves out the DSN and any piece
+/// of it), one naming a Unix socket rather than a TCP host, or one with
+/// `sslmode=require` (locklab connects without TLS).
+pub fn parse_dsn(dsn: &str) -> Result<ConnectSpec> {
+    let cfg = parse_config(dsn)?;
     // The harness connects without TLS: a DSN that asks for it must not
     // silently get a plain-text connection.
     if !matches!(cfg.get_ssl_mode(), SslMode::Disable | SslMode::Prefer) {

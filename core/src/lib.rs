@@ -17,6 +17,6 @@ pub mod located;
 pub mod output;
 pub mod signals;
 
-pub use connect::{ConnectSpec, parse_dsn, with_sources};
+pub use connect::{ConnectSpec, parse_config, parse_dsn, with_sources};
 pub use keys::AdvisoryKey;
 pub use located::{FileError, Pos};

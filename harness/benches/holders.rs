@@ -46,6 +46,7 @@ fn main() {
         }
         let target = Target {
             spec: server.spec("postgres", ""),
+            connector: locklab::holders::tls::Connector::plain(),
             database: None,
             timeout: Duration::from_secs(5),
         };

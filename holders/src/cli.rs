@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 
 use crate::names::KeyNames;
 use crate::snapshot::{self, Target};
+use crate::tls::Connector;
 use crate::{Judged, Thresholds, Verdict, judge, metrics, render};
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand, ValueEnum};
 
 use locklab_core::output::emit;
@@ -59,8 +60,10 @@ pub struct HoldersArgs {
 /// Options of every `holders` form.
 #[derive(Args, Clone)]
 pub struct Common {
-    /// The server to inspect (libpq connection string or URL); a superuser or
-    /// a role with pg_monitor sees every session. Never printed.
+    /// The server to inspect (libpq connection string or URL, with libpq's
+    /// sslmode, sslrootcert, sslcert and sslkey; PGHOST, PGUSER, PGSSLMODE, …
+    /// fill what it leaves out); a superuser or a role with pg_monitor sees
+    /// every session. Never printed.
     #[arg(long, env = "LOCKLAB_DSN", hide_env_values = true, global = true)]
     pub dsn: Option<String>,
     /// Only locks in this database [default: every database]
@@ -149,12 +152,17 @@ struct Setup {
 
 impl Setup {
     fn new(c: &Common) -> Result<Setup> {
-        let dsn = c
-            .dsn
-            .as_deref()
-            .filter(|d| !d.is_empty())
-            .ok_or_else(|| anyhow!("holders needs a server: give --dsn or set LOCKLAB_DSN"))?;
-        let spec = locklab_core::parse_dsn(dsn)?;
+        let env = crate::conninfo::ProcessEnv;
+        let dsn = match c.dsn.as_deref().filter(|d| !d.is_empty()) {
+            Some(dsn) => dsn,
+            None if crate::conninfo::env_names_a_server(&env) => "",
+            None => bail!(
+                "holders needs a server: give --dsn or set LOCKLAB_DSN (or libpq's PGHOST, PGPORT, PGUSER, PGDATABASE)"
+            ),
+        };
+        let info = crate::conninfo::parse(dsn, &env)?;
+        let spec = info.spec;
+        let connector = Connector::new(info.tls)?;
         let names = match &c.keys {
             Some(path) => KeyNames::load(path)?,
             None => KeyNames::default(),
@@ -162,6 +170,7 @@ impl Setup {
         Ok(Setup {
             target: Target {
                 spec,
+                connector,
                 database: c.database.clone(),
                 timeout: Duration::from_secs_f64(c.timeout),
             },

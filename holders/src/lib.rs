@@ -19,10 +19,12 @@
 #![deny(missing_docs)]
 
 pub mod cli;
+pub mod conninfo;
 pub mod metrics;
 pub mod names;
 pub mod render;
 pub mod snapshot;
+pub mod tls;
 pub mod verdict;
 
 use std::time::Duration;

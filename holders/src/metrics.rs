@@ -57,8 +57,9 @@ pub const EXPORTER_FAMILIES: &[&str] = &[
 /// (a probe of a named target).
 pub fn encode_for(result: Result<&Judged, ()>, took: Duration, target: Option<&str>) -> String {
     let registry = match target {
-        Some(t) => Registry::new_custom(None, Some([("target".to_owned(), t.to_owned())].into()))
-            .expect("a valid label"),
+        Some(t) => {
+            Registry::new_custom(None, Some([("target".to_owned(), t.to_owned())].into())).expect("a valid label")
+        }
         None => Registry::new(),
     };
     let gauge = |name: &str, help: &str| {

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use locklab_core::ConnectSpec;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
+
+use crate::tls::Connector;
 
 use super::{Lock, Mode, Snapshot};
 use locklab_core::keys::AdvisoryKey;
@@ -86,8 +88,10 @@ from now n cross join stats_role r left join sel s on true";
 /// Where and how to take snapshots.
 #[derive(Clone, Debug)]
 pub struct Target {
-    /// The server (from a DSN: [`locklab_core::parse_dsn`]).
+    /// The server (from a DSN: [`crate::conninfo::parse`]).
     pub spec: ConnectSpec,
+    /// With how much TLS ([`Connector::plain`]: none).
+    pub connector: Connector,
     /// Only locks in this database (default: every database).
     pub database: Option<String>,
     /// Bound on the whole snapshot: connecting and the query together; the
@@ -101,18 +105,22 @@ pub struct Target {
 /// # Errors
 /// One line without the password ([`ConnectSpec::redacted`]): the server
 /// cannot be reached, refuses the role or its password, the port does not
-/// speak PostgreSQL, or no answer within [`Target::timeout`].
+/// speak PostgreSQL, TLS fails ([`crate::tls::explain`]), or no answer
+/// within [`Target::timeout`].
 pub async fn connect(target: &Target) -> Result<(Client, tokio::task::JoinHandle<()>)> {
     let at = target.spec.redacted();
     let mut config = target.spec.tokio_postgres_config();
     config
         .application_name(APPLICATION_NAME)
         .connect_timeout(target.timeout);
-    let connect = tokio::time::timeout(target.timeout, config.connect(NoTls));
-    let (client, connection) = connect
+    let connect = tokio::time::timeout(target.timeout, target.connector.connect(&mut config));
+    let (client, task) = connect
         .await
         .map_err(|_| anyhow!("no answer from {at} within {} s", target.timeout.as_secs_f64()))?
         .map_err(|e| {
+            if let Some(why) = crate::tls::explain(&e, &target.connector.tls, &target.spec.host) {
+                return anyhow!("cannot connect to PostgreSQL at {at}: {why}");
+            }
             // Not the server's words and not a refused connection: something
             // answered that does not speak PostgreSQL's protocol.
             let refused = std::error::Error::source(&e)
@@ -125,9 +133,6 @@ pub async fn connect(target: &Target) -> Result<(Client, tokio::task::JoinHandle
             };
             anyhow!("cannot connect to PostgreSQL at {at}: {}{hint}", one_line(&e))
         })?;
-    let task = tokio::spawn(async move {
-        let _ = connection.await;
-    });
     Ok((client, task))
 }
 
