@@ -12,6 +12,10 @@ setup major="17":
     for set in asyncpg-0.31 asyncpg-0.32 psycopg-3.3; do bash drivers/adapters/python/install.sh $set; done
     bash harness/scripts/install-chromium.sh
 
+# Install promtool (Debian's prometheus package, unpacked; no Prometheus service) into .cache/promtool, for the checks of deploy/ (holders/tests/deploy.rs also does this on first use).
+promtool:
+    bash harness/scripts/install-promtool.sh
+
 # Build the pooler image locklab/poolers:trixie (Debian 13's PgBouncer 1.24, pgagroal and Pgpool-II) for the pgbouncer-trixie-* and pgpool* columns (needs root and Docker; skipped when it exists).
 pooler-image:
     bash harness/scripts/build-pooler-image.sh
