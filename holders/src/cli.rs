@@ -11,18 +11,17 @@ use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::names::KeyNames;
 use crate::snapshot::{self, Target};
 use crate::tls::Connector;
 use crate::{Judged, Thresholds, Verdict, judge, metrics, render};
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
 
 use locklab_core::output::emit;
-use locklab_core::signals::{Interrupted, Interrupts};
+use locklab_core::signals::Interrupts;
 
 /// The default `holders serve --listen`: loopback only, and not
 /// postgres_exporter's 9187.
@@ -89,10 +88,23 @@ pub struct Common {
 /// `holders`'s subcommands.
 #[derive(Subcommand)]
 pub enum HoldersCommand {
-    /// Serve /metrics (Prometheus text format, a fresh snapshot per scrape) and /healthz.
+    /// Serve Prometheus metrics (text format, a fresh snapshot per scrape) and
+    /// /healthz: one server's at /metrics (--dsn), or many servers' at
+    /// /probe?target=NAME (--config FILE), with the exporter's own at /metrics.
     Serve {
         /// Address to listen on.
-        #[arg(long, default_value = DEFAULT_LISTEN)]
+        #[arg(long, env = "LOCKLAB_LISTEN", default_value = DEFAULT_LISTEN)]
+        listen: SocketAddr,
+        /// A targets file (YAML: named servers, each with its DSN or where to
+        /// read it, databases, keys file and thresholds; see docs/src/operators.md).
+        #[arg(long, value_name = "FILE", env = "LOCKLAB_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Exit 0 when a `serve` at --listen answers /healthz with 200 within 2 s,
+    /// else 1 with the reason (the container image's health check).
+    Health {
+        /// The address `serve` listens on (0.0.0.0 is asked on 127.0.0.1).
+        #[arg(long, env = "LOCKLAB_LISTEN", default_value = DEFAULT_LISTEN)]
         listen: SocketAddr,
     },
 }
@@ -144,8 +156,8 @@ fn parse_interval(s: &str) -> Result<f64, String> {
 }
 
 /// What every form needs: where, the thresholds and the names.
-struct Setup {
-    target: Target,
+pub(crate) struct Setup {
+    pub(crate) target: Target,
     thresholds: Thresholds,
     names: KeyNames,
 }
@@ -171,7 +183,7 @@ impl Setup {
             target: Target {
                 spec,
                 connector,
-                database: c.database.clone(),
+                databases: c.database.iter().cloned().collect(),
                 timeout: Duration::from_secs_f64(c.timeout),
             },
             thresholds: Thresholds {
@@ -185,7 +197,7 @@ impl Setup {
     /// One judged snapshot, and the time it took (connecting included), within
     /// `--timeout`. The keys file's server-side rules are computed first, until
     /// that succeeds once (also within `--timeout`).
-    async fn snapshot(&mut self) -> (Result<Judged>, Duration) {
+    pub(crate) async fn snapshot(&mut self) -> (Result<Judged>, Duration) {
         let started = Instant::now();
         let result = async {
             if self.names.needs_server() {
@@ -209,12 +221,57 @@ impl Setup {
 /// No DSN, a DSN that does not parse, a broken keys file, and (for one
 /// snapshot) a server that cannot be read; [`Interrupted`] on Ctrl-C.
 pub fn holders(args: &HoldersArgs) -> Result<ExitCode> {
-    let mut setup = Setup::new(&args.common)?;
+    if let Some(HoldersCommand::Health { listen }) = &args.command {
+        return Ok(match crate::serve::health(*listen, Duration::from_secs(2)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("locklab holders: unhealthy: {e:#}");
+                ExitCode::from(1)
+            }
+        });
+    }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    if let Some(HoldersCommand::Serve {
+        listen,
+        config: Some(path),
+    }) = &args.command
+    {
+        let c = &args.common;
+        if c.dsn.as_deref().is_some_and(|d| !d.is_empty()) || c.database.is_some() || c.keys.is_some() {
+            bail!(
+                "serve --config takes every server, its databases and keys file from the targets file: \
+                 leave out --dsn/LOCKLAB_DSN, --database and --keys"
+            );
+        }
+        let defaults = crate::config::Defaults {
+            thresholds: Thresholds {
+                idle_after: Duration::from_secs_f64(c.idle_after),
+                wait_after: Duration::from_secs_f64(c.wait_after),
+            },
+            timeout: Duration::from_secs_f64(c.timeout),
+        };
+        let targets = crate::config::load(path, defaults, &crate::conninfo::ProcessEnv)?
+            .into_iter()
+            .map(|t| {
+                let setup = Setup {
+                    target: t.target,
+                    thresholds: t.thresholds,
+                    names: t.names,
+                };
+                (t.name, setup)
+            })
+            .collect();
+        return rt.block_on(async {
+            let mut interrupts = Interrupts::install();
+            crate::serve::many(targets, *listen, &mut interrupts).await
+        });
+    }
+    let mut setup = Setup::new(&args.common)?;
     rt.block_on(async {
         let mut interrupts = Interrupts::install();
         match &args.command {
-            Some(HoldersCommand::Serve { listen }) => serve(setup, *listen, &mut interrupts).await,
+            Some(HoldersCommand::Serve { listen, .. }) => crate::serve::one(setup, *listen, &mut interrupts).await,
+            Some(HoldersCommand::Health { .. }) => unreachable!("answered above"),
             None => match args.watch {
                 None => once(&mut setup, args, &mut interrupts).await,
                 Some(every) => watch(&mut setup, args, Duration::from_secs_f64(every), &mut interrupts).await,
@@ -324,51 +381,4 @@ async fn watch(
             signal = interrupts.next() => return Err(signal.into()),
         }
     }
-}
-
-/// The state every request of `serve` shares: the next snapshot is taken
-/// under the lock (scrapes of one server are serialised; each is bounded by
-/// the timeout).
-type Shared = Arc<tokio::sync::Mutex<Setup>>;
-
-async fn serve(setup: Setup, listen: SocketAddr, interrupts: &mut Interrupts) -> Result<ExitCode> {
-    use axum::routing::get;
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(|e| anyhow!("cannot listen on {listen}: {e}"))?;
-    let local = listener.local_addr()?;
-    let at = setup.target.spec.redacted();
-    let timeout = setup.target.timeout;
-    let shared: Shared = Arc::new(tokio::sync::Mutex::new(setup));
-    let app = axum::Router::new()
-        .route("/metrics", get(scrape))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route(
-            "/",
-            get(|| async { "locklab holders: advisory lock holders as Prometheus metrics at /metrics; /healthz\n" }),
-        )
-        .with_state(shared);
-    eprintln!(
-        "locklab holders: serving http://{local}/metrics for {at} (a snapshot per scrape, within {} s)",
-        timeout.as_secs_f64()
-    );
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, app).with_graceful_shutdown(async {
-        let _ = stop_rx.await;
-    });
-    let server = tokio::spawn(async move { server.await });
-    let signal: Interrupted = interrupts.next().await;
-    let _ = stop_tx.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
-    Err(signal.into())
-}
-
-async fn scrape(axum::extract::State(shared): axum::extract::State<Shared>) -> impl axum::response::IntoResponse {
-    let mut setup = shared.lock().await;
-    let (result, took) = setup.snapshot().await;
-    if let Err(e) = &result {
-        tracing::warn!("scrape: {e:#}");
-    }
-    let body = metrics::encode(result.as_ref().map_err(|_| ()), took);
-    ([(axum::http::header::CONTENT_TYPE, metrics::CONTENT_TYPE)], body)
 }

@@ -19,10 +19,12 @@
 #![deny(missing_docs)]
 
 pub mod cli;
+pub mod config;
 pub mod conninfo;
 pub mod metrics;
 pub mod names;
 pub mod render;
+pub mod serve;
 pub mod snapshot;
 pub mod tls;
 pub mod verdict;

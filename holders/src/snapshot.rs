@@ -33,8 +33,8 @@ pub const APPLICATION_NAME: &str = "locklab holders";
 /// none (the first four columns are always there). The five `array_agg`s of
 /// a group are advanced together, row by row (none has an `order by` of its
 /// own), so their elements line up. A backend awaits at most one lock at a
-/// time, so `waitstart` is that lock's. `$1`: a database name
-/// to keep (NULL: all); `$2`: [`QUERY_CHARS`]. `pg_locks.waitstart` exists
+/// time, so `waitstart` is that lock's. `$1`: the database names
+/// to keep (NULL: all; the last column names those that do not exist); `$2`: [`QUERY_CHARS`]. `pg_locks.waitstart` exists
 /// since PostgreSQL 14.
 const SQL: &str = "\
 with now as materialized (select clock_timestamp() as t),
@@ -71,7 +71,7 @@ sel as (
   left join pg_catalog.pg_database d on d.oid = l.database
   left join pg_catalog.pg_stat_activity a on a.pid = l.pid
   left join pg_catalog.pg_prepared_xacts px on px.transaction = l.xid
-  where $1::text is null or d.datname = $1::text)
+  where $1::text[] is null or d.datname = any($1::text[]))
 select to_char((select t from now) at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),
   current_setting('server_version'), current_user::text, r.sees_all,
   s.classids, s.objids, s.objsubids, s.shared, s.granted, s.datname, s.pid,
@@ -82,7 +82,8 @@ select to_char((select t from now) at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:S
   left(s.query, $2::int4),
   coalesce(r.sees_all or s.pid is null or pg_catalog.pg_has_role(s.usesysid, 'USAGE'), false),
   s.blockers, s.gid,
-  $1::text is null or exists (select from pg_catalog.pg_database where datname = $1::text)
+  (select array_agg(n) from unnest($1::text[]) n
+   where not exists (select from pg_catalog.pg_database where datname = n))
 from now n cross join stats_role r left join sel s on true";
 
 /// Where and how to take snapshots.
@@ -92,8 +93,8 @@ pub struct Target {
     pub spec: ConnectSpec,
     /// With how much TLS ([`Connector::plain`]: none).
     pub connector: Connector,
-    /// Only locks in this database (default: every database).
-    pub database: Option<String>,
+    /// Only locks in these databases (empty: every database).
+    pub databases: Vec<String>,
     /// Bound on the whole snapshot: connecting and the query together; the
     /// query's `statement_timeout` too.
     pub timeout: Duration,
@@ -188,7 +189,13 @@ async fn query(client: &Client, target: &Target) -> Result<Snapshot> {
         .map_err(|e| anyhow!("{}", one_line(&e)))?;
     let started = Instant::now();
     let rows = client
-        .query(SQL, &[&target.database, &QUERY_CHARS])
+        .query(
+            SQL,
+            &[
+                &(!target.databases.is_empty()).then_some(&target.databases),
+                &QUERY_CHARS,
+            ],
+        )
         .await
         .map_err(|e| anyhow!("{}", one_line(&e)))?;
     // To the µs: a figure for people, not float noise.
@@ -200,10 +207,10 @@ async fn query(client: &Client, target: &Target) -> Result<Snapshot> {
     let first = rows
         .first()
         .ok_or_else(|| anyhow!("the snapshot query returned no row"))?;
-    if !first.try_get::<_, bool>(22)? {
+    if let Some(missing) = first.try_get::<_, Option<Vec<String>>>(22)? {
         bail!(
             "there is no database named '{}' on this server (--database)",
-            target.database.as_deref().unwrap_or_default()
+            missing.join("', '")
         );
     }
     let mut snapshot = Snapshot {

@@ -129,11 +129,17 @@ fn client_config(tls: &Tls) -> Result<ClientConfig> {
                 )
             })?;
             builder.with_client_auth_cert(chain, key_der).map_err(|e| {
-                anyhow!(
-                    "sslcert/sslkey: {} and {} do not go together: {e}",
-                    cert.display(),
-                    key.display()
-                )
+                match e.to_string().contains("parse private key") {
+                    true => anyhow!(
+                        "sslkey: {} is not a PEM private key rustls can use (RSA, ECDSA or Ed25519)",
+                        key.display()
+                    ),
+                    false => anyhow!(
+                        "sslcert/sslkey: {} and {} do not go together: {e}",
+                        cert.display(),
+                        key.display()
+                    ),
+                }
             })
         }
     }
@@ -268,8 +274,7 @@ pub fn explain(e: &tokio_postgres::Error, tls: &Tls, host: &str) -> Option<Strin
         }
         return None;
     }
-    let text = e.to_string();
-    if text.contains("server does not support TLS") {
+    if locklab_core::with_sources(e).contains("server does not support TLS") {
         return Some(format!(
             "the server does not accept TLS connections (ssl = off), and sslmode={} needs TLS",
             tls.mode.as_str()

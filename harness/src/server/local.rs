@@ -202,7 +202,7 @@ struct PortClash(u16);
 impl LocalCluster {
     /// Starts a cluster from the binaries in `bin`; ready within `timeout`.
     /// `settings`: more `name=value` server settings (after the harness's own).
-    /// `hba_lines`: more `pg_hba.conf` lines, after initdb's.
+    /// `hba_lines`: more `pg_hba.conf` lines, before initdb's.
     pub(super) async fn start(
         bin: &Path,
         timeout: Duration,
@@ -279,11 +279,15 @@ impl LocalCluster {
         }
         if !hba_lines.is_empty() {
             let hba = data.join("pg_hba.conf");
-            let mut text = std::fs::read_to_string(&hba).with_context(|| format!("cannot read {}", hba.display()))?;
+            let initdb = std::fs::read_to_string(&hba).with_context(|| format!("cannot read {}", hba.display()))?;
+            // Before initdb's lines (the first line that matches decides), so
+            // that they can also refuse what initdb's `trust` lines admit.
+            let mut text = String::new();
             for line in hba_lines {
                 text.push_str(line);
                 text.push('\n');
             }
+            text.push_str(&initdb);
             std::fs::write(&hba, text).with_context(|| format!("cannot write {}", hba.display()))?;
         }
         let log_path = dir.join("postgres.log");

@@ -64,9 +64,11 @@ pub struct ServerOptions {
     /// [`crate::server::SERVER_SETTINGS`], so they win), e.g.
     /// `max_locks_per_transaction=256` for a server that must hold many locks.
     pub settings: Vec<String>,
-    /// More `pg_hba.conf` lines for the local backend, appended after
-    /// `initdb`'s own (e.g. `host all all 10.213.0.0/30 trust` for the run's
-    /// network namespace); the other backends refuse them.
+    /// More `pg_hba.conf` lines for the local backend, put before
+    /// `initdb`'s own, which admit every role from 127.0.0.1 without a
+    /// password (e.g. `host all all 10.213.0.0/30 trust` for the run's network
+    /// namespace, or `hostnossl all monitor all reject` for a role that must
+    /// use TLS); the other backends refuse them.
     pub hba_lines: Vec<String>,
 }
 
