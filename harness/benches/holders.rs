@@ -47,7 +47,7 @@ fn main() {
         let target = Target {
             spec: server.spec("postgres", ""),
             connector: locklab::holders::tls::Connector::plain(),
-            database: None,
+            databases: Vec::new(),
             timeout: Duration::from_secs(5),
         };
         let reference = DirectConn::connect(&server.spec("bench", "bench-reference")).await.unwrap();
