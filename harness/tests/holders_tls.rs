@@ -18,9 +18,9 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use locklab::server::tls::TestCa;
 use locklab::server::{BackendChoice, Server, ServerOptions};
 use locklab_drivers::DirectConn;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose};
 use serde_json::Value;
 
 /// The address the tests connect to (the server certificate names it;
@@ -81,16 +81,9 @@ fn start_tls_server() -> Tls {
     let dir = tempfile::tempdir().unwrap();
     // The CA, the server's certificate (127.0.0.2 and a name), a client
     // certificate for the cert role, and a CA that signed none of them.
-    let other = new_ca("another CA");
-    let ca = new_ca("locklab test CA");
-    let leaf = |names: Vec<String>, cn: &str| {
-        let key = KeyPair::generate().unwrap();
-        let mut p = CertificateParams::new(names).unwrap();
-        p.distinguished_name.push(DnType::CommonName, cn);
-        (p.signed_by(&key, &ca).unwrap().pem(), key.serialize_pem())
-    };
-    let (server_pem, server_key) = leaf(vec![TLS_ADDR.into(), SERVER_NAME.into()], SERVER_NAME);
-    let (client_pem, client_key) = leaf(Vec::new(), CERT_ROLE);
+    let ca = TestCa::new("locklab test CA").unwrap();
+    let other = TestCa::new("another CA").unwrap();
+    let (client_pem, client_key) = ca.issue(CERT_ROLE, &[]).unwrap();
     let put = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
     put("ca.pem", &ca.pem());
     put("other-ca.pem", &other.pem());
@@ -102,68 +95,18 @@ fn start_tls_server() -> Tls {
     );
     common::block_on(async {
         let admin = server.admin().await.unwrap();
-        let c = admin.client();
-        // The server's files go into its data directory, owned by the user it
-        // runs as (PostgreSQL refuses a key file others may read).
-        let data: String = c.query_one("show data_directory", &[]).await.unwrap().get(0);
-        let owner = std::fs::metadata(&data).unwrap();
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        for (name, text) in [
-            ("server.crt", &server_pem),
-            ("server.key", &server_key),
-            ("root.crt", &ca.pem()),
-        ] {
-            let path = Path::new(&data).join(name);
-            std::fs::write(&path, text).unwrap();
-            std::os::unix::fs::chown(&path, Some(owner.uid()), Some(owner.gid())).unwrap();
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        }
         for sql in [
             format!("create role {MONITOR} login password '{PASSWORD}' in role pg_monitor"),
             format!("create role {CERT_ROLE} login in role pg_monitor"),
-            "alter system set ssl_cert_file = 'server.crt'".into(),
-            "alter system set ssl_key_file = 'server.key'".into(),
-            "alter system set ssl_ca_file = 'root.crt'".into(),
-            "alter system set ssl = on".into(),
-            "select pg_reload_conf()".into(),
         ] {
-            c.batch_execute(&sql).await.unwrap();
-        }
-        // The postmaster takes the new settings in on SIGHUP: new sessions show them.
-        let until = Instant::now() + Duration::from_secs(20);
-        loop {
-            let probe = server.admin().await.unwrap();
-            let on: String = probe.client().query_one("show ssl", &[]).await.unwrap().get(0);
-            if on == "on" {
-                break;
-            }
-            let errors = probe
-                .client()
-                .query("select name, error from pg_file_settings where error is not null", &[])
-                .await
-                .unwrap();
-            assert!(
-                Instant::now() < until,
-                "ssl is still off; pg_file_settings errors: {errors:?}"
-            );
-            probe.close().await;
-            tokio::task::yield_now().await;
+            admin.client().batch_execute(&sql).await.unwrap();
         }
         admin.close().await;
+        locklab::server::tls::turn_on(&server, &ca, &[TLS_ADDR, SERVER_NAME])
+            .await
+            .unwrap();
     });
     Tls { server, dir }
-}
-
-fn new_ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
-    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    p.distinguished_name.push(DnType::CommonName, name);
-    p.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    CertifiedIssuer::self_signed(p, KeyPair::generate().unwrap()).unwrap()
 }
 
 /// `locklab holders ARGS` with `dsn` in LOCKLAB_DSN (none when empty) and

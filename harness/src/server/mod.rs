@@ -19,6 +19,7 @@ mod options;
 pub mod pgbouncer;
 pub mod poolers;
 pub mod shared;
+pub mod tls;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
