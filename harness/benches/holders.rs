@@ -10,10 +10,20 @@
 //! end. `LOCKLAB_PG` picks the major version (default 17); `ROUNDS` the
 //! samples per point (default 40). Prints a Markdown table; timings are of
 //! this machine at this moment: read the ratio.
+//!
+//! Also the whole snapshot (connect + query) over TLS with
+//! `sslmode=verify-full` (the server's certificate from a CA of the run's
+//! own, [`locklab::server::tls`]), as a ratio to the plain join and to the
+//! same snapshot without TLS, in the same run: `holders` connects per
+//! snapshot (docs/src/operators.md says why), so the handshake is in every
+//! scrape.
 
 use std::time::{Duration, Instant};
 
 use locklab::holders::snapshot::{self, Target};
+use locklab::holders::conninfo::{RootCert, SslMode, Tls};
+use locklab::holders::tls::Connector;
+use locklab::server::tls::TestCa;
 use locklab::server::{BackendChoice, Server, ServerOptions};
 use locklab_drivers::DirectConn;
 
@@ -50,10 +60,28 @@ fn main() {
             databases: Vec::new(),
             timeout: Duration::from_secs(5),
         };
+        // The same snapshot over TLS, sslmode=verify-full: the server's
+        // certificate names 127.0.0.1 and is signed by a CA of the run's own.
+        let ca = TestCa::new("locklab bench CA").unwrap();
+        locklab::server::tls::turn_on(&server, &ca, &["127.0.0.1"]).await.unwrap();
+        let ca_dir = tempfile::tempdir().unwrap();
+        let ca_file = ca_dir.path().join("ca.pem");
+        std::fs::write(&ca_file, ca.pem()).unwrap();
+        let verify_full = Target {
+            connector: Connector::new(Tls {
+                mode: SslMode::VerifyFull,
+                root_cert: Some(RootCert::File(ca_file)),
+                client: None,
+            })
+            .unwrap(),
+            ..target.clone()
+        };
         let reference = DirectConn::connect(&server.spec("bench", "bench-reference")).await.unwrap();
         println!("{}; {rounds} samples per point; ms, p50 (p95)\n", server.version());
-        println!("| advisory locks | holders snapshot (query) | holders (connect + query) | plain join | snapshot ÷ plain |");
-        println!("|---:|---:|---:|---:|---:|");
+        println!(
+            "| advisory locks | holders snapshot (query) | holders (connect + query) | verify-full (connect + query) | plain join | snapshot ÷ plain | verify-full ÷ plain | verify-full ÷ no TLS |"
+        );
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
         let mut held = 0usize;
         let mut waiters = Vec::new();
         for (n, with_waiters) in [(100usize, false), (1_000, false), (10_000, false), (10_000, true)] {
@@ -93,11 +121,15 @@ fn main() {
                     tokio::task::yield_now().await;
                 }
             }
-            let (mut query, mut whole, mut plain) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut query, mut whole, mut plain, mut tls) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for _ in 0..rounds {
                 let t = Instant::now();
                 let s = snapshot::take(&target).await.unwrap();
                 whole.push(t.elapsed().as_secs_f64() * 1000.0);
+                let t = Instant::now();
+                let over_tls = snapshot::take(&verify_full).await.unwrap();
+                tls.push(t.elapsed().as_secs_f64() * 1000.0);
+                assert!(over_tls.locks.len() >= n);
                 query.push(s.query_ms);
                 assert!(s.locks.len() >= n, "{} locks seen, {n} held", s.locks.len());
                 let t = Instant::now();
@@ -111,17 +143,21 @@ fn main() {
                     .unwrap();
                 plain.push(t.elapsed().as_secs_f64() * 1000.0);
             }
-            let (q, w, p) = (stats(&mut query), stats(&mut whole), stats(&mut plain));
+            let (q, w, p, v) = (stats(&mut query), stats(&mut whole), stats(&mut plain), stats(&mut tls));
             let label = if with_waiters { format!("{n} + 20 waiters") } else { n.to_string() };
             println!(
-                "| {label} | {:.1} ({:.1}) | {:.1} ({:.1}) | {:.1} ({:.1}) | {:.2} |",
+                "| {label} | {:.1} ({:.1}) | {:.1} ({:.1}) | {:.1} ({:.1}) | {:.1} ({:.1}) | {:.2} | {:.2} | {:.2} |",
                 q.0,
                 q.1,
                 w.0,
                 w.1,
+                v.0,
+                v.1,
                 p.0,
                 p.1,
-                q.0 / p.0
+                q.0 / p.0,
+                v.0 / p.0,
+                v.0 / w.0
             );
         }
         for c in conns {
