@@ -484,3 +484,100 @@ fn a_broken_targets_file_is_located() {
         assert!(!err.contains("hunter2"), "{err}");
     }
 }
+
+/// The container image (`just holders-image`): it runs as a non-root user,
+/// its health check answers, and it serves `/probe` for two targets from a
+/// mounted targets file: one over TLS (verify-full, a mounted CA and
+/// password file), one that never answers. Host networking, as the pooler
+/// containers use. Built on first use when missing (root and Docker);
+/// without Docker, or with LOCKLAB_NO_INSTALL and no image, it says so and
+/// checks nothing.
+#[test]
+fn the_image_serves_two_targets() {
+    const IMAGE: &str = "locklab/holders:latest";
+    if let Err(e) = locklab::server::container::docker_answers() {
+        println!("the_image_serves_two_targets: no Docker engine ({e:#}); nothing checked");
+        return;
+    }
+    let has_image = || {
+        Command::new("docker")
+            .args(["image", "inspect", IMAGE])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !has_image() {
+        if std::env::var_os("LOCKLAB_NO_INSTALL").is_some() {
+            println!("the_image_serves_two_targets: no {IMAGE} and LOCKLAB_NO_INSTALL is set; nothing checked");
+            return;
+        }
+        let built = Command::new("bash")
+            .arg(common::root().join("harness/scripts/build-holders-image.sh"))
+            .status()
+            .unwrap();
+        assert!(built.success() && has_image(), "harness/scripts/build-holders-image.sh failed");
+    }
+    let t = tls();
+    // A directory the container's user (65532) can read, mounted at the same path.
+    let dir = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (config, accepted) = targets_file(dir.path(), t, 3.0);
+    let ca = dir.path().join("ca.pem");
+    std::fs::copy(t.file("ca.pem"), &ca).unwrap();
+    let text = std::fs::read_to_string(&config).unwrap().replace(&t.file("ca.pem"), &ca.display().to_string());
+    std::fs::write(&config, text).unwrap();
+    for f in std::fs::read_dir(dir.path()).unwrap() {
+        std::fs::set_permissions(f.unwrap().path(), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let listen = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let name = format!("locklab-holders-test-{}", std::process::id());
+    let container = Container(name.clone());
+    let mount = format!("{0}:{0}:ro", dir.path().display());
+    let run = Command::new("docker")
+        .args(["run", "-d", "--name", &name, "--network", "host", "--label"])
+        .arg(format!("locklab.pid={}", std::process::id()))
+        .args(["-e", &format!("LOCKLAB_LISTEN={listen}")])
+        .args(["-e", &format!("LOCKLAB_CONFIG={}", config.display())])
+        .args(["-v", &mount, IMAGE])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "docker run: {}", stderr(&run));
+    // Ready when it says where it serves (its stderr, through docker logs).
+    let mut logs = Command::new("docker");
+    logs.args(["logs", "-f", &name]);
+    let (mut follow, _, _) = common::start_until(logs, |line| line.contains("serving http://").then_some(()));
+    let _ = follow.kill();
+    let _ = follow.wait();
+    let silent = {
+        let listen = listen.clone();
+        std::thread::spawn(move || get(&listen, "/probe?target=silent"))
+    };
+    accepted.recv_timeout(Duration::from_secs(10)).expect("the silent probe connects");
+    let (status, body) = get(&listen, "/probe?target=tls");
+    assert_eq!(status, 200);
+    assert!(body.contains("locklab_up{target=\"tls\"} 1"), "{body}");
+    assert!(body.contains("locklab_advisory_waiters{target=\"tls\"}"), "{body}");
+    let (status, body) = silent.join().unwrap();
+    assert_eq!(status, 200);
+    assert!(body.contains("locklab_up{target=\"silent\"} 0"), "{body}");
+    // Not root; the health check's command answers.
+    let id = Command::new("docker").args(["exec", &name, "id", "-u"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&id.stdout).trim(), "65532");
+    let health = Command::new("docker")
+        .args(["exec", &name, "/usr/local/bin/locklab-holders", "health"])
+        .output()
+        .unwrap();
+    assert!(health.status.success(), "health: {}", stderr(&health));
+    let logs = Command::new("docker").args(["logs", &name]).output().unwrap();
+    assert!(!stderr(&logs).contains(PASSWORD), "the password was logged");
+    drop(container);
+}
+
+/// Removes the named container when dropped (a failing test included).
+struct Container(String);
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["rm", "-f", "-v", &self.0]).output();
+    }
+}
