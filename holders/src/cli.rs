@@ -219,7 +219,7 @@ impl Setup {
 ///
 /// # Errors
 /// No DSN, a DSN that does not parse, a broken keys file, and (for one
-/// snapshot) a server that cannot be read; [`Interrupted`] on Ctrl-C.
+/// snapshot) a server that cannot be read; [`Interrupted`](locklab_core::signals::Interrupted) on Ctrl-C.
 pub fn holders(args: &HoldersArgs) -> Result<ExitCode> {
     if let Some(HoldersCommand::Health { listen }) = &args.command {
         return Ok(match crate::serve::health(*listen, Duration::from_secs(2)) {

@@ -316,7 +316,7 @@ fn existing(key: &str, path: PathBuf) -> Result<PathBuf> {
     }
 }
 
-/// Splits the TLS keys ([`TLS_KEYS`], decoded) out of a DSN, and returns the
+/// Splits the TLS keys (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`; decoded) out of a DSN, and returns the
 /// rest of it, for tokio-postgres, unchanged otherwise. In a URI they are
 /// query parameters (percent-encoded); in a `key=value` string, values may be
 /// single-quoted with `\'` and `\\` escapes, as libpq has them.

@@ -4,14 +4,17 @@
 //! than a minute", section 4), made correct (bigint keys decoded from both
 //! halves, waiters and `pg_blocking_pids`) and read-only.
 //!
-//! Data flow: [`snapshot::take`] (one query in a read-only transaction) →
-//! [`Snapshot`] → [`verdict::judge`] with [`Thresholds`] and the operator's
-//! [`names::KeyNames`] → [`verdict::Judged`] → [`render`] (table, JSON) or
-//! [`metrics`] (Prometheus text format); [`cli`] is the command line, shared
-//! by the `locklab-holders` binary and `locklab holders`.
+//! Data flow: a DSN and libpq's variables → [`conninfo`] (where, and how
+//! much TLS) → [`tls::Connector`] → [`snapshot::take`] (one query in a
+//! read-only transaction) → [`Snapshot`] → [`verdict::judge`] with
+//! [`Thresholds`] and the operator's [`names::KeyNames`] →
+//! [`verdict::Judged`] → [`render`] (table, JSON) or [`metrics`] (Prometheus
+//! text format), served by [`serve`] for one server or for the named targets
+//! of a [`config`] file; [`cli`] is the command line, shared by the
+//! `locklab-holders` binary and `locklab holders`.
 //!
 //! For operators: this crate runs against production servers, so it depends
-//! on tokio-postgres and the exporter's libraries (axum, prometheus), never on
+//! on tokio-postgres, rustls and the exporter's libraries (axum, prometheus), never on
 //! the lab's pools, containers or report writers (`cargo tree -p
 //! locklab-holders -e normal,build`). `cargo install --locked --path holders`
 //! installs just the `locklab-holders` binary.

@@ -94,7 +94,7 @@ pub struct JudgedLock {
 /// A judged snapshot.
 #[derive(Clone, Debug, Serialize)]
 pub struct Judged {
-    /// The snapshot, locks moved into [`Judged::locks`].
+    /// The snapshot, locks moved into [`Judged::judged`].
     #[serde(flatten)]
     pub snapshot: Snapshot,
     /// `idle_after` in s.
