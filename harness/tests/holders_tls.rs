@@ -530,12 +530,18 @@ fn the_image_serves_two_targets() {
         std::fs::set_permissions(f.unwrap().path(), std::fs::Permissions::from_mode(0o644)).unwrap();
     }
     let listen = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
-    let name = format!("locklab-holders-test-{}", std::process::id());
+    let token = locklab::server::unique_token();
+    let name = format!("locklab-holders-test-{token}");
     let container = Container(name.clone());
+    // The last resort if this process is killed: the harness's container watchdog.
+    let host = locklab::server::container::docker_host().unwrap();
+    let _watchdog = locklab::server::container::Watchdog::start(&host, &token);
     let mount = format!("{0}:{0}:ro", dir.path().display());
     let run = Command::new("docker")
-        .args(["run", "-d", "--name", &name, "--network", "host", "--label"])
-        .arg(format!("locklab.pid={}", std::process::id()))
+        .args(["run", "-d", "--name", &name, "--network", "host"])
+        .args(["--label", &format!("{}={token}", locklab::server::container::OWNER_LABEL)])
+        .arg("--label")
+        .arg(format!("{}={}", locklab::server::container::PID_LABEL, std::process::id()))
         .args(["-e", &format!("LOCKLAB_LISTEN={listen}")])
         .args(["-e", &format!("LOCKLAB_CONFIG={}", config.display())])
         .args(["-v", &mount, IMAGE])

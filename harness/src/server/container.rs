@@ -49,13 +49,13 @@ use super::ServerOptions;
 use docker::{docker_runtime, remove_owned};
 use image::{PGDATA, PORT, PostgresImage};
 use image_source::resolve_image;
-pub(crate) use watchdog::Watchdog;
+pub use watchdog::Watchdog;
 
 /// The superuser the container is initialised with (`POSTGRES_USER`).
 pub(super) const SUPERUSER: &str = "postgres";
 
 /// The label every container of one start carries, with that start's token.
-pub(crate) const OWNER_LABEL: &str = "locklab.owner";
+pub const OWNER_LABEL: &str = "locklab.owner";
 /// The label naming the process that created a container.
 pub const PID_LABEL: &str = "locklab.pid";
 

@@ -450,7 +450,7 @@ pub(crate) fn spawn_watchdog(
 
 /// A new, process-unique token `<pid>-<n>-<ns>` naming what one start creates
 /// (cluster directories, container labels and names).
-pub(crate) fn unique_token() -> String {
+pub fn unique_token() -> String {
     static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let ns = std::time::SystemTime::now()

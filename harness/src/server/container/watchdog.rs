@@ -31,12 +31,12 @@ done
 
 /// The running container watchdog. Dropping it closes its stdin; it is not
 /// waited for (its last listing takes 2 s), and it exits on its own.
-pub(crate) struct Watchdog(Option<Child>);
+pub struct Watchdog(Option<Child>);
 
 impl Watchdog {
     /// `None` (with a warning) when the `docker` command is missing: then a
     /// SIGKILLed run can leave its container behind.
-    pub(crate) fn start(host: &str, token: &str) -> Option<Watchdog> {
+    pub fn start(host: &str, token: &str) -> Option<Watchdog> {
         let has_cli = Command::new("docker")
             .arg("--version")
             .stdout(Stdio::null())
