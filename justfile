@@ -24,6 +24,10 @@ pooler-image:
 image major="17":
     bash harness/scripts/build-image.sh {{major}}
 
+# Build the container image locklab/holders:latest (deploy/holders/Dockerfile): the release locklab-holders binary on locklab/debian:bookworm, a Debian 12 minbase with ca-certificates (needs Docker, and root for the base; skipped when it exists; e.g. just holders-image locklab/holders:dev).
+holders-image tag="locklab/holders:latest":
+    bash harness/scripts/build-holders-image.sh {{tag}}
+
 # Run every scenario × driver and rewrite reports/ (matrix.json, matrix.md, index.html and its screenshot index.png); e.g. just report --repeat 20, just report --pg 16,17,18 --out DIR.
 report *args:
     cargo run --release --quiet -p locklab -- report --screenshot {{args}}
