@@ -147,6 +147,7 @@ fn fails_with(o: &Output, says: &str) {
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
     assert!(err.contains(says), "expected '{says}' in: {err}");
     assert!(!err.contains(PASSWORD), "the password was shown: {err}");
+    println!("{}", err.trim_end());
 }
 
 fn json(o: &Output) -> Value {
@@ -190,6 +191,10 @@ fn verify_full_finds_a_leak_through_tls() {
         assert_eq!(lock["verdict"], "leaked");
         assert_eq!(lock["application_name"], "tls-leaker");
         // (127.0.0.2 admits the role only over TLS: see the next test.)
+        // The table, for the record (`cargo test --test holders_tls -- --nocapture`).
+        let table = holders(&t.verify_full(), &[], &["--idle-after", "0"]);
+        println!("{}", String::from_utf8_lossy(&table.stdout));
+        assert!(String::from_utf8_lossy(&table.stdout).contains("leaked:   1"));
         leaker.close().await;
     });
 }
@@ -209,7 +214,10 @@ fn each_tls_failure_has_its_own_line() {
     );
     // A host name the certificate does not have; verify-ca does not check it.
     let wrong_host = t.verify_full().replace(&format!("host={TLS_ADDR}"), "host=127.0.0.1");
-    fails_with(&holders(&wrong_host, &[], &[]), "does not name the host '127.0.0.1'");
+    fails_with(
+        &holders(&wrong_host, &[], &[]),
+        &format!("does not name the host '127.0.0.1' (it names {TLS_ADDR}, {SERVER_NAME})"),
+    );
     let o = holders(
         &wrong_host.replace("verify-full", "verify-ca"),
         &[],
@@ -514,7 +522,10 @@ fn the_image_serves_two_targets() {
             .arg(common::root().join("harness/scripts/build-holders-image.sh"))
             .status()
             .unwrap();
-        assert!(built.success() && has_image(), "harness/scripts/build-holders-image.sh failed");
+        assert!(
+            built.success() && has_image(),
+            "harness/scripts/build-holders-image.sh failed"
+        );
     }
     let t = tls();
     // A directory the container's user (65532) can read, mounted at the same path.
@@ -524,12 +535,18 @@ fn the_image_serves_two_targets() {
     let (config, accepted) = targets_file(dir.path(), t, 3.0);
     let ca = dir.path().join("ca.pem");
     std::fs::copy(t.file("ca.pem"), &ca).unwrap();
-    let text = std::fs::read_to_string(&config).unwrap().replace(&t.file("ca.pem"), &ca.display().to_string());
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(&t.file("ca.pem"), &ca.display().to_string());
     std::fs::write(&config, text).unwrap();
     for f in std::fs::read_dir(dir.path()).unwrap() {
         std::fs::set_permissions(f.unwrap().path(), std::fs::Permissions::from_mode(0o644)).unwrap();
     }
-    let listen = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let listen = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
     let token = locklab::server::unique_token();
     let name = format!("locklab-holders-test-{token}");
     let container = Container(name.clone());
@@ -539,9 +556,16 @@ fn the_image_serves_two_targets() {
     let mount = format!("{0}:{0}:ro", dir.path().display());
     let run = Command::new("docker")
         .args(["run", "-d", "--name", &name, "--network", "host"])
-        .args(["--label", &format!("{}={token}", locklab::server::container::OWNER_LABEL)])
+        .args([
+            "--label",
+            &format!("{}={token}", locklab::server::container::OWNER_LABEL),
+        ])
         .arg("--label")
-        .arg(format!("{}={}", locklab::server::container::PID_LABEL, std::process::id()))
+        .arg(format!(
+            "{}={}",
+            locklab::server::container::PID_LABEL,
+            std::process::id()
+        ))
         .args(["-e", &format!("LOCKLAB_LISTEN={listen}")])
         .args(["-e", &format!("LOCKLAB_CONFIG={}", config.display())])
         .args(["-v", &mount, IMAGE])
@@ -558,7 +582,9 @@ fn the_image_serves_two_targets() {
         let listen = listen.clone();
         std::thread::spawn(move || get(&listen, "/probe?target=silent"))
     };
-    accepted.recv_timeout(Duration::from_secs(10)).expect("the silent probe connects");
+    accepted
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the silent probe connects");
     let (status, body) = get(&listen, "/probe?target=tls");
     assert_eq!(status, 200);
     assert!(body.contains("locklab_up{target=\"tls\"} 1"), "{body}");
@@ -567,7 +593,10 @@ fn the_image_serves_two_targets() {
     assert_eq!(status, 200);
     assert!(body.contains("locklab_up{target=\"silent\"} 0"), "{body}");
     // Not root; the health check's command answers.
-    let id = Command::new("docker").args(["exec", &name, "id", "-u"]).output().unwrap();
+    let id = Command::new("docker")
+        .args(["exec", &name, "id", "-u"])
+        .output()
+        .unwrap();
     assert_eq!(String::from_utf8_lossy(&id.stdout).trim(), "65532");
     let health = Command::new("docker")
         .args(["exec", &name, "/usr/local/bin/locklab-holders", "health"])

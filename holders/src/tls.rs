@@ -299,7 +299,7 @@ pub fn explain(e: &tokio_postgres::Error, tls: &Tls, host: &str) -> Option<Strin
             if presented.is_empty() {
                 "no host".to_owned()
             } else {
-                presented.join(", ")
+                names(presented)
             }
         ),
         rustls::Error::InvalidCertificate(CertificateError::NotValidForName) => {
@@ -323,6 +323,19 @@ pub fn explain(e: &tokio_postgres::Error, tls: &Tls, host: &str) -> Option<Strin
         },
         other => format!("TLS handshake failed: {other}"),
     })
+}
+
+/// rustls's presented names (`IpAddress(127.0.0.2)`, `DnsName("db")`) as
+/// `127.0.0.2, db`.
+fn names(presented: &[String]) -> String {
+    presented
+        .iter()
+        .map(|p| match p.split_once('(') {
+            Some((_, inner)) => inner.trim_end_matches(')').trim_matches('"'),
+            None => p.as_str(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The rustls error in `e`'s chain of sources (tokio-rustls wraps it in an
