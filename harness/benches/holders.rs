@@ -20,8 +20,8 @@
 
 use std::time::{Duration, Instant};
 
-use locklab::holders::snapshot::{self, Target};
 use locklab::holders::conninfo::{RootCert, SslMode, Tls};
+use locklab::holders::snapshot::{self, Target};
 use locklab::holders::tls::Connector;
 use locklab::server::tls::TestCa;
 use locklab::server::{BackendChoice, Server, ServerOptions};
