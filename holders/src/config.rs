@@ -81,7 +81,8 @@ pub struct Defaults {
 }
 
 /// Reads a targets file; relative paths in it (files of DSNs, passwords,
-/// keys) are relative to the file's directory.
+/// keys) are relative to the file's directory (certificate paths inside a
+/// DSN, as libpq reads them, to the working directory).
 ///
 /// # Errors
 /// `FILE:LINE:COLUMN: message` for a file that does not parse, an unknown
