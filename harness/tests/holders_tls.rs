@@ -18,6 +18,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use libtest_mimic::Trial;
 use locklab::server::tls::TestCa;
 use locklab::server::{BackendChoice, Server, ServerOptions};
 use locklab_drivers::DirectConn;
@@ -109,6 +110,51 @@ fn start_tls_server() -> Tls {
     Tls { server, dir }
 }
 
+/// The image `the_image_serves_two_targets` runs.
+const IMAGE: &str = "locklab/holders:latest";
+
+fn has_image() -> bool {
+    Command::new("docker")
+        .args(["image", "inspect", IMAGE])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn main() {
+    let args = common::init_binary();
+    let trials = vec![
+        common::trial(
+            "verify_full_finds_a_leak_through_tls",
+            verify_full_finds_a_leak_through_tls,
+        ),
+        common::trial("each_tls_failure_has_its_own_line", each_tls_failure_has_its_own_line),
+        common::trial(
+            "client_certificate_and_libpq_variables",
+            client_certificate_and_libpq_variables,
+        ),
+        common::trial(
+            "one_exporter_probes_many_targets_at_once",
+            one_exporter_probes_many_targets_at_once,
+        ),
+        common::trial("a_broken_targets_file_is_located", a_broken_targets_file_is_located),
+        common::trial("the_image_serves_two_targets", the_image_serves_two_targets),
+    ];
+    let image_test = |t: &Trial| t.name() == "the_image_serves_two_targets";
+    let missing = if !common::any_selected(&trials, image_test, &args) {
+        None
+    } else if let Err(e) = locklab::server::container::docker_answers() {
+        Some(format!("no Docker engine ({e:#})"))
+    } else if !has_image() && std::env::var_os("LOCKLAB_NO_INSTALL").is_some() {
+        Some(format!(
+            "no {IMAGE}, and LOCKLAB_NO_INSTALL forbids building it (just holders-image)"
+        ))
+    } else {
+        None
+    };
+    let trials = common::ignore_when(trials, image_test, "needs Docker", missing.as_deref(), &args);
+    libtest_mimic::run(&args, trials).exit();
+}
+
 /// `locklab holders ARGS` with `dsn` in LOCKLAB_DSN (none when empty) and
 /// `env` set; libpq's variables of the test process are removed.
 fn holders(dsn: &str, env: &[(&str, &str)], args: &[&str]) -> Output {
@@ -147,14 +193,12 @@ fn fails_with(o: &Output, says: &str) {
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
     assert!(err.contains(says), "expected '{says}' in: {err}");
     assert!(!err.contains(PASSWORD), "the password was shown: {err}");
-    println!("{}", err.trim_end());
 }
 
 fn json(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}); stderr: {}", stderr(o)))
 }
 
-#[test]
 fn verify_full_finds_a_leak_through_tls() {
     let t = tls();
     common::block_on(async {
@@ -191,15 +235,13 @@ fn verify_full_finds_a_leak_through_tls() {
         assert_eq!(lock["verdict"], "leaked");
         assert_eq!(lock["application_name"], "tls-leaker");
         // (127.0.0.2 admits the role only over TLS: see the next test.)
-        // The table, for the record (`cargo test --test holders_tls -- --nocapture`).
+        // The table says so too.
         let table = holders(&t.verify_full(), &[], &["--idle-after", "0"]);
-        println!("{}", String::from_utf8_lossy(&table.stdout));
-        assert!(String::from_utf8_lossy(&table.stdout).contains("leaked:   1"));
+        assert!(String::from_utf8_lossy(&table.stdout).contains("leaked:   1"), "{}", stderr(&table));
         leaker.close().await;
     });
 }
 
-#[test]
 fn each_tls_failure_has_its_own_line() {
     let t = tls();
     let ca = format!("sslrootcert={}", t.file("ca.pem"));
@@ -259,7 +301,6 @@ fn each_tls_failure_has_its_own_line() {
     fails_with(&holders(&t.dsn("sslmode=verify-full"), &[], &[]), "needs the CA");
 }
 
-#[test]
 fn client_certificate_and_libpq_variables() {
     let t = tls();
     let port = t.port().to_string();
@@ -348,7 +389,6 @@ fn targets_file(dir: &Path, t: &Tls, silent_s: f64) -> (PathBuf, std::sync::mpsc
     (config, accepted)
 }
 
-#[test]
 fn one_exporter_probes_many_targets_at_once() {
     let t = tls();
     let dir = tempfile::tempdir().unwrap();
@@ -457,7 +497,6 @@ fn one_exporter_probes_many_targets_at_once() {
     let _ = std::io::stdout().flush();
 }
 
-#[test]
 fn a_broken_targets_file_is_located() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("targets.yaml");
@@ -498,26 +537,9 @@ fn a_broken_targets_file_is_located() {
 /// mounted targets file: one over TLS (verify-full, a mounted CA and
 /// password file), one that never answers. Host networking, as the pooler
 /// containers use. Built on first use when missing (root and Docker);
-/// without Docker, or with LOCKLAB_NO_INSTALL and no image, it says so and
-/// checks nothing.
-#[test]
+/// ignored without Docker, or with LOCKLAB_NO_INSTALL and no image.
 fn the_image_serves_two_targets() {
-    const IMAGE: &str = "locklab/holders:latest";
-    if let Err(e) = locklab::server::container::docker_answers() {
-        println!("the_image_serves_two_targets: no Docker engine ({e:#}); nothing checked");
-        return;
-    }
-    let has_image = || {
-        Command::new("docker")
-            .args(["image", "inspect", IMAGE])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
     if !has_image() {
-        if std::env::var_os("LOCKLAB_NO_INSTALL").is_some() {
-            println!("the_image_serves_two_targets: no {IMAGE} and LOCKLAB_NO_INSTALL is set; nothing checked");
-            return;
-        }
         let built = Command::new("bash")
             .arg(common::root().join("harness/scripts/build-holders-image.sh"))
             .status()
