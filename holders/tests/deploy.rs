@@ -5,7 +5,8 @@
 //!   pass on them (promtool: `LOCKLAB_PROMTOOL`, else
 //!   `.cache/promtool/bin/promtool`, else `promtool` on PATH, else installed
 //!   by `harness/scripts/install-promtool.sh` first, unless
-//!   `LOCKLAB_NO_INSTALL` is set: then these tests are skipped, saying why).
+//!   `LOCKLAB_NO_INSTALL` is set: then these tests are reported as ignored,
+//!   `[needs promtool]`, with the reason on stderr).
 //! - Every PromQL expression of the dashboard and the rules names only metrics
 //!   the exporter serves, taken from the code (`metrics::encode_for` on a
 //!   judged snapshot, and `metrics::EXPORTER_FAMILIES`), and only labels those
@@ -59,19 +60,13 @@ fn find_promtool() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// promtool, installed on first use; `None` (after printing why) when there is
-/// none and `LOCKLAB_NO_INSTALL` forbids installing it.
-fn promtool() -> Option<&'static Path> {
-    static PROMTOOL: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let found = PROMTOOL.get_or_init(|| {
+/// promtool, installed on first use (`main` marks the tests that need it
+/// ignored when there is none and `LOCKLAB_NO_INSTALL` forbids installing it).
+fn promtool() -> &'static Path {
+    static PROMTOOL: OnceLock<PathBuf> = OnceLock::new();
+    PROMTOOL.get_or_init(|| {
         if let Some(p) = find_promtool() {
-            return Ok(p);
-        }
-        if no_install() {
-            return Err(format!(
-                "no promtool (LOCKLAB_PROMTOOL, .cache/promtool/bin/promtool, PATH), and LOCKLAB_NO_INSTALL is set: \
-                 not installing it (run `bash {INSTALL_SCRIPT}`, or set LOCKLAB_PROMTOOL)"
-            ));
+            return p;
         }
         eprintln!("deploy: no promtool found; installing it with {INSTALL_SCRIPT}");
         let status = Command::new("bash")
@@ -84,19 +79,64 @@ fn promtool() -> Option<&'static Path> {
             "{INSTALL_SCRIPT} could not install promtool ({status}; its output is above): run it as root on Debian, \
              set LOCKLAB_PROMTOOL to a promtool binary, or set LOCKLAB_NO_INSTALL=1 to skip these tests"
         );
-        Ok(installed)
-    });
-    match found {
-        Ok(p) => Some(p),
-        Err(why) => {
-            eprintln!("deploy: skipped: {why}");
-            None
-        }
+        installed
+    })
+}
+
+/// The tests that run promtool.
+const NEEDS_PROMTOOL: [&str; 3] = [
+    "promtool_checks_and_unit_tests_the_rules",
+    "promtool_checks_the_example_config",
+    "the_dashboards_expressions_parse",
+];
+
+fn main() {
+    let args = libtest_mimic::Arguments::from_args();
+    let trial = |name: &str, f: fn()| {
+        libtest_mimic::Trial::test(name, move || {
+            f();
+            Ok(())
+        })
+    };
+    let mut trials = vec![
+        trial(
+            "promtool_checks_and_unit_tests_the_rules",
+            promtool_checks_and_unit_tests_the_rules,
+        ),
+        trial("promtool_checks_the_example_config", promtool_checks_the_example_config),
+        trial("the_dashboards_expressions_parse", the_dashboards_expressions_parse),
+        trial(
+            "the_lexer_sees_metrics_functions_and_labels",
+            the_lexer_sees_metrics_functions_and_labels,
+        ),
+        trial(
+            "the_dashboard_uses_only_what_the_exporter_serves",
+            the_dashboard_uses_only_what_the_exporter_serves,
+        ),
+        trial(
+            "the_rules_and_their_tests_use_only_what_the_exporter_serves",
+            the_rules_and_their_tests_use_only_what_the_exporter_serves,
+        ),
+    ];
+    if find_promtool().is_none() && no_install() {
+        eprintln!(
+            "{} test(s) ignored, needs promtool: none found (LOCKLAB_PROMTOOL, .cache/promtool/bin/promtool, PATH), \
+             and LOCKLAB_NO_INSTALL forbids running {INSTALL_SCRIPT}",
+            NEEDS_PROMTOOL.len()
+        );
+        trials = trials
+            .into_iter()
+            .map(|t| match NEEDS_PROMTOOL.contains(&t.name()) {
+                true => t.with_ignored_flag(true).with_kind("needs promtool"),
+                false => t,
+            })
+            .collect();
     }
+    libtest_mimic::run(&args, trials).exit();
 }
 
 /// Runs promtool in `deploy/prometheus` (the files name each other relative to
-/// it) and asserts that it succeeds, printing its output either way.
+/// it) and asserts that it succeeds (its output in the failure).
 fn run_promtool(promtool: &Path, args: &[&str], dir: &Path) -> Output {
     let out = Command::new(promtool)
         .args(args)
@@ -108,7 +148,6 @@ fn run_promtool(promtool: &Path, args: &[&str], dir: &Path) -> Output {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    eprintln!("$ promtool {}\n{text}", args.join(" "));
     assert!(
         out.status.success(),
         "`promtool {}` in {} failed ({}):\n{text}",
@@ -119,9 +158,8 @@ fn run_promtool(promtool: &Path, args: &[&str], dir: &Path) -> Output {
     out
 }
 
-#[test]
 fn promtool_checks_and_unit_tests_the_rules() {
-    let Some(promtool) = promtool() else { return };
+    let promtool = promtool();
     let dir = deploy("prometheus");
     run_promtool(promtool, &["check", "rules", "locklab-holders.rules.yml"], &dir);
     let out = run_promtool(promtool, &["test", "rules", "locklab-holders.rules.test.yml"], &dir);
@@ -131,9 +169,8 @@ fn promtool_checks_and_unit_tests_the_rules() {
     );
 }
 
-#[test]
 fn promtool_checks_the_example_config() {
-    let Some(promtool) = promtool() else { return };
+    let promtool = promtool();
     let out = run_promtool(
         promtool,
         &["check", "config", "prometheus.example.yml"],
@@ -144,9 +181,8 @@ fn promtool_checks_the_example_config() {
     assert!(text.contains("1 rule files found"), "{text}");
 }
 
-#[test]
 fn the_dashboards_expressions_parse() {
-    let Some(promtool) = promtool() else { return };
+    let promtool = promtool();
     // As recording rules, with the variables given a value.
     let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
     for (panel, expr) in dashboard_exprs() {
@@ -501,7 +537,6 @@ fn dashboard_exprs() -> Vec<(String, String)> {
     out
 }
 
-#[test]
 fn the_lexer_sees_metrics_functions_and_labels() {
     let (words, labels) = lex(
         r#"sum by (target, result) (rate(locklab_exporter_probes_total{target=~"$target", result="failure"}[5m])) > 0.5"#,
@@ -527,7 +562,6 @@ fn the_lexer_sees_metrics_functions_and_labels() {
     has("locklab_up{verdict=\"ok\"}", "label `verdict` is on none of");
 }
 
-#[test]
 fn the_dashboard_uses_only_what_the_exporter_serves() {
     let d = dashboard();
     assert!(d["schemaVersion"].as_u64().expect("schemaVersion") >= 39);
@@ -604,7 +638,6 @@ fn the_dashboard_uses_only_what_the_exporter_serves() {
     assert!(problems.is_empty(), "the dashboard:\n{}", problems.join("\n"));
 }
 
-#[test]
 fn the_rules_and_their_tests_use_only_what_the_exporter_serves() {
     let path = deploy("prometheus/locklab-holders.rules.yml");
     let text = std::fs::read_to_string(&path).unwrap();
