@@ -234,10 +234,14 @@ fn verify_full_finds_a_leak_through_tls() {
         assert_eq!(lock["pid"], pid);
         assert_eq!(lock["verdict"], "leaked");
         assert_eq!(lock["application_name"], "tls-leaker");
-        // (127.0.0.2 admits the role only over TLS: see the next test.)
+        // (Only hostssl lines admit the role: see the next test.)
         // The table says so too.
         let table = holders(&t.verify_full(), &[], &["--idle-after", "0"]);
-        assert!(String::from_utf8_lossy(&table.stdout).contains("leaked:   1"), "{}", stderr(&table));
+        assert!(
+            String::from_utf8_lossy(&table.stdout).contains("leaked:   1"),
+            "{}",
+            stderr(&table)
+        );
         leaker.close().await;
     });
 }
