@@ -12,11 +12,13 @@
 #![deny(missing_docs)]
 
 pub mod connect;
+pub mod home;
 pub mod keys;
 pub mod located;
 pub mod output;
 pub mod signals;
 
+pub use home::home;
 pub use connect::{ConnectSpec, parse_config, parse_dsn, with_sources};
 pub use keys::AdvisoryKey;
 pub use located::{FileError, Pos};

@@ -366,6 +366,16 @@ pub trait Driver: Send + Sync {
     /// [`DriverError`] when the pool cannot be built or its first connection fails.
     async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError>;
 
+    /// Why this column cannot run on this machine, if it cannot: a
+    /// toolchain its adapter needs is missing (the text names it and the
+    /// command that installs it). Its cells are then `n/a` with this
+    /// reason, not failed; under `CI` the run fails instead unless
+    /// `LOCKLAB_ALLOW_MISSING` names the column (see the runner). `None`
+    /// (the default): it can run.
+    fn unavailable(&self) -> Option<String> {
+        None
+    }
+
     /// This configuration with each pool in a process of its own, which
     /// [`Pool::crash`] can kill with SIGKILL. `host` is the program that
     /// serves a Rust driver over the driver protocol as `host pool-adapter
@@ -379,8 +389,10 @@ pub trait Driver: Send + Sync {
 
 /// Every driver configuration, in report column order: the Rust ones, then
 /// the out-of-process ones declared in `drivers/adapters/adapters.yaml`
-/// ([`external::declared`]). Adding a Rust driver is one line here; adding an
-/// out-of-process one is an entry in that file.
+/// ([`external::declared`]), then a user's own columns
+/// ([`external::add_columns_file`], `locklab --columns FILE`). Adding a
+/// Rust driver is one line here; adding an out-of-process one is an entry
+/// in that file.
 pub fn registry() -> Vec<Box<dyn Driver>> {
     let mut all: Vec<Box<dyn Driver>> = vec![
         Box::new(direct::TokioPostgresDirect),
@@ -401,6 +413,7 @@ pub fn registry() -> Vec<Box<dyn Driver>> {
     ];
     all.extend(pgbouncer::columns());
     all.extend(external::declared().into_iter().map(|d| Box::new(d) as Box<dyn Driver>));
+    all.extend(external::user_columns().into_iter().map(|d| Box::new(d) as Box<dyn Driver>));
     all
 }
 

@@ -1,16 +1,19 @@
-//! The out-of-process columns declared in `drivers/adapters/adapters.yaml`
-//! ([`AdapterSpec`] each), and the install command each runs once per
+//! The out-of-process columns: those declared in
+//! `drivers/adapters/adapters.yaml` and those a user declares in a columns
+//! file of their own ([`add_columns_file`], `locklab --columns FILE`), an
+//! [`AdapterSpec`] each, and the install command each runs once per
 //! process before its adapter starts.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock, RwLock};
 
 use serde::Deserialize;
 
 use super::ExternalDriver;
 
-/// One declared out-of-process column (an entry of `drivers/adapters/adapters.yaml`).
+/// One declared out-of-process column (an entry of
+/// `drivers/adapters/adapters.yaml` or of a user's columns file).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdapterSpec {
@@ -24,20 +27,81 @@ pub struct AdapterSpec {
     /// The configuration, in the library's own terms.
     pub configuration: String,
     /// Program and arguments that install the adapter's program, run once per
-    /// process before the adapter first starts, in the workspace root: it
-    /// must be idempotent, quick when there is nothing to do, and safe to run
-    /// from several processes at once.
+    /// process before the adapter first starts, in the file's base directory
+    /// ([`AdapterSpec::base`]): it must be idempotent, quick when there is
+    /// nothing to do, and safe to run from several processes at once. Its
+    /// stderr is shown; a non-zero exit fails the column's cells with the
+    /// last line of its stderr.
     #[serde(default)]
     pub install: Vec<String>,
-    /// Program and arguments of the adapter, relative to the workspace root.
+    /// Program and arguments of the adapter. A program with a `/` is
+    /// relative to the base directory; one without is looked up on `PATH`.
     pub command: Vec<String>,
+    /// The program the column needs on this machine (a language's
+    /// toolchain) and how to install it. Without it on `PATH`, the column's
+    /// cells are `n/a` with that command, not failed.
+    #[serde(default)]
+    pub toolchain: Option<Toolchain>,
+    /// The directory the paths of `install` and `command` are relative to,
+    /// and their working directory: the declaring file's directory for a
+    /// user's columns file, the workspace root for `drivers/adapters/adapters.yaml`.
+    #[serde(skip)]
+    pub base: Option<PathBuf>,
 }
 
-/// The workspace root (paths in the declarations are relative to it).
+/// A program a column needs, and the command that installs it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Toolchain {
+    /// A program looked up on `PATH`, e.g. `python3`, `node`, `java`.
+    pub program: String,
+    /// What installs it, shown in the `n/a`, e.g. `apt-get install python3 python3-venv`.
+    pub install: String,
+}
+
+impl AdapterSpec {
+    /// The base directory of the column's relative paths ([`AdapterSpec::base`]).
+    pub fn base_dir(&self) -> PathBuf {
+        self.base.clone().unwrap_or_else(root)
+    }
+
+    /// Why the column cannot run on this machine, if it cannot: its
+    /// [`Toolchain`] program, or the bare program of its `install` or
+    /// `command`, is not on `PATH`. The text names the program and, where
+    /// the column says, the command that installs it.
+    pub fn unavailable(&self) -> Option<String> {
+        let hint = |program: &str| match &self.toolchain {
+            Some(t) => format!("driver '{}' needs `{program}`, which is not on PATH; install it with: {}", self.id, t.install),
+            None => format!("driver '{}' needs `{program}`, which is not on PATH", self.id),
+        };
+        if let Some(t) = &self.toolchain
+            && !on_path(&t.program)
+        {
+            return Some(hint(&t.program));
+        }
+        for program in [self.install.first(), self.command.first()].into_iter().flatten() {
+            if !program.contains('/') && !on_path(program) {
+                return Some(hint(program));
+            }
+        }
+        None
+    }
+}
+
+/// Whether `program` (no `/`) is an executable file in a directory of `PATH`.
+fn on_path(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join(program)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
+
+/// The workspace root, or `LOCKLAB_HOME` ([`locklab_core::home`]): the
+/// paths of `drivers/adapters/adapters.yaml` are relative to it.
 pub(super) fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+    locklab_core::home()
 }
 
 /// The declarations file.
@@ -45,23 +109,41 @@ pub fn declarations_file() -> PathBuf {
     root().join("drivers/adapters/adapters.yaml")
 }
 
-/// Reads `path` as a list of [`AdapterSpec`].
+/// Reads `path` as a list of [`AdapterSpec`] (their [`AdapterSpec::base`]
+/// unset: the workspace root).
 ///
 /// # Errors
-/// The file cannot be read, or is not such a list (with serde-saphyr's line
-/// and column), or repeats an id.
+/// The file cannot be read, or is not such a list (with the line and
+/// column), or repeats an id, or has an entry with an empty command.
 pub fn read_declarations(path: &Path) -> Result<Vec<AdapterSpec>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let specs: Vec<AdapterSpec> = serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     for (i, s) in specs.iter().enumerate() {
+        let at = entry_line(&text, &s.id).map_or_else(|| path.display().to_string(), |l| format!("{}:{l}", path.display()));
         if specs[..i].iter().any(|o| o.id == s.id) {
-            return Err(format!("{}: driver id '{}' is declared twice", path.display(), s.id));
+            return Err(format!("{at}: driver id '{}' is declared twice", s.id));
         }
         if s.command.is_empty() {
-            return Err(format!("{}: driver '{}' has an empty command", path.display(), s.id));
+            return Err(format!("{at}: driver '{}' has an empty command", s.id));
+        }
+        if s.id.is_empty() || !s.id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
+            return Err(format!(
+                "{at}: driver id '{}' must be letters, digits, `-`, `_` and `.` (it names the column, a database and files)",
+                s.id
+            ));
         }
     }
     Ok(specs)
+}
+
+/// The line (1-based) of the entry `- id: ID` in `text`, for messages.
+fn entry_line(text: &str, id: &str) -> Option<usize> {
+    text.lines().position(|l| {
+        let l = l.trim_start().trim_start_matches('-').trim_start();
+        l.strip_prefix("id:")
+            .is_some_and(|v| v.trim().trim_matches(|c| c == '"' || c == '\'') == id)
+    })
+    .map(|i| i + 1)
 }
 
 /// The declared columns, read once; a broken file is reported once on
@@ -81,6 +163,70 @@ pub fn declared() -> Vec<ExternalDriver> {
         .collect()
 }
 
+/// A user's columns: each with the file that declared it.
+fn user_specs() -> &'static RwLock<Vec<(AdapterSpec, PathBuf)>> {
+    static USER: OnceLock<RwLock<Vec<(AdapterSpec, PathBuf)>>> = OnceLock::new();
+    USER.get_or_init(Default::default)
+}
+
+/// Adds the columns a user's columns file declares (the format of
+/// `drivers/adapters/adapters.yaml`; paths relative to the file's
+/// directory) after every other column of [`crate::registry`], for the
+/// rest of the process, and returns their ids. Adding the same file again
+/// adds nothing.
+///
+/// # Errors
+/// As [`read_declarations`], with the file's line; an id that another
+/// column already has.
+pub fn add_columns_file(path: &Path) -> Result<Vec<String>, String> {
+    let file = std::fs::canonicalize(path).map_err(|e| format!("--columns {}: {e}", path.display()))?;
+    if user_specs().read().unwrap_or_else(|p| p.into_inner()).iter().any(|(_, f)| *f == file) {
+        return Ok(Vec::new());
+    }
+    let base = file.parent().map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
+    let mut specs = read_declarations(&file)?;
+    let taken: Vec<&'static str> = crate::ids();
+    for s in &mut specs {
+        if taken.contains(&s.id.as_str()) {
+            let at = entry_line(&std::fs::read_to_string(&file).unwrap_or_default(), &s.id)
+                .map_or_else(|| file.display().to_string(), |l| format!("{}:{l}", file.display()));
+            return Err(format!(
+                "{at}: driver id '{}' is already a column{}; choose another id",
+                s.id,
+                user_column_file(&s.id).map_or_else(String::new, |f| format!(" (declared in {})", f.display()))
+            ));
+        }
+        s.base = Some(base.clone());
+    }
+    let ids = specs.iter().map(|s| s.id.clone()).collect();
+    user_specs()
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .extend(specs.into_iter().map(|s| (s, file.clone())));
+    Ok(ids)
+}
+
+/// The columns added by [`add_columns_file`], in the order added.
+pub fn user_columns() -> Vec<ExternalDriver> {
+    user_specs()
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(s, _)| ExternalDriver::new(s.clone()))
+        .collect()
+}
+
+/// The columns file that declared column `id`, when a user's file did
+/// ([`add_columns_file`]); `None` for locklab's own columns.
+pub fn user_column_file(id: &str) -> Option<PathBuf> {
+    user_specs()
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .find(|(s, _)| s.id == id)
+        .map(|(_, f)| f.clone())
+}
+
 /// The adapter's command with its program made absolute, after running its
 /// `install` command (once per process and column: an install command must
 /// return at once when it has nothing to do). It runs even when the program
@@ -89,9 +235,10 @@ pub fn declared() -> Vec<ExternalDriver> {
 /// command's own lock makes this one wait.
 pub(super) fn install(spec: &AdapterSpec) -> Result<Vec<String>, String> {
     static TRIED: OnceLock<Mutex<HashMap<String, Result<(), String>>>> = OnceLock::new();
+    let base = spec.base_dir();
     let mut command = spec.command.clone();
     if command[0].contains('/') {
-        command[0] = root().join(&command[0]).to_string_lossy().into_owned();
+        command[0] = base.join(&command[0]).to_string_lossy().into_owned();
     }
     if spec.install.is_empty() {
         return Ok(command);
@@ -101,16 +248,17 @@ pub(super) fn install(spec: &AdapterSpec) -> Result<Vec<String>, String> {
     let outcome = tried.entry(spec.id.clone()).or_insert_with(|| {
         if !Path::new(&command[0]).exists() {
             eprintln!(
-                "locklab: installing the adapter of driver '{}' (once): {}",
+                "locklab: installing the adapter of driver '{}' (once, in {}): {}",
                 spec.id,
+                base.display(),
                 spec.install.join(" ")
             );
         }
         let out = std::process::Command::new(&spec.install[0])
             .args(&spec.install[1..])
-            .current_dir(root())
+            .current_dir(&base)
             .output()
-            .map_err(|e| format!("cannot run {}: {e}", spec.install[0]))?;
+            .map_err(|e| format!("driver '{}': cannot run its install ({}): {e}", spec.id, spec.install[0]))?;
         let err = String::from_utf8_lossy(&out.stderr);
         if out.status.success() {
             eprint!("{err}");
@@ -118,9 +266,10 @@ pub(super) fn install(spec: &AdapterSpec) -> Result<Vec<String>, String> {
         } else {
             let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
             let line = format!(
-                "driver '{}' is not available: its install ({}) failed: {last}",
+                "driver '{}' is not available: its install ({}) failed ({}): {last}",
                 spec.id,
-                spec.install.join(" ")
+                spec.install.join(" "),
+                out.status
             );
             eprintln!("locklab: {line}");
             Err(line)

@@ -16,8 +16,11 @@ mod host;
 pub mod protocol;
 
 pub use adapter::record_to;
-pub use declarations::{AdapterSpec, declarations_file, declared, read_declarations};
-use declarations::{install, root};
+pub use declarations::{
+    AdapterSpec, Toolchain, add_columns_file, declarations_file, declared, read_declarations, user_column_file,
+    user_columns,
+};
+use declarations::install;
 pub use host::serve;
 
 use std::collections::HashMap;
@@ -112,6 +115,8 @@ impl ExternalDriver {
                     HOST_COMMAND.to_owned(),
                     info.id.to_owned(),
                 ],
+                toolchain: None,
+                base: None,
             },
             own_process: true,
             hosted: Some(info),
@@ -125,7 +130,7 @@ impl ExternalDriver {
             .await
             .map_err(|e| DriverError::Client(e.to_string()))?
             .map_err(DriverError::Client)?;
-        let a = Adapter::start(&self.spec.id, &command, &root()).map_err(DriverError::Client)?;
+        let a = Adapter::start(&self.spec.id, &command, &self.spec.base_dir()).map_err(DriverError::Client)?;
         let hello = a.hello(Duration::from_secs(HELLO_TIMEOUT_S)).await?;
         let version = match (hello.version.unwrap_or_default(), hello.details.unwrap_or_default()) {
             (v, _) if v.is_empty() => None,
@@ -223,6 +228,17 @@ impl Driver for ExternalDriver {
             driver: self.spec.id.clone(),
             own_process: self.own_process,
         }))
+    }
+
+    fn unavailable(&self) -> Option<String> {
+        static SEEN: OnceLock<Mutex<HashMap<String, Option<String>>>> = OnceLock::new();
+        if self.hosted.is_some() {
+            return None;
+        }
+        let mut seen = SEEN.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+        seen.entry(self.spec.id.clone())
+            .or_insert_with(|| self.spec.unavailable())
+            .clone()
     }
 
     fn in_own_process(&self, _host: &Path) -> Option<Box<dyn Driver>> {

@@ -58,6 +58,31 @@ pub(super) fn not_applicable(scenario: &Scenario, info: &DriverInfo) -> Option<N
     None
 }
 
+/// The environment variable naming the columns (ids, comma-separated; `*`:
+/// all) that may miss their toolchain under `CI` ([`missing_toolchain`]).
+pub const ALLOW_MISSING_VAR: &str = "LOCKLAB_ALLOW_MISSING";
+
+/// The cell of a column that cannot run on this machine
+/// ([`Driver::unavailable`]: a toolchain missing): `n/a` with the reason
+/// and the command that installs it; under `CI` (the variable set and not
+/// empty, as CI services set it) a failure instead, unless
+/// `LOCKLAB_ALLOW_MISSING` names the column, so that a CI run cannot pass
+/// by leaving a column out unnoticed.
+pub(super) fn missing_toolchain(driver: &dyn Driver, id: &str) -> Option<NotRun> {
+    let why = driver.unavailable()?;
+    let in_ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty());
+    let allowed = std::env::var(ALLOW_MISSING_VAR)
+        .is_ok_and(|v| v.split(',').map(str::trim).any(|c| c == id || c == "*"));
+    Some(if in_ci && !allowed {
+        NotRun::Fails(format!(
+            "{why} (under CI a missing toolchain fails the run: install it, or set {ALLOW_MISSING_VAR}={id} to \
+             allow this column to be n/a)"
+        ))
+    } else {
+        NotRun::NotApplicable(why)
+    })
+}
+
 /// The driver whose pool the cell uses: `driver` itself, or for a scenario
 /// whose pool a step crashes (`pool.process: child`), the same driver
 /// hosting its pool in a process of its own (`hosted` keeps it).

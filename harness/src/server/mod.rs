@@ -397,12 +397,10 @@ pub fn start_all(opts: &[ServerOptions]) -> Result<Vec<Server>> {
     Ok(servers)
 }
 
-/// The workspace root (where `Cargo.toml`, `scenarios/` and `.cache/` are).
+/// locklab's home ([`locklab_core::home`]): the workspace root (where
+/// `scenarios/`, `properties/` and `.cache/` are), or `LOCKLAB_HOME`.
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."))
+    locklab_core::home()
 }
 
 /// Connection settings for a pooler the harness started on the loopback

@@ -78,6 +78,9 @@ pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<E
         );
     }
     one_server(run)?;
+    if !explicit {
+        user_columns_need_a_baseline(run)?;
+    }
     if let Some(pair) = &args.upgrade {
         return upgrade(&plan, dir, args.from.as_deref(), &pair[0], &pair[1]);
     }
@@ -102,6 +105,36 @@ pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<E
         None => update(&plan, &report, &fresh),
         Some(before) => compare(&plan, &report, &before, &fresh),
     }
+}
+
+/// A user's columns (`--columns FILE`) are never compared with locklab's
+/// committed baseline, which has no cells of them, nor written into it.
+///
+/// # Errors
+/// A selected column (every column, when none is selected) that a user's
+/// columns file declares, naming the file and the way out.
+fn user_columns_need_a_baseline(run: &crate::cli::RunArgs) -> Result<()> {
+    let selected: Vec<String> = if run.driver.is_empty() {
+        locklab_drivers::ids().into_iter().map(str::to_owned).collect()
+    } else {
+        run.driver.clone()
+    };
+    for id in &selected {
+        if let Some(file) = locklab_drivers::external::user_column_file(id) {
+            bail!(
+                "column '{id}' comes from your columns file {}: the committed baseline holds locklab's own columns \
+                 only; compare it with a baseline of your own, --baseline FILE (`check --update --baseline FILE -d \
+                 {id}` writes one){}",
+                file.display(),
+                if run.driver.is_empty() {
+                    ", or select locklab's columns with -d"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `--upgrade FROM TO`: the cells of column `to` compared with those of

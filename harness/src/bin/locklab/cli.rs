@@ -26,6 +26,19 @@ pub struct Cli {
     /// Directory of scenario files (*.yaml) [default: scenarios/ of this repository]
     #[arg(long, global = true, env = "LOCKLAB_SCENARIOS", hide_env_values = true)]
     pub scenarios: Option<PathBuf>,
+    /// A columns file of your own (repeatable; LOCKLAB_COLUMNS: files
+    /// separated by `:`): out-of-process columns in the format of
+    /// drivers/adapters/adapters.yaml, paths relative to the file, after
+    /// locklab's columns. `check` compares them only with --baseline FILE
+    #[arg(
+        long = "columns",
+        global = true,
+        env = "LOCKLAB_COLUMNS",
+        hide_env_values = true,
+        value_delimiter = ':',
+        value_name = "FILE"
+    )]
+    pub columns: Vec<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

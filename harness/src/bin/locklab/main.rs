@@ -77,6 +77,9 @@ fn main() -> ExitCode {
 /// Runs the command; the scenario directory is `--scenarios` /
 /// `LOCKLAB_SCENARIOS`, else this repository's `scenarios/`.
 fn dispatch(cli: Cli) -> Result<ExitCode> {
+    for file in cli.columns.iter().filter(|f| !f.as_os_str().is_empty()) {
+        locklab_drivers::external::add_columns_file(file).map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
     let given = cli.scenarios.as_deref();
     let dir = given.map_or_else(|| server::workspace_root().join("scenarios"), ToOwned::to_owned);
     match &cli.command {
