@@ -31,13 +31,19 @@ macro_rules! sqlx_driver {
                 Returned, Rows, crate_version_matching,
             };
 
+            /// What a user's configuration does to the `PgPoolOptions` locklab
+            /// starts from ([`SqlxPgPool::configured`]).
+            type Customize = std::sync::Arc<dyn Fn(PgPoolOptions) -> PgPoolOptions + Send + Sync>;
+
             /// sqlx `PgPool` with `PgPoolOptions` defaults apart from the size, with or
-            /// without the mitigation hook.
+            /// without the mitigation hook, or configured by a user's function.
             pub struct SqlxPgPool {
                 id: &'static str,
                 configuration: &'static str,
                 /// Install an `after_release` hook running `select pg_advisory_unlock_all()`.
                 unlock_all_after_release: bool,
+                /// A user's own configuration ([`SqlxPgPool::configured`]).
+                customize: Option<Customize>,
             }
 
             impl SqlxPgPool {
@@ -47,6 +53,29 @@ macro_rules! sqlx_driver {
                         id: $defaults_id,
                         configuration: "PgPoolOptions defaults (test_before_acquire = true)",
                         unlock_all_after_release: false,
+                        customize: None,
+                    }
+                }
+
+                /// A column of your own: a `PgPool` configured as your service
+                /// configures it. `configure` gets `PgPoolOptions::new()` with the
+                /// scenario's size and checkout timeout set
+                /// (`max_connections`, `acquire_timeout`) and returns the options
+                /// to connect with: add your hooks (`after_release`,
+                /// `before_acquire`, `after_connect`) and settings there. `id`
+                /// names the column (letters, digits, `-`); `configuration`
+                /// says in sqlx's terms what differs from the defaults, for the
+                /// report and for messages.
+                pub fn configured(
+                    id: &'static str,
+                    configuration: &'static str,
+                    configure: impl Fn(PgPoolOptions) -> PgPoolOptions + Send + Sync + 'static,
+                ) -> Self {
+                    SqlxPgPool {
+                        id,
+                        configuration,
+                        unlock_all_after_release: false,
+                        customize: Some(std::sync::Arc::new(configure)),
                     }
                 }
 
@@ -57,6 +86,7 @@ macro_rules! sqlx_driver {
                         id: $after_release_id,
                         configuration: "after_release hook: select pg_advisory_unlock_all()",
                         unlock_all_after_release: true,
+                        customize: None,
                     }
                 }
             }
@@ -199,6 +229,9 @@ macro_rules! sqlx_driver {
                                 Ok(true)
                             })
                         });
+                    }
+                    if let Some(customize) = &self.customize {
+                        pool = customize(pool);
                     }
                     let pool = pool.connect_lazy_with(options);
                     Ok(Box::new(SqlxPool(pool)))

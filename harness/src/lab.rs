@@ -25,7 +25,8 @@ pub use crate::outcome::{Observation, Outcome, RunResult, Status, Value};
 pub use crate::report::{Format, Report};
 pub use crate::scenario::Scenario;
 pub use crate::server::{BackendChoice, Server, ServerOptions};
-pub use locklab_drivers::Driver;
+pub use crate::suite::{Checked, SUITE_PG_MAJOR, Suite, SuiteError, Unmet, columns_file};
+pub use locklab_drivers::{Driver, SqlxPgPool};
 
 /// The directory of the scenarios this crate ships (`scenarios/` of its
 /// workspace).

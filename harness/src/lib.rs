@@ -30,3 +30,4 @@ pub mod runner;
 pub mod scenario;
 pub mod server;
 pub mod shard;
+pub mod suite;
