@@ -16,6 +16,7 @@
 pub mod baseline;
 pub mod browser;
 pub mod compare;
+pub mod conformance;
 pub mod faults;
 pub mod lab;
 pub use locklab_core::keys;

@@ -34,6 +34,19 @@ fn main() {
             move || a_broken_adapter_fails_the_cell_clearly(mode),
         ));
     }
+    trials.push(common::trial(
+        "adapter_check_names_what_the_broken_adapter_does_wrong",
+        adapter_check_names_what_the_broken_adapter_does_wrong,
+    ));
+    for set in ["asyncpg", "psycopg"] {
+        trials.push(common::trial(format!("adapter_check_passes_the_python_adapter::{set}"), move || {
+            adapter_check_passes_the_python_adapter(set)
+        }));
+    }
+    trials.push(common::trial(
+        "a_missing_toolchain_is_na_with_its_install_command",
+        a_missing_toolchain_is_na_with_its_install_command,
+    ));
     let no_python = std::process::Command::new("python3").arg("--version").output().is_err();
     let mut trials = common::ignore_when(
         trials,
@@ -42,6 +55,10 @@ fn main() {
         no_python.then_some("no python3 on PATH"),
         &args,
     );
+    trials.push(common::trial(
+        "adapter_check_passes_the_rust_pool_adapter",
+        adapter_check_passes_the_rust_pool_adapter,
+    ));
     for family in HOSTED_SCENARIOS {
         for driver in HOSTED_DRIVERS {
             trials.push(common::trial(
@@ -110,6 +127,8 @@ fn a_broken_adapter_fails_the_cell_clearly(mode: &str) {
         configuration: format!("misbehaves: {mode}"),
         install: Vec::new(),
         command: vec!["python3".into(), script.to_string_lossy().into_owned(), mode.into()],
+        toolchain: None,
+        base: None,
     });
     let began = Instant::now();
     let r = common::block_on_multi(runner::run(server, &s, &driver));
@@ -159,4 +178,130 @@ fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')))
         .unwrap_or(true)
+}
+
+/// `locklab adapter check -- COMMAND` on a local cluster of its own: exit
+/// code, stdout, stderr.
+fn adapter_check(command: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args(["adapter", "check", "--"])
+        .args(command)
+        .current_dir(common::root())
+        .output()
+        .expect("locklab runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The number of checks `adapter check` printed, passed and failed.
+fn counted(stdout: &str) -> (usize, usize) {
+    (
+        stdout.lines().filter(|l| l.trim_start().starts_with("✓ ")).count(),
+        stdout.lines().filter(|l| l.trim_start().starts_with("✗ ")).count(),
+    )
+}
+
+fn adapter_check_passes_the_python_adapter(set: &str) {
+    let venv = if set == "asyncpg" { "asyncpg-0.31" } else { "psycopg-3.3" };
+    // What the harness does on first use (idempotent).
+    let installed = std::process::Command::new("bash")
+        .args(["drivers/adapters/python/install.sh", venv])
+        .current_dir(common::root())
+        .status()
+        .expect("bash runs");
+    assert!(installed.success(), "drivers/adapters/python/install.sh {venv} failed");
+    let python = format!(".cache/python/{venv}/bin/python");
+    let (code, stdout, stderr) = adapter_check(&[&python, "drivers/adapters/python/adapter.py", set, "defaults"]);
+    let (passed, failed) = counted(&stdout);
+    assert!(
+        code == 0 && failed == 0 && passed >= 20,
+        "the shipped adapter ({set}) must pass every check: exit {code}, {passed} passed, {failed} failed\n{stdout}\n{stderr}"
+    );
+}
+
+fn adapter_check_passes_the_rust_pool_adapter() {
+    let bin = env!("CARGO_BIN_EXE_locklab");
+    let (code, stdout, stderr) = adapter_check(&[bin, "pool-adapter", "sqlx"]);
+    let (passed, failed) = counted(&stdout);
+    assert!(
+        code == 0 && failed == 0 && passed >= 20,
+        "`locklab pool-adapter sqlx` must pass every check: exit {code}, {passed} passed, {failed} failed\n{stdout}\n{stderr}"
+    );
+}
+
+fn adapter_check_names_what_the_broken_adapter_does_wrong() {
+    let script = common::root().join("harness/tests/fixtures/adapters/broken.py");
+    let (code, stdout, stderr) = adapter_check(&["python3", &script.to_string_lossy(), "reject"]);
+    assert_eq!(code, 1, "a broken adapter must fail the check (exit 1)\n{stdout}\n{stderr}");
+    // It answers hello (without saying why it has no cancel), open_pool and
+    // checkout like a real adapter and rejects every query: the checks
+    // that need a query fail, each by name, with what it answered.
+    for (check, why) in [
+        ("hello", "`no_cancel_reason` must say why"),
+        ("query: values in PostgreSQL's text format", "unknown request 'query'"),
+        ("bad: a return without a checkout", "expected an `error`"),
+        ("checkout timeout_ms: gave_up while the pool is exhausted", "expected ok.gave_up true"),
+        ("bad: an unknown op (kind protocol)", "no answer to request"),
+    ] {
+        let line = stdout
+            .lines()
+            .position(|l| l.trim_start() == format!("✗ {check}"))
+            .unwrap_or_else(|| panic!("check {check:?} should fail by name:\n{stdout}"));
+        let detail = stdout.lines().nth(line + 1).unwrap_or_default();
+        assert!(detail.contains(why), "check {check:?} should say {why:?}, says: {detail}");
+    }
+    assert!(
+        stdout.contains("✓ stdin closed: the adapter exits"),
+        "what it does right passes:\n{stdout}"
+    );
+    assert!(stderr.contains("checks failed"), "{stderr}");
+}
+
+/// A columns file outside the repository whose column needs a program that
+/// is not on PATH: its cells are n/a with the install command; under CI the
+/// run fails, unless LOCKLAB_ALLOW_MISSING names the column.
+fn a_missing_toolchain_is_na_with_its_install_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("columns.yaml");
+    std::fs::write(
+        &file,
+        "- id: needs-a-toolchain\n  package: nothing\n  version: \"0\"\n  configuration: a column whose toolchain is missing\n  \
+         toolchain: {program: locklab-no-such-toolchain, install: \"apt-get install locklab-no-such-toolchain\"}\n  \
+         command: [locklab-no-such-toolchain, adapter.x]\n",
+    )
+    .unwrap();
+    let run = |ci: Option<&str>, allow: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_locklab"));
+        cmd.args(["run", "-s", "session-lock-pool-return", "-d", "needs-a-toolchain", "--backend", "local"])
+            .arg("--columns")
+            .arg(&file)
+            .env_remove("CI")
+            .env_remove("LOCKLAB_ALLOW_MISSING");
+        if let Some(v) = ci {
+            cmd.env("CI", v);
+        }
+        if let Some(v) = allow {
+            cmd.env("LOCKLAB_ALLOW_MISSING", v);
+        }
+        let out = cmd.output().expect("locklab runs");
+        (
+            out.status.code().unwrap_or(-1),
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        )
+    };
+    let (code, text) = run(None, None);
+    assert_eq!(code, 0, "n/a is not a failure:\n{text}");
+    assert!(
+        text.contains("1 not applicable, 0 failed")
+            && text.contains("needs `locklab-no-such-toolchain`, which is not on PATH; install it with: apt-get install locklab-no-such-toolchain"),
+        "the cell must be n/a with the reason and the install command:\n{text}"
+    );
+    let (code, text) = run(Some("true"), None);
+    assert_eq!(code, 1, "under CI a missing toolchain fails the run:\n{text}");
+    assert!(text.contains("LOCKLAB_ALLOW_MISSING=needs-a-toolchain"), "{text}");
+    let (code, text) = run(Some("true"), Some("other,needs-a-toolchain"));
+    assert_eq!(code, 0, "LOCKLAB_ALLOW_MISSING names it:\n{text}");
 }

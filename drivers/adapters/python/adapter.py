@@ -383,10 +383,15 @@ class Adapter:
         return {}
 
     async def op_close_pool(self, req):
-        pool = self.pools.pop(req["pool"], None)
+        """Closes the pool. Its connections still checked out are abandoned
+        first (a call in flight on one is cancelled and answers `dropped`,
+        then the connection goes back), as the protocol says: the library's
+        close (asyncpg's Pool.close) would otherwise wait for them."""
+        pool = self.pools.get(req["pool"])
         if pool is not None:
             for cid in [c for c, (p, _) in self.conns.items() if p == req["pool"]]:
-                self.conns.pop(cid, None)
+                await self.op_abandon({"conn": cid})
+            self.pools.pop(req["pool"], None)
             await self.lib.close_pool(pool)
         return {}
 

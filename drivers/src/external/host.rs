@@ -335,8 +335,17 @@ impl Host {
         match canceller {
             Some(c) => c().await.map_err(plain)?,
             None => {
-                let why = format!("no statement with a cancel key is running on connection '{id}'");
-                return Err((failure(ErrorKind::Unsupported, why), None));
+                // Nothing in flight: nothing to cancel (docs/src/protocol.md,
+                // `cancel`), where the connection has a cancel API at all.
+                let shared = self.conn(id).map_err(|e| (e, None))?;
+                let has_api = match shared.try_lock() {
+                    Ok(guard) => guard.as_ref().is_some_and(|c| c.canceller().is_some()),
+                    Err(_) => false,
+                };
+                if !has_api {
+                    let why = format!("no statement with a cancel key is running on connection '{id}'");
+                    return Err((failure(ErrorKind::Unsupported, why), None));
+                }
             }
         }
         ok(&serde_json::json!({}))
@@ -375,6 +384,7 @@ impl Host {
             Op::Hello { .. } => ok(&HelloOk {
                 protocol: PROTOCOL_VERSION,
                 pid: Some(std::process::id()),
+                library: Some(self.driver.info().crate_name.to_owned()),
                 version: Some(self.driver.info().crate_version),
                 cancel: true,
                 ..HelloOk::default()
@@ -387,11 +397,17 @@ impl Host {
                 checkout_timeout_ms,
             } => self.open_pool(pool, spec, max_size, checkout_timeout_ms).await,
             Op::ClosePool { pool } => {
-                let closing = {
-                    let mut st = self.lock();
-                    st.conns.retain(|_, (p, _)| *p != pool);
-                    st.pools.remove(&pool)
+                // Its connections still checked out are abandoned first (a
+                // call in flight given up, the connection dropped), so that
+                // a pool whose close waits for them (sqlx) closes.
+                let out: Vec<String> = {
+                    let st = self.lock();
+                    st.conns.iter().filter(|(_, (p, _))| *p == pool).map(|(c, _)| c.clone()).collect()
                 };
+                for conn in out {
+                    let _ = self.abandon(&conn).await;
+                }
+                let closing = self.lock().pools.remove(&pool);
                 if let Some(p) = closing {
                     p.close().await;
                 }

@@ -89,6 +89,9 @@ pub enum Command {
     /// Put the matrix.json files of `--shard 1/N` … `N/N` runs together into
     /// the report one unsharded run would have written (all N must be given).
     Merge(MergeArgs),
+    /// Adapters of the driver protocol (docs/src/protocol.md).
+    #[command(subcommand)]
+    Adapter(AdapterCommand),
     /// Show who holds and who awaits advisory locks on a running server, with a
     /// verdict per lock (leaked, stuck, waiting, expected); or serve them as
     /// Prometheus metrics (`holders serve`). Read-only; never ends a backend.
@@ -101,6 +104,36 @@ pub enum Command {
     /// charts): throughput next to pgbench, every pattern checked, and the
     /// contention curves; about eight minutes.
     LoadReport(crate::stress::LoadReportArgs),
+}
+
+/// `locklab adapter …`.
+#[derive(Subcommand)]
+pub enum AdapterCommand {
+    /// Drive an adapter through every request of the driver protocol, bad
+    /// sequences, requests in flight at once and the give-up requests,
+    /// against a real server; validate every answer against the protocol's
+    /// JSON Schema; print what is wrong by name. Exit 1 if a check fails.
+    /// E.g. `locklab adapter check -- python3 my_adapter.py`.
+    Check(AdapterCheckArgs),
+}
+
+/// `locklab adapter check`'s arguments.
+#[derive(Args)]
+pub struct AdapterCheckArgs {
+    /// Where the server comes from: a local cluster (default), a container,
+    /// or an existing server (--dsn / LOCKLAB_DSN); the check creates a
+    /// database of its own there and drops it afterwards.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Local)]
+    pub backend: BackendChoice,
+    /// PostgreSQL major version for the local and container backends.
+    #[arg(long = "pg", default_value_t = server::DEFAULT_PG_MAJOR)]
+    pub pg: u32,
+    /// An existing server's connection string (with --backend external).
+    #[arg(long, env = "LOCKLAB_DSN", hide_env_values = true)]
+    pub dsn: Option<String>,
+    /// The adapter's program and arguments, after `--`; run in the current directory.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 /// `locklab report`'s arguments.

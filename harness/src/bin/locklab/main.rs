@@ -5,6 +5,7 @@
 //! nothing could run (bad arguments, invalid scenario files, no server, …);
 //! 130 / 143 stopped by SIGINT / SIGTERM, after cleaning up.
 
+mod adapter;
 mod check;
 mod cli;
 mod execute;
@@ -92,6 +93,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Soak(args) => soak::soak(&dir, args),
         Command::Check(args) => check::check(&dir, given, args),
         Command::Merge(args) => merge::merge(args),
+        Command::Adapter(cli::AdapterCommand::Check(args)) => adapter::check(args),
         Command::Holders(args) => locklab_holders::cli::holders(args),
         Command::Stress(args) => stress::stress(args),
         Command::LoadReport(args) => stress::load_report(args),

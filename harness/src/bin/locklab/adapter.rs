@@ -1,0 +1,56 @@
+//! `locklab adapter check -- CMD ARGS…`: the protocol's conformance check
+//! of an adapter ([`locklab::conformance`]), printed as it goes.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use locklab::server::{Server, ServerOptions};
+
+use crate::cli::AdapterCheckArgs;
+use crate::output::emit;
+
+/// Starts the server the arguments ask for, runs every check against the
+/// adapter, prints each as `✓ name` or `✗ name` and what is wrong, and a
+/// count; exit 1 when a check failed.
+///
+/// # Errors
+/// The server does not start; the adapter cannot be started; the check's
+/// database cannot be made.
+pub fn check(args: &AdapterCheckArgs) -> Result<ExitCode> {
+    let options = ServerOptions {
+        dsn: args.dsn.clone(),
+        ..ServerOptions::new(args.backend, args.pg)
+    };
+    let server = Server::start(&options)?;
+    let dir = std::env::current_dir()?;
+    emit(&format!(
+        "locklab adapter check: {} (on {})\n",
+        args.command.join(" "),
+        server.describe()
+    ))?;
+    let mut print = |f: &locklab::conformance::Finding| {
+        let line = match &f.wrong {
+            None => format!("  ✓ {}\n", f.check),
+            Some(why) => format!("  ✗ {}\n      {why}\n", f.check),
+        };
+        let _ = emit(&line);
+    };
+    let findings = locklab::conformance::check(&server, &args.command, &dir, &mut print)?;
+    let failed: Vec<&str> = findings
+        .iter()
+        .filter(|f| f.wrong.is_some())
+        .map(|f| f.check.as_str())
+        .collect();
+    if failed.is_empty() {
+        emit(&format!("{} of {} checks passed\n", findings.len(), findings.len()))?;
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "locklab adapter check: {} of {} checks failed: {}",
+            failed.len(),
+            findings.len(),
+            failed.join(", ")
+        );
+        Ok(ExitCode::from(1))
+    }
+}
