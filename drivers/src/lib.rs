@@ -418,7 +418,7 @@ pub fn registry() -> Vec<Box<dyn Driver>> {
     ];
     all.extend(pgbouncer::columns());
     all.extend(external::declared().into_iter().map(|d| Box::new(d) as Box<dyn Driver>));
-    all.extend(external::user_columns().into_iter().map(|d| Box::new(d) as Box<dyn Driver>));
+    all.extend(external::user_columns());
     all
 }
 

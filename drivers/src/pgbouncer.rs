@@ -19,7 +19,7 @@ use crate::{
 };
 
 /// PgBouncer's `pool_mode` (PgBouncer docs, "pool_mode").
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PoolerMode {
     /// A server connection is assigned to a client for the client's whole
@@ -59,6 +59,11 @@ pub enum PoolerKind {
     /// `connection_cache = on`, the configuration it is used as a pooler
     /// with (Pgpool-II docs, "Connection Pooling").
     Pgpool,
+    /// A pooler the user runs, at the address of a user's columns file
+    /// ([`Pooler::address`]), in front of the server `--backend external`
+    /// names; the harness starts nothing and routes the cell's connections
+    /// to it.
+    External,
 }
 
 impl PoolerKind {
@@ -69,6 +74,7 @@ impl PoolerKind {
             PoolerKind::PgBouncerTrixie => "pgbouncer-trixie",
             PoolerKind::Pgagroal => "pgagroal",
             PoolerKind::Pgpool => "pgpool",
+            PoolerKind::External => "external",
         }
     }
 
@@ -78,12 +84,13 @@ impl PoolerKind {
             PoolerKind::PgBouncer | PoolerKind::PgBouncerTrixie => "PgBouncer",
             PoolerKind::Pgagroal => "pgagroal",
             PoolerKind::Pgpool => "Pgpool-II",
+            PoolerKind::External => "your pooler",
         }
     }
 
     /// Whether it runs in a container (and so needs a Docker engine).
     pub fn in_container(self) -> bool {
-        self != PoolerKind::PgBouncer
+        !matches!(self, PoolerKind::PgBouncer | PoolerKind::External)
     }
 
     /// Whether the harness can have it close its server connections to one
@@ -94,7 +101,7 @@ impl PoolerKind {
     pub fn closes_server_connections_on_request(self) -> bool {
         match self {
             PoolerKind::PgBouncer | PoolerKind::PgBouncerTrixie => true,
-            PoolerKind::Pgagroal | PoolerKind::Pgpool => false,
+            PoolerKind::Pgagroal | PoolerKind::Pgpool | PoolerKind::External => false,
         }
     }
 
@@ -118,6 +125,9 @@ pub struct Pooler {
     /// transaction pooling: its connection cache gives a client a server
     /// connection for the client's whole connection, as session mode does.
     pub mode: PoolerMode,
+    /// Where a user's own pooler listens ([`PoolerKind::External`]): host
+    /// and port. `None` for the poolers the harness starts.
+    pub address: Option<(&'static str, u16)>,
 }
 
 impl Pooler {
@@ -126,6 +136,16 @@ impl Pooler {
         Pooler {
             kind: PoolerKind::PgBouncer,
             mode,
+            address: None,
+        }
+    }
+
+    /// A user's own pooler in `mode`, listening on `host`:`port`.
+    pub const fn external(mode: PoolerMode, host: &'static str, port: u16) -> Pooler {
+        Pooler {
+            kind: PoolerKind::External,
+            mode,
+            address: Some((host, port)),
         }
     }
 
@@ -242,6 +262,15 @@ impl Driver for ViaPooler {
     async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
         Ok(Box::new(BouncedPool(self.inner.pool(spec, opts).await?, self.pooler)))
     }
+
+    fn in_own_process(&self, host: &std::path::Path) -> Option<Box<dyn Driver>> {
+        // `locklab pool-adapter ID` knows locklab's own columns only, not
+        // those of a user's columns file.
+        if self.pooler.kind == PoolerKind::External {
+            return None;
+        }
+        Some(Box::new(crate::external::ExternalDriver::hosting(self.info(), host)))
+    }
 }
 
 /// The configurations behind a pooler, each pooler in each of its modes
@@ -305,7 +334,11 @@ pub(crate) fn columns() -> Vec<Box<dyn Driver>> {
     ];
     let mut out: Vec<Box<dyn Driver>> = Vec::new();
     for (id, configuration, pooled_id, pooled_configuration, kind, mode) in COLUMNS {
-        let pooler = Pooler { kind, mode };
+        let pooler = Pooler {
+            kind,
+            mode,
+            address: None,
+        };
         out.push(Box::new(ViaPooler::new(
             id,
             configuration,

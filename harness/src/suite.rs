@@ -153,19 +153,29 @@ impl Suite {
     /// first use), or on the server `LOCKLAB_DSN` names when it is set (its
     /// role must be allowed to create databases: each cell gets one).
     pub fn new(driver: impl Driver + 'static) -> Suite {
+        Suite::with(Arc::new(driver))
+    }
+
+    fn with(driver: Arc<dyn Driver>) -> Suite {
         let server = if std::env::var("LOCKLAB_DSN").is_ok_and(|d| !d.is_empty()) {
             ServerOptions::new(BackendChoice::External, SUITE_PG_MAJOR)
         } else {
             ServerOptions::new(BackendChoice::Local, SUITE_PG_MAJOR)
         };
         Suite {
-            driver: Arc::new(driver),
+            driver,
             scenarios: crate::lab::shipped_scenarios(),
             only: Vec::new(),
             require: Vec::new(),
             properties: None,
             server,
         }
+    }
+
+    /// [`Suite::new`] for a column already boxed: one of [`columns_file`]'s,
+    /// or one of locklab's own (`lab::drivers(&["sqlx"])`).
+    pub fn column(driver: Box<dyn Driver>) -> Suite {
+        Suite::with(Arc::from(driver))
     }
 
     /// Scenarios from `path` instead: a scenario file, or a directory of
@@ -462,15 +472,18 @@ impl Driver for Yours {
 
 /// The columns a columns file declares (the format of
 /// `drivers/adapters/adapters.yaml`, paths relative to the file), to pass
-/// to [`Suite::new`] or [`crate::lab::Lab::run`]: an adapter of your own,
-/// in any language.
+/// to [`Suite::column`] or [`crate::lab::Lab::run`]: an adapter of your
+/// own, in any language, or a pooler you run.
 ///
 /// # Errors
-/// The file does not load (with its line), or declares an id another column has.
-pub fn columns_file(path: &Path) -> Result<Vec<locklab_drivers::external::ExternalDriver>> {
+/// The file does not load (with its line), declares an id another column
+/// has, declares no column, or was added already.
+pub fn columns_file(path: &Path) -> Result<Vec<Box<dyn Driver>>> {
     let ids = locklab_drivers::external::add_columns_file(path).map_err(|e| anyhow!("{e}"))?;
-    let all = locklab_drivers::external::user_columns();
-    let mine: Vec<_> = all.into_iter().filter(|d| ids.iter().any(|i| i == d.info().id)).collect();
+    let mine: Vec<Box<dyn Driver>> = locklab_drivers::external::user_columns()
+        .into_iter()
+        .filter(|d| ids.iter().any(|i| i == d.info().id))
+        .collect();
     if mine.is_empty() {
         bail!("{}: declares no column, or was added already", path.display());
     }

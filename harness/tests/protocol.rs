@@ -129,6 +129,8 @@ fn a_broken_adapter_fails_the_cell_clearly(mode: &str) {
         command: vec!["python3".into(), script.to_string_lossy().into_owned(), mode.into()],
         toolchain: None,
         base: None,
+        kind: locklab_drivers::external::ColumnKind::Adapter,
+        pooler: None,
     });
     let began = Instant::now();
     let r = common::block_on_multi(runner::run(server, &s, &driver));

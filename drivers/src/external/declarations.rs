@@ -34,9 +34,18 @@ pub struct AdapterSpec {
     /// last line of its stderr.
     #[serde(default)]
     pub install: Vec<String>,
+    /// What the column is: `adapter` (the default: a program speaking the
+    /// driver protocol) or `pooler` (a pooler you run, [`PoolerSpec`]).
+    #[serde(default)]
+    pub kind: ColumnKind,
     /// Program and arguments of the adapter. A program with a `/` is
     /// relative to the base directory; one without is looked up on `PATH`.
+    /// Required for an adapter; none for a pooler.
+    #[serde(default)]
     pub command: Vec<String>,
+    /// For `kind: pooler`: where your pooler listens and how it pools.
+    #[serde(default)]
+    pub pooler: Option<PoolerSpec>,
     /// The program the column needs on this machine (a language's
     /// toolchain) and how to install it. Without it on `PATH`, the column's
     /// cells are `n/a` with that command, not failed.
@@ -47,6 +56,49 @@ pub struct AdapterSpec {
     /// user's columns file, the workspace root for `drivers/adapters/adapters.yaml`.
     #[serde(skip)]
     pub base: Option<PathBuf>,
+}
+
+/// What a declared column is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ColumnKind {
+    /// An adapter program speaking the driver protocol.
+    #[default]
+    Adapter,
+    /// A pooler the user runs (PgBouncer with their settings, …), in front
+    /// of the server `--backend external` names; the harness starts nothing.
+    Pooler,
+}
+
+/// A pooler of your own (`kind: pooler`): it must route every database name
+/// to the server locklab runs on (the harness creates a database per cell;
+/// PgBouncer: a `* = host=… port=…` line under `[databases]`) and accept
+/// the server's role with the server's password.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolerSpec {
+    /// Host it listens on, e.g. `127.0.0.1`.
+    pub host: String,
+    /// Port it listens on, e.g. 6432.
+    pub port: u16,
+    /// How it assigns server connections to clients: `session` or `transaction`.
+    pub mode: crate::PoolerMode,
+    /// The client in front of it: `tokio-postgres` (the default: no client
+    /// pool, a connection per checkout) or `deadpool` (deadpool-postgres,
+    /// `RecyclingMethod::Fast`).
+    #[serde(default)]
+    pub client: PoolerClient,
+}
+
+/// The client side of a pooler column.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PoolerClient {
+    /// tokio-postgres, a connection per checkout.
+    #[default]
+    TokioPostgres,
+    /// deadpool-postgres, `RecyclingMethod::Fast`.
+    Deadpool,
 }
 
 /// A program a column needs, and the command that installs it.
@@ -123,12 +175,28 @@ pub fn read_declarations(path: &Path) -> Result<Vec<AdapterSpec>, String> {
         if specs[..i].iter().any(|o| o.id == s.id) {
             return Err(format!("{at}: driver id '{}' is declared twice", s.id));
         }
-        if s.command.is_empty() {
-            return Err(format!("{at}: driver '{}' has an empty command", s.id));
+        match (s.kind, s.command.is_empty(), s.pooler.is_some()) {
+            (ColumnKind::Adapter, true, _) => return Err(format!("{at}: driver '{}' has an empty command", s.id)),
+            (ColumnKind::Adapter, false, true) => {
+                return Err(format!("{at}: driver '{}': `pooler` is for `kind: pooler`", s.id));
+            }
+            (ColumnKind::Pooler, _, false) => {
+                return Err(format!(
+                    "{at}: driver '{}' (kind: pooler) needs `pooler: {{host, port, mode}}`",
+                    s.id
+                ));
+            }
+            (ColumnKind::Pooler, false, _) => {
+                return Err(format!(
+                    "{at}: driver '{}' (kind: pooler) has a command: a pooler column runs no adapter",
+                    s.id
+                ));
+            }
+            _ => {}
         }
-        if s.id.is_empty() || !s.id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
+        if s.id.is_empty() || !s.id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '+')) {
             return Err(format!(
-                "{at}: driver id '{}' must be letters, digits, `-`, `_` and `.` (it names the column, a database and files)",
+                "{at}: driver id '{}' must be letters, digits, `-`, `_`, `.` and `+` (it names the column, a database and files)",
                 s.id
             ));
         }
@@ -206,14 +274,39 @@ pub fn add_columns_file(path: &Path) -> Result<Vec<String>, String> {
     Ok(ids)
 }
 
-/// The columns added by [`add_columns_file`], in the order added.
-pub fn user_columns() -> Vec<ExternalDriver> {
+/// The columns added by [`add_columns_file`], in the order added: an
+/// [`ExternalDriver`] for an adapter, a client behind the user's pooler
+/// ([`crate::PoolerKind::External`]) for a pooler.
+pub fn user_columns() -> Vec<Box<dyn crate::Driver>> {
     user_specs()
         .read()
         .unwrap_or_else(|p| p.into_inner())
         .iter()
-        .map(|(s, _)| ExternalDriver::new(s.clone()))
+        .map(|(s, _)| column(s))
         .collect()
+}
+
+/// The driver a user's column declares.
+fn column(s: &AdapterSpec) -> Box<dyn crate::Driver> {
+    let Some(p) = s.pooler.as_ref().filter(|_| s.kind == ColumnKind::Pooler) else {
+        return Box::new(ExternalDriver::new(s.clone()));
+    };
+    let pooler = crate::Pooler::external(p.mode, super::leak(&p.host), p.port);
+    let (id, configuration) = (super::leak(&s.id), super::leak(&format!("{} {}: {}", s.package, s.version, s.configuration)));
+    match p.client {
+        PoolerClient::TokioPostgres => Box::new(crate::pgbouncer::ViaPooler::new(
+            id,
+            configuration,
+            pooler,
+            crate::direct::TokioPostgresDirect,
+        )),
+        PoolerClient::Deadpool => Box::new(crate::pgbouncer::ViaPooler::new(
+            id,
+            configuration,
+            pooler,
+            crate::deadpool_pg::Deadpool::fast(),
+        )),
+    }
 }
 
 /// The columns file that declared column `id`, when a user's file did

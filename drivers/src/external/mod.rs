@@ -17,7 +17,7 @@ pub mod protocol;
 
 pub use adapter::record_to;
 pub use declarations::{
-    AdapterSpec, Toolchain, add_columns_file, declarations_file, declared, read_declarations, user_column_file,
+    AdapterSpec, ColumnKind, PoolerClient, PoolerSpec, Toolchain, add_columns_file, declarations_file, declared, read_declarations, user_column_file,
     user_columns,
 };
 use declarations::install;
@@ -50,7 +50,7 @@ const OWN_CLOSE_TIMEOUT_S: u64 = 5;
 /// hung and ended, in s.
 const PING_TIMEOUT_S: u64 = 3;
 
-fn leak(s: &str) -> &'static str {
+pub(crate) fn leak(s: &str) -> &'static str {
     static LEAKED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
     let mut all = LEAKED.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(s) = all.iter().find(|l| **l == s) {
@@ -117,6 +117,8 @@ impl ExternalDriver {
                 ],
                 toolchain: None,
                 base: None,
+                kind: ColumnKind::Adapter,
+                pooler: None,
             },
             own_process: true,
             hosted: Some(info),

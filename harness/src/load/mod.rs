@@ -259,11 +259,8 @@ async fn run_in(server: &Server, db: &str, client: Client<'_>, spec: &LoadSpec) 
     let (name, tally) = match client {
         Client::Driver(driver) => {
             let info = driver.info();
-            if let Some(mode) = info.pooler {
-                let (port, _, password) = server.pooler(mode).await?;
-                spec_conn.host = "127.0.0.1".into();
-                spec_conn.port = port;
-                spec_conn.password = Some(password);
+            if let Some(pooler) = info.pooler {
+                server.route(pooler, &mut spec_conn).await?;
             }
             let opts = PoolOptions {
                 max_size: spec.workers,

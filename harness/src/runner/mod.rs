@@ -93,7 +93,10 @@ async fn run_cell(server: &Server, scenario: &Scenario, driver: &dyn Driver, sha
     let began = Instant::now();
     let mut result = RunResult::new(&server.id(), &scenario.name, info.id);
     let mut hosted = None;
-    let placed = match place::missing_toolchain(driver, info.id).or_else(|| place::not_applicable(scenario, &info)) {
+    let placed = match place::missing_toolchain(driver, info.id)
+        .or_else(|| place::external_pooler(scenario, &info, server))
+        .or_else(|| place::not_applicable(scenario, &info))
+    {
         Some(not_run) => Err(not_run),
         None => match place::host_pool(scenario, driver, &mut hosted) {
             Ok(driver) => CellServer::for_cell(server, scenario).await.map(|s| (driver, s)),

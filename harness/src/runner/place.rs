@@ -3,7 +3,7 @@
 //! ([`host_pool`]), and on which server ([`CellServer`], from the
 //! scenario's [`Placement`], which its steps' declarations give).
 
-use locklab_drivers::{Driver, DriverInfo, PoolerMode};
+use locklab_drivers::{Driver, DriverInfo, PoolerKind, PoolerMode};
 
 use crate::scenario::{Placement, Process, Scenario};
 use crate::server::Server;
@@ -80,6 +80,27 @@ pub(super) fn missing_toolchain(driver: &dyn Driver, id: &str) -> Option<NotRun>
         ))
     } else {
         NotRun::NotApplicable(why)
+    })
+}
+
+/// A user's own pooler ([`PoolerKind::External`]) stands in front of the
+/// server they run it for: its column runs on `--backend external` only,
+/// where the harness's databases are on that server.
+/// A scenario that runs on a cluster of its own (a restart, a network
+/// fault) is not routed through it either.
+pub(super) fn external_pooler(scenario: &Scenario, info: &DriverInfo, server: &Server) -> Option<NotRun> {
+    let pooler = info.pooler.filter(|p| p.kind == PoolerKind::External)?;
+    let at = pooler.address.map_or_else(String::new, |(h, p)| format!("{h}:{p}"));
+    if server.backend() != crate::server::Backend::External {
+        return Some(NotRun::NotApplicable(format!(
+            "a pooler of your own ({at}) runs with --backend external only: the server it routes to must be the \
+             one locklab runs on (--dsn / LOCKLAB_DSN)"
+        )));
+    }
+    (scenario.placement() != Placement::ColumnServer).then(|| {
+        NotRun::NotApplicable(format!(
+            "the scenario runs on a local cluster of its own, which a pooler of your own ({at}) does not route to"
+        ))
     })
 }
 

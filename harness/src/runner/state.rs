@@ -143,11 +143,8 @@ impl<'a> Run<'a> {
     /// so), the scenario's `setup`, and the harness's monitor connection.
     async fn open(&mut self, driver: &dyn Driver) -> Result<(Box<dyn locklab_drivers::Pool>, DirectConn), StepError> {
         let mut spec = self.spec(&format!("locklab-{}", self.info.id), &self.scenario.pool_settings);
-        if let Some(mode) = self.info.pooler {
-            let (port, _, password) = self.server.pooler(mode).await.map_err(|e| format!("{e:#}"))?;
-            spec.host = "127.0.0.1".into();
-            spec.port = port;
-            spec.password = Some(password);
+        if let Some(pooler) = self.info.pooler {
+            self.server.route(pooler, &mut spec).await.map_err(|e| format!("{e:#}"))?;
         }
         self.run_sql_list(&self.scenario.setup, "setup").await?;
         let opts = PoolOptions {

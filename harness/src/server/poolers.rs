@@ -371,6 +371,7 @@ fn setup(pooler: Pooler, up: &Upstream<'_>, port: u16, password: &str) -> Result
              exec pgpool -n -f /tmp/locklab/pgpool.conf -a /tmp/locklab/pool_hba.conf -F /tmp/locklab/pcp.conf"
         }
         PoolerKind::Pgagroal => bail!("pgagroal is not run by this version of locklab"),
+        PoolerKind::External => bail!("a pooler of your own is not started by locklab"),
     };
     let mut env = Vec::new();
     let mut script = format!("set -e; umask 077; mkdir -p {dir}; ");
@@ -409,14 +410,39 @@ impl RunningPooler {
 }
 
 impl super::Server {
-    /// `pooler` in front of this server (started on first use, on a free
-    /// loopback port, stopped with the server): its port, version and the
-    /// password its clients give.
+    /// Points `spec` at `pooler` in front of this server: a pooler the
+    /// harness starts (on first use, on a free loopback port, stopped with
+    /// the server) with its client password, or a user's own pooler
+    /// ([`PoolerKind::External`]) at its address.
     ///
     /// # Errors
     /// The pooler cannot be installed or started (no Docker engine or image
     /// for one in a container), or is not ready within 30 s.
+    pub async fn route(&self, pooler: Pooler, spec: &mut locklab_drivers::ConnectSpec) -> Result<()> {
+        if let (PoolerKind::External, Some((host, port))) = (pooler.kind, pooler.address) {
+            // The user's pooler authenticates the server's role as the
+            // server does (its password, if any, stays).
+            spec.host = host.to_owned();
+            spec.port = port;
+            return Ok(());
+        }
+        let (port, _, password) = self.pooler(pooler).await?;
+        spec.host = "127.0.0.1".into();
+        spec.port = port;
+        spec.password = Some(password);
+        Ok(())
+    }
+
+    /// The pooler `pooler` in front of this server, started on first use:
+    /// its port, version and client password.
+    ///
+    /// # Errors
+    /// It cannot be started; a user's own pooler ([`PoolerKind::External`]),
+    /// which is not started here ([`Server::route`]).
     pub async fn pooler(&self, pooler: Pooler) -> Result<(u16, String, String)> {
+        if pooler.kind == PoolerKind::External {
+            bail!("a pooler of your own is not started by locklab");
+        }
         if pooler.kind == PoolerKind::PgBouncer
             && let Some(attached) = self.attached_poolers.get(&pooler.mode)
         {
@@ -481,7 +507,9 @@ impl super::Server {
     /// `reuse`, `RESUME db` for a later cell. Pgpool-II has no such command
     /// for one database: the server connections it caches for `dbname` are
     /// ended from the server (`pg_terminate_backend`), as the database is
-    /// never used again (these cells do not share databases).
+    /// never used again (these cells do not share databases); so are a
+    /// user's own pooler's ([`PoolerKind::External`]), whose console locklab
+    /// does not use.
     ///
     /// # Errors
     /// PgBouncer's admin console or the server refuses the connection or a command.
@@ -490,6 +518,8 @@ impl super::Server {
         // `pooler()` takes.
         let target = match self.attached_poolers.get(&pooler.mode) {
             Some((port, _, password)) if pooler.kind == PoolerKind::PgBouncer => Some((*port, password.clone())),
+            // A user's own pooler: its server connections are ended from the server.
+            _ if pooler.kind == PoolerKind::External => Some((0, String::new())),
             _ => self.poolers.lock().await.get(&pooler).map(|b| {
                 let (port, _, password) = b.address();
                 (port, password)
@@ -500,7 +530,7 @@ impl super::Server {
             (Some((port, password)), PoolerKind::PgBouncer | PoolerKind::PgBouncerTrixie) => {
                 super::pgbouncer::kill_database(port, &password, &self.user, dbname, reuse).await
             }
-            (Some(_), PoolerKind::Pgpool | PoolerKind::Pgagroal) => {
+            (Some(_), PoolerKind::Pgpool | PoolerKind::Pgagroal | PoolerKind::External) => {
                 let admin = self.admin().await?;
                 let ended = tokio::time::timeout(
                     Duration::from_secs(10),
