@@ -128,6 +128,9 @@ pub struct Pooler {
     /// Where a user's own pooler listens ([`PoolerKind::External`]): host
     /// and port. `None` for the poolers the harness starts.
     pub address: Option<(&'static str, u16)>,
+    /// A user's own pooler that must get no cancel requests (`cancel:
+    /// false` in the columns file: PgBouncer 1.18 exits on one).
+    pub no_cancel: bool,
 }
 
 impl Pooler {
@@ -137,16 +140,26 @@ impl Pooler {
             kind: PoolerKind::PgBouncer,
             mode,
             address: None,
+            no_cancel: false,
         }
     }
 
-    /// A user's own pooler in `mode`, listening on `host`:`port`.
-    pub const fn external(mode: PoolerMode, host: &'static str, port: u16) -> Pooler {
+    /// A user's own pooler in `mode`, listening on `host`:`port`; `cancel`:
+    /// whether cancel requests are sent through it.
+    pub const fn external(mode: PoolerMode, host: &'static str, port: u16, cancel: bool) -> Pooler {
         Pooler {
             kind: PoolerKind::External,
             mode,
             address: Some((host, port)),
+            no_cancel: !cancel,
         }
+    }
+
+    /// Whether locklab sends cancel requests through it
+    /// ([`PoolerKind::sends_cancel`], and not for a user's pooler declared
+    /// with `cancel: false`).
+    pub fn sends_cancel(self) -> bool {
+        self.kind.sends_cancel() && !self.no_cancel
     }
 
     /// Whether a scenario's assumptions about server connections may not
@@ -214,7 +227,7 @@ impl Conn for BouncedConn {
     fn canceller(&self) -> Option<Canceller> {
         // The inner driver's cancel request goes to the address it
         // connected to: the pooler's (see `PoolerKind::sends_cancel`).
-        if self.1.kind.sends_cancel() {
+        if self.1.sends_cancel() {
             self.0.canceller()
         } else {
             None
@@ -222,8 +235,10 @@ impl Conn for BouncedConn {
     }
 
     fn no_cancel_reason(&self) -> &'static str {
-        if self.1.kind.sends_cancel() {
+        if self.1.sends_cancel() {
             self.0.no_cancel_reason()
+        } else if self.1.kind == PoolerKind::External {
+            "not sent through this pooler (cancel: false in its columns file)"
         } else {
             "not sent through PgBouncer 1.18"
         }
@@ -338,6 +353,7 @@ pub(crate) fn columns() -> Vec<Box<dyn Driver>> {
             kind,
             mode,
             address: None,
+            no_cancel: false,
         };
         out.push(Box::new(ViaPooler::new(
             id,

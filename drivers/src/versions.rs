@@ -1,10 +1,26 @@
-//! Exact crate versions, read from the workspace `Cargo.lock` embedded at build time.
+//! Exact crate versions, read from the `Cargo.lock` of the build: the one
+//! of the project `cargo` runs in (found from `CARGO_MANIFEST_DIR` upwards,
+//! which `cargo run` and `cargo test` set), else the locklab workspace's,
+//! embedded at build time (`build.rs`; empty for a crate built from a package).
 
+use std::path::Path;
 use std::sync::OnceLock;
 
-const LOCKFILE: &str = include_str!("../../Cargo.lock");
+const EMBEDDED: &str = include_str!(concat!(env!("OUT_DIR"), "/Cargo.lock"));
 
-/// The version of `name` resolved in the workspace `Cargo.lock`, e.g. `"0.14.2"`;
+/// The lock file's text: the running project's, else the embedded one.
+fn lockfile() -> String {
+    if let Some(dir) = std::env::var_os("CARGO_MANIFEST_DIR") {
+        for d in Path::new(&dir).ancestors() {
+            if let Ok(text) = std::fs::read_to_string(d.join("Cargo.lock")) {
+                return text;
+            }
+        }
+    }
+    EMBEDDED.to_owned()
+}
+
+/// The version of `name` resolved in the build's `Cargo.lock`, e.g. `"0.14.2"`;
 /// several versions are joined with `+`; `"unknown"` when the crate is not in the lock file.
 pub fn crate_version(name: &str) -> String {
     crate_version_matching(name, "")
@@ -16,7 +32,7 @@ pub fn crate_version(name: &str) -> String {
 /// crate pulled in under another name (`sqlx08 = { package = "sqlx", version = "0.8" }`).
 pub fn crate_version_matching(name: &str, prefix: &str) -> String {
     static LOCK: OnceLock<Option<cargo_lock::Lockfile>> = OnceLock::new();
-    let Some(lock) = LOCK.get_or_init(|| LOCKFILE.parse().ok()) else {
+    let Some(lock) = LOCK.get_or_init(|| lockfile().parse().ok()) else {
         return "unknown".to_owned();
     };
     let versions: Vec<String> = lock

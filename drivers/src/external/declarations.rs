@@ -88,6 +88,16 @@ pub struct PoolerSpec {
     /// `RecyclingMethod::Fast`).
     #[serde(default)]
     pub client: PoolerClient,
+    /// Whether cancel requests are sent through it (default true, as an
+    /// application's are). `false` for a pooler that cannot take them:
+    /// PgBouncer 1.18 exits on one (`disconnect_client(): bad client
+    /// state`), failing every later cell.
+    #[serde(default = "yes")]
+    pub cancel: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The client side of a pooler column.
@@ -291,7 +301,7 @@ fn column(s: &AdapterSpec) -> Box<dyn crate::Driver> {
     let Some(p) = s.pooler.as_ref().filter(|_| s.kind == ColumnKind::Pooler) else {
         return Box::new(ExternalDriver::new(s.clone()));
     };
-    let pooler = crate::Pooler::external(p.mode, super::leak(&p.host), p.port);
+    let pooler = crate::Pooler::external(p.mode, super::leak(&p.host), p.port, p.cancel);
     let (id, configuration) = (super::leak(&s.id), super::leak(&format!("{} {}: {}", s.package, s.version, s.configuration)));
     match p.client {
         PoolerClient::TokioPostgres => Box::new(crate::pgbouncer::ViaPooler::new(

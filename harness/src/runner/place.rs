@@ -36,7 +36,7 @@ pub(super) fn not_applicable(scenario: &Scenario, info: &DriverInfo) -> Option<N
     if scenario.trials.is_some()
         && info
             .pooler
-            .is_some_and(|p| p.mode == PoolerMode::Transaction && p.kind.sends_cancel())
+            .is_some_and(|p| p.mode == PoolerMode::Transaction && p.sends_cancel())
     {
         return Some(NotRun::NotApplicable(
             "trials behind transaction pooling that passes cancel requests: a session-level lock granted \
