@@ -179,7 +179,8 @@ pub fn declarations_file() -> PathBuf {
 /// column), or repeats an id, or has an entry with an empty command.
 pub fn read_declarations(path: &Path) -> Result<Vec<AdapterSpec>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let specs: Vec<AdapterSpec> = serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let specs: Vec<AdapterSpec> = serde_saphyr::from_str(&text)
+        .map_err(|e| locklab_core::located::yaml_error(path, &e, "columns file", &[]).to_string())?;
     for (i, s) in specs.iter().enumerate() {
         let at = entry_line(&text, &s.id).map_or_else(|| path.display().to_string(), |l| format!("{}:{l}", path.display()));
         if specs[..i].iter().any(|o| o.id == s.id) {

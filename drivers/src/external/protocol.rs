@@ -103,14 +103,17 @@ pub enum Op {
         /// The connection's id.
         conn: String,
     },
-    /// The harness gave up on request `target`: cancel it the language's
-    /// way; the target answers `dropped`, this request `{}`.
+    /// The harness gave up on request `target`: give it up the language's
+    /// way (docs/src/protocol.md, "Giving up": a library that cannot
+    /// interrupt a call stops waiting); the target answers `dropped`, then
+    /// this request `{}`.
     Drop {
         /// The id of the request given up on.
         target: u64,
     },
-    /// The connection's owner went away mid-call: cancel its call in flight
-    /// and give the connection back as a cancelled `async with` block does; `{}`.
+    /// The connection's owner went away mid-call (sent after a `drop` of
+    /// its call in flight): give the connection back as the language does
+    /// when a block holding it is left by cancellation; `{}`.
     Abandon {
         /// The connection's id.
         conn: String,
