@@ -18,7 +18,7 @@ pub mod located;
 pub mod output;
 pub mod signals;
 
-pub use home::home;
 pub use connect::{ConnectSpec, parse_config, parse_dsn, with_sources};
+pub use home::home;
 pub use keys::AdvisoryKey;
 pub use located::{FileError, Pos};

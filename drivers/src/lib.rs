@@ -29,11 +29,11 @@ use std::time::Duration;
 pub use direct::{CONNECT_TIMEOUT, DirectConn, simple_query_rows};
 pub use locklab_core::{ConnectSpec, with_sources};
 pub use pgbouncer::{Pooler, PoolerKind, PoolerMode};
+/// sqlx 0.8's `PgPool` as a column (the crate renamed `sqlx08` here), as [`SqlxPgPool`].
+pub use sqlx_pg::v08::SqlxPgPool as Sqlx08PgPool;
 /// sqlx 0.9's `PgPool` as a column, with [`SqlxPgPool::configured`] for a
 /// configuration of your own (a project testing its own pool settings).
 pub use sqlx_pg::v09::SqlxPgPool;
-/// sqlx 0.8's `PgPool` as a column (the crate renamed `sqlx08` here), as [`SqlxPgPool`].
-pub use sqlx_pg::v08::SqlxPgPool as Sqlx08PgPool;
 pub use versions::{crate_version, crate_version_matching};
 
 /// Pool sizing requested by a scenario.

@@ -215,24 +215,30 @@ impl Raw {
         let v: Value = match serde_json::from_str(line) {
             Ok(v) => v,
             Err(e) => {
-                self.wrong.push(format!("wrote a line that is not JSON ({e}): {line:.200}"));
+                self.wrong
+                    .push(format!("wrote a line that is not JSON ({e}): {line:.200}"));
                 return;
             }
         };
         let Some(id) = v.get("id").and_then(Value::as_u64) else {
-            self.wrong.push(format!("wrote an answer without a request id: {line:.200}"));
+            self.wrong
+                .push(format!("wrote an answer without a request id: {line:.200}"));
             return;
         };
         let Some(op) = self.ops.get(&id).copied() else {
-            self.wrong.push(format!("answered request {id}, which was never sent: {line:.200}"));
+            self.wrong
+                .push(format!("answered request {id}, which was never sent: {line:.200}"));
             return;
         };
         if self.answers.contains_key(&id) {
-            self.wrong.push(format!("answered request {id} ({op}) twice: {line:.200}"));
+            self.wrong
+                .push(format!("answered request {id} ({op}) twice: {line:.200}"));
             return;
         }
         if let Some(why) = self.schemas.wrong(op, &v) {
-            self.wrong.push(format!("its answer to {op} is not valid by the protocol schema: {why}: {line:.300}"));
+            self.wrong.push(format!(
+                "its answer to {op} is not valid by the protocol schema: {why}: {line:.300}"
+            ));
         }
         self.answers.insert(id, (v, at));
     }
@@ -378,12 +384,17 @@ impl Session<'_> {
     }
 
     fn query(&mut self, conn: &str, sql: &str) -> Result<Value, String> {
-        let v = self.raw.call(json!({"op": "query", "conn": conn, "sql": sql}), Duration::from_secs(ANSWER_S))?;
+        let v = self.raw.call(
+            json!({"op": "query", "conn": conn, "sql": sql}),
+            Duration::from_secs(ANSWER_S),
+        )?;
         ok(&v, &format!("query `{sql}`"))
     }
 
     fn give_back(&mut self, conn: &str) -> Result<String, String> {
-        let v = self.raw.call(json!({"op": "return", "conn": conn}), Duration::from_secs(ANSWER_S))?;
+        let v = self
+            .raw
+            .call(json!({"op": "return", "conn": conn}), Duration::from_secs(ANSWER_S))?;
         let o = ok(&v, "return")?;
         o.get("returned")
             .and_then(Value::as_str)
@@ -392,7 +403,9 @@ impl Session<'_> {
     }
 
     fn close(&mut self, pool: &str) -> Result<(), String> {
-        let v = self.raw.call(json!({"op": "close_pool", "pool": pool}), Duration::from_secs(POOL_S))?;
+        let v = self
+            .raw
+            .call(json!({"op": "close_pool", "pool": pool}), Duration::from_secs(POOL_S))?;
         ok(&v, "close_pool").map(|_| ())
     }
 
@@ -416,7 +429,10 @@ impl Session<'_> {
             "select count(*) from pg_locks where locktype = 'advisory' and classid = 0 and objid = {key} \
              and objsubid = 1 and granted = {granted}"
         ))?;
-        Ok(rows.first().and_then(|r| r.first().cloned().flatten()).is_some_and(|c| c != "0"))
+        Ok(rows
+            .first()
+            .and_then(|r| r.first().cloned().flatten())
+            .is_some_and(|c| c != "0"))
     }
 
     /// Waits (observing the server) until `key` is awaited, at most 10 s.
@@ -436,7 +452,9 @@ impl Session<'_> {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(format!("the server showed {what} advisory lock {key} not within {ANSWER_S} s"));
+                return Err(format!(
+                    "the server showed {what} advisory lock {key} not within {ANSWER_S} s"
+                ));
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -496,15 +514,21 @@ pub fn check(server: &Server, command: &[String], dir: &Path, each: &mut dyn FnM
             each(&f);
             findings.push(f);
             // A check that failed may leave locks behind: end them for the next.
-            let _ = rt.block_on(simple_query_rows(s.observer.client(), &format!(
-                "select pg_terminate_backend(pid) from pg_stat_activity where datname = '{db}' \
+            let _ = rt.block_on(simple_query_rows(
+                s.observer.client(),
+                &format!(
+                    "select pg_terminate_backend(pid) from pg_stat_activity where datname = '{db}' \
                  and pid <> pg_backend_pid() and application_name = 'locklab-adapter-check' and \
                  pid in (select pid from pg_locks where locktype = 'advisory')"
-            )));
+                ),
+            ));
         }
         Ok::<_, anyhow::Error>(findings)
     })();
-    let _ = rt.block_on(simple_query_rows(admin.client(), &format!("drop database if exists {db} with (force)")));
+    let _ = rt.block_on(simple_query_rows(
+        admin.client(),
+        &format!("drop database if exists {db} with (force)"),
+    ));
     outcome
 }
 
@@ -527,10 +551,19 @@ const CHECKS: &[(&str, Check)] = &[
     ("cancel: a call in flight ends with 57014 (or unsupported)", cancel),
     ("cancel with no call in flight", cancel_idle),
     ("abandon after drop: the connection goes back", abandon),
-    ("checkout timeout_ms: gave_up while the pool is exhausted (or at once, an error)", checkout_bound),
-    ("checkout_timeout_ms: an error while the pool is exhausted", checkout_timeout),
+    (
+        "checkout timeout_ms: gave_up while the pool is exhausted (or at once, an error)",
+        checkout_bound,
+    ),
+    (
+        "checkout_timeout_ms: an error while the pool is exhausted",
+        checkout_timeout,
+    ),
     ("guard: ok, or an unsupported error", guard),
-    ("bad: a request for a connection that was never checked out", unknown_conn),
+    (
+        "bad: a request for a connection that was never checked out",
+        unknown_conn,
+    ),
     ("bad: a return without a checkout", return_without_checkout),
     ("bad: a request on a returned connection", after_return),
     ("bad: a checkout from a pool that does not exist", unknown_pool),
@@ -541,7 +574,9 @@ const CHECKS: &[(&str, Check)] = &[
 ];
 
 fn hello(s: &mut Session<'_>) -> Result<(), String> {
-    let v = s.raw.call(json!({"op": "hello", "protocol": 1}), Duration::from_secs(HELLO_S))?;
+    let v = s
+        .raw
+        .call(json!({"op": "hello", "protocol": 1}), Duration::from_secs(HELLO_S))?;
     let o = ok(&v, "hello")?;
     s.hello = o.clone();
     if o.get("protocol").and_then(Value::as_u64) != Some(1) {
@@ -553,7 +588,9 @@ fn hello(s: &mut Session<'_>) -> Result<(), String> {
         }
     }
     if o.get("cancel").and_then(Value::as_bool) != Some(true)
-        && o.get("no_cancel_reason").and_then(Value::as_str).is_none_or(str::is_empty)
+        && o.get("no_cancel_reason")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
     {
         return Err("hello: without `cancel: true`, `no_cancel_reason` must say why (the report shows it)".into());
     }
@@ -565,7 +602,9 @@ fn lifecycle(s: &mut Session<'_>) -> Result<(), String> {
     let conn = s.checkout(&pool)?;
     let returned = s.give_back(&conn)?;
     if !["to_pool", "closed", "to_pooler"].contains(&returned.as_str()) {
-        return Err(format!("return: `returned` must be to_pool, closed or to_pooler, got {returned}"));
+        return Err(format!(
+            "return: `returned` must be to_pool, closed or to_pooler, got {returned}"
+        ));
     }
     s.ping()?;
     s.close(&pool)
@@ -603,7 +642,9 @@ fn text_values(s: &mut Session<'_>) -> Result<(), String> {
         ));
     }
     if o.get("elapsed_ms").and_then(Value::as_f64).is_none_or(|e| e < 0.0) {
-        return Err(format!("`elapsed_ms` (≥ 0, measured around the library call) is missing: {o}"));
+        return Err(format!(
+            "`elapsed_ms` (≥ 0, measured around the library call) is missing: {o}"
+        ));
     }
     done(s, &pool, &[&c])
 }
@@ -624,14 +665,22 @@ fn several_statements(s: &mut Session<'_>) -> Result<(), String> {
 fn server_error(s: &mut Session<'_>) -> Result<(), String> {
     let pool = s.pool(1, 10_000)?;
     let c = s.checkout(&pool)?;
-    let v = s.raw.call(json!({"op": "query", "conn": c, "sql": "select 1/0"}), Duration::from_secs(ANSWER_S))?;
+    let v = s.raw.call(
+        json!({"op": "query", "conn": c, "sql": "select 1/0"}),
+        Duration::from_secs(ANSWER_S),
+    )?;
     let e = error(&v, "select 1/0")?;
     if e["kind"] != "db" || e["sqlstate"] != "22012" {
-        return Err(format!("select 1/0: expected kind db with sqlstate 22012 (division_by_zero), got {e}"));
+        return Err(format!(
+            "select 1/0: expected kind db with sqlstate 22012 (division_by_zero), got {e}"
+        ));
     }
     let o = s.query(&c, "select 3")?;
     if o["rows"] != json!([["3"]]) {
-        return Err(format!("the connection after a server error: `select 3` gave {}", o["rows"]));
+        return Err(format!(
+            "the connection after a server error: `select 3` gave {}",
+            o["rows"]
+        ));
     }
     done(s, &pool, &[&c])
 }
@@ -641,16 +690,20 @@ fn notices(s: &mut Session<'_>) -> Result<(), String> {
     let c = s.checkout(&pool)?;
     let o = s.query(&c, &format!("select pg_advisory_unlock({})", KEY_BASE))?;
     if o["rows"] != json!([["f"]]) {
-        return Err(format!("pg_advisory_unlock of a lock not held must give [[\"f\"]], got {}", o["rows"]));
+        return Err(format!(
+            "pg_advisory_unlock of a lock not held must give [[\"f\"]], got {}",
+            o["rows"]
+        ));
     }
     // A library that does not expose notices answers `notices: []`
     // (tokio-postgres's pooled connections); one that does must pass on
     // this one as `SEVERITY: message`.
     let notices = o["notices"].as_array().cloned().unwrap_or_default();
     if !notices.is_empty()
-        && !notices
-            .iter()
-            .any(|n| n.as_str().is_some_and(|n| n.starts_with("WARNING: ") && n.contains("you don't own a lock")))
+        && !notices.iter().any(|n| {
+            n.as_str()
+                .is_some_and(|n| n.starts_with("WARNING: ") && n.contains("you don't own a lock"))
+        })
     {
         return Err(format!(
             "pg_advisory_unlock of a lock not held: the notice must be `WARNING: you don't own a lock of type \
@@ -664,13 +717,19 @@ fn notices(s: &mut Session<'_>) -> Result<(), String> {
 fn transaction(s: &mut Session<'_>, end: &str, key: i64) -> Result<(), String> {
     let pool = s.pool(1, 10_000)?;
     let c = s.checkout(&pool)?;
-    let v = s.raw.call(json!({"op": "begin", "conn": c}), Duration::from_secs(ANSWER_S))?;
+    let v = s
+        .raw
+        .call(json!({"op": "begin", "conn": c}), Duration::from_secs(ANSWER_S))?;
     ok(&v, "begin")?;
     s.query(&c, &format!("select pg_advisory_xact_lock({key})"))?;
     if !s.lock_seen(key, true)? {
-        return Err(format!("after begin and pg_advisory_xact_lock({key}), the server shows no holder"));
+        return Err(format!(
+            "after begin and pg_advisory_xact_lock({key}), the server shows no holder"
+        ));
     }
-    let v = s.raw.call(json!({"op": end, "conn": c}), Duration::from_secs(ANSWER_S))?;
+    let v = s
+        .raw
+        .call(json!({"op": end, "conn": c}), Duration::from_secs(ANSWER_S))?;
     ok(&v, end)?;
     if s.lock_seen(key, true)? {
         return Err(format!(
@@ -727,19 +786,30 @@ fn query_bound(s: &mut Session<'_>) -> Result<(), String> {
     let (v, at) = s.raw.wait(id, Duration::from_millis(BOUND_MS + SLACK_MS))?;
     let took = at.duration_since(began);
     if !gave_up(&v) {
-        return Err(format!("a query with timeout_ms {BOUND_MS} on a held lock: expected ok.gave_up true, got {v}"));
+        return Err(format!(
+            "a query with timeout_ms {BOUND_MS} on a held lock: expected ok.gave_up true, got {v}"
+        ));
     }
     if took < Duration::from_millis(BOUND_MS) {
-        return Err(format!("gave up after {} ms, before its bound of {BOUND_MS} ms", took.as_millis()));
+        return Err(format!(
+            "gave up after {} ms, before its bound of {BOUND_MS} ms",
+            took.as_millis()
+        ));
     }
     s.query(&a, &format!("select pg_advisory_unlock({key})"))?;
     // Whatever the library left the connection as (a given-up call may
     // still run on the server and take the lock: a ghost), it must answer.
     s.raw
-        .call(json!({"op": "query", "conn": b, "sql": "select 1"}), Duration::from_secs(ANSWER_S))
+        .call(
+            json!({"op": "query", "conn": b, "sql": "select 1"}),
+            Duration::from_secs(ANSWER_S),
+        )
         .map_err(|e| format!("the connection after a given-up call: {e}"))?;
     s.raw
-        .call(json!({"op": "query", "conn": b, "sql": "select pg_advisory_unlock_all()"}), Duration::from_secs(ANSWER_S))
+        .call(
+            json!({"op": "query", "conn": b, "sql": "select pg_advisory_unlock_all()"}),
+            Duration::from_secs(ANSWER_S),
+        )
         .ok();
     done(s, &pool, &[&a, &b])
 }
@@ -769,7 +839,9 @@ fn drop_answered(s: &mut Session<'_>) -> Result<(), String> {
     let v = s.raw.call(json!({"op": "ping"}), Duration::from_secs(ANSWER_S))?;
     ok(&v, "ping")?;
     let pinged = s.raw.next_id - 1;
-    let v = s.raw.call(json!({"op": "drop", "target": pinged}), Duration::from_secs(ANSWER_S))?;
+    let v = s
+        .raw
+        .call(json!({"op": "drop", "target": pinged}), Duration::from_secs(ANSWER_S))?;
     ok(&v, "drop of an answered request").map(|_| ())
 }
 
@@ -778,18 +850,24 @@ fn cancel(s: &mut Session<'_>) -> Result<(), String> {
     let (pool, a, b) = two(s)?;
     let can = s.cancels.get(&b).copied().unwrap_or(false);
     let waiting = blocked(s, &a, &b, key, None)?;
-    let v = s.raw.call(json!({"op": "cancel", "conn": b}), Duration::from_secs(ANSWER_S))?;
+    let v = s
+        .raw
+        .call(json!({"op": "cancel", "conn": b}), Duration::from_secs(ANSWER_S))?;
     if can {
         ok(&v, "cancel (the connection has a cancel API: `cancel: true`)")?;
         let (w, _) = s.raw.wait(waiting, Duration::from_secs(ANSWER_S))?;
         let e = error(&w, "the cancelled query")?;
         if e["kind"] != "db" || e["sqlstate"] != "57014" {
-            return Err(format!("the cancelled query: expected kind db with sqlstate 57014 (query_canceled), got {e}"));
+            return Err(format!(
+                "the cancelled query: expected kind db with sqlstate 57014 (query_canceled), got {e}"
+            ));
         }
     } else {
         let e = error(&v, "cancel (the connection has no cancel API: `cancel: false`)")?;
         if e["kind"] != "unsupported" {
-            return Err(format!("cancel without a cancel API: expected kind unsupported, got {e}"));
+            return Err(format!(
+                "cancel without a cancel API: expected kind unsupported, got {e}"
+            ));
         }
         s.query(&a, &format!("select pg_advisory_unlock({key})"))?;
         let (w, _) = s.raw.wait(waiting, Duration::from_secs(ANSWER_S))?;
@@ -805,7 +883,9 @@ fn cancel_idle(s: &mut Session<'_>) -> Result<(), String> {
     let pool = s.pool(1, 10_000)?;
     let c = s.checkout(&pool)?;
     let can = s.cancels.get(&c).copied().unwrap_or(false);
-    let v = s.raw.call(json!({"op": "cancel", "conn": c}), Duration::from_secs(ANSWER_S))?;
+    let v = s
+        .raw
+        .call(json!({"op": "cancel", "conn": c}), Duration::from_secs(ANSWER_S))?;
     if can {
         ok(&v, "cancel with nothing in flight (nothing to cancel: `{}`)")?;
     } else {
@@ -813,7 +893,10 @@ fn cancel_idle(s: &mut Session<'_>) -> Result<(), String> {
     }
     let o = s.query(&c, "select 4")?;
     if o["rows"] != json!([["4"]]) {
-        return Err(format!("after a cancel with nothing in flight, `select 4` gave {}", o["rows"]));
+        return Err(format!(
+            "after a cancel with nothing in flight, `select 4` gave {}",
+            o["rows"]
+        ));
     }
     done(s, &pool, &[&c])
 }
@@ -828,7 +911,9 @@ fn abandon(s: &mut Session<'_>) -> Result<(), String> {
     let ab = s.raw.send(json!({"op": "abandon", "conn": b}));
     let (tv, _) = s.raw.wait(target, Duration::from_secs(ANSWER_S))?;
     if tv.get("dropped").and_then(Value::as_bool) != Some(true) && tv.get("error").is_none() {
-        return Err(format!("the abandoned call must answer `dropped: true` (or an error), got {tv}"));
+        return Err(format!(
+            "the abandoned call must answer `dropped: true` (or an error), got {tv}"
+        ));
     }
     let (dv, _) = s.raw.wait(d, Duration::from_secs(ANSWER_S))?;
     ok(&dv, "drop")?;
@@ -846,8 +931,10 @@ fn checkout_bound(s: &mut Session<'_>) -> Result<(), String> {
     let pool = s.pool(1, 10_000)?;
     let a = s.checkout(&pool)?;
     let began = Instant::now();
-    let id = s.raw.send(json!({"op": "checkout", "pool": pool, "conn": "c-bounded", "checkout_timeout_ms": 10_000,
-                               "timeout_ms": BOUND_MS}));
+    let id = s.raw.send(
+        json!({"op": "checkout", "pool": pool, "conn": "c-bounded", "checkout_timeout_ms": 10_000,
+                               "timeout_ms": BOUND_MS}),
+    );
     let (v, at) = s.raw.wait(id, Duration::from_millis(BOUND_MS + SLACK_MS))?;
     // A pool that never waits fails the checkout at once (an error, kind
     // client): the bound is never reached.
@@ -855,7 +942,9 @@ fn checkout_bound(s: &mut Session<'_>) -> Result<(), String> {
         if e["kind"] == "client" {
             return done(s, &pool, &[&a]);
         }
-        return Err(format!("a checkout from an exhausted pool: an error must be kind client, got {e}"));
+        return Err(format!(
+            "a checkout from an exhausted pool: an error must be kind client, got {e}"
+        ));
     }
     if !gave_up(&v) {
         return Err(format!(
@@ -864,7 +953,10 @@ fn checkout_bound(s: &mut Session<'_>) -> Result<(), String> {
         ));
     }
     if at.duration_since(began) < Duration::from_millis(BOUND_MS) {
-        return Err(format!("gave up after {} ms, before its bound of {BOUND_MS} ms", at.duration_since(began).as_millis()));
+        return Err(format!(
+            "gave up after {} ms, before its bound of {BOUND_MS} ms",
+            at.duration_since(began).as_millis()
+        ));
     }
     done(s, &pool, &[&a])
 }
@@ -872,9 +964,14 @@ fn checkout_bound(s: &mut Session<'_>) -> Result<(), String> {
 fn checkout_timeout(s: &mut Session<'_>) -> Result<(), String> {
     let pool = s.pool(1, BOUND_MS)?;
     let a = s.checkout(&pool)?;
-    let id = s.raw.send(json!({"op": "checkout", "pool": pool, "conn": "c-timeout", "checkout_timeout_ms": BOUND_MS}));
+    let id = s
+        .raw
+        .send(json!({"op": "checkout", "pool": pool, "conn": "c-timeout", "checkout_timeout_ms": BOUND_MS}));
     let (v, _) = s.raw.wait(id, Duration::from_millis(BOUND_MS + SLACK_MS))?;
-    let e = error(&v, &format!("a checkout from an exhausted pool with checkout_timeout_ms {BOUND_MS}"))?;
+    let e = error(
+        &v,
+        &format!("a checkout from an exhausted pool with checkout_timeout_ms {BOUND_MS}"),
+    )?;
     if e["kind"] == "protocol" {
         return Err(format!("a pool timeout is kind client, not protocol: {e}"));
     }
@@ -891,12 +988,16 @@ fn guard(s: &mut Session<'_>) -> Result<(), String> {
     )?;
     if v.get("ok").is_some() {
         if s.lock_seen(key, true)? {
-            return Err(format!("guard with end release_now answered, but lock {key} is still held"));
+            return Err(format!(
+                "guard with end release_now answered, but lock {key} is still held"
+            ));
         }
     } else {
         let e = error(&v, "guard")?;
         if e["kind"] != "unsupported" {
-            return Err(format!("guard: expected ok, or kind unsupported where the library has no guard API; got {e}"));
+            return Err(format!(
+                "guard: expected ok, or kind unsupported where the library has no guard API; got {e}"
+            ));
         }
     }
     done(s, &pool, &[&c])
@@ -911,18 +1012,32 @@ fn refused(s: &mut Session<'_>, fields: Value, what: &str) -> Result<Value, Stri
 }
 
 fn unknown_conn(s: &mut Session<'_>) -> Result<(), String> {
-    refused(s, json!({"op": "query", "conn": "c-never", "sql": "select 1"}), "a query on an unknown connection").map(|_| ())
+    refused(
+        s,
+        json!({"op": "query", "conn": "c-never", "sql": "select 1"}),
+        "a query on an unknown connection",
+    )
+    .map(|_| ())
 }
 
 fn return_without_checkout(s: &mut Session<'_>) -> Result<(), String> {
-    refused(s, json!({"op": "return", "conn": "c-never-out"}), "a return without a checkout").map(|_| ())
+    refused(
+        s,
+        json!({"op": "return", "conn": "c-never-out"}),
+        "a return without a checkout",
+    )
+    .map(|_| ())
 }
 
 fn after_return(s: &mut Session<'_>) -> Result<(), String> {
     let pool = s.pool(1, 10_000)?;
     let c = s.checkout(&pool)?;
     s.give_back(&c)?;
-    refused(s, json!({"op": "query", "conn": c, "sql": "select 1"}), "a query on a returned connection")?;
+    refused(
+        s,
+        json!({"op": "query", "conn": c, "sql": "select 1"}),
+        "a query on a returned connection",
+    )?;
     s.close(&pool)
 }
 
@@ -950,7 +1065,8 @@ fn close_with_call(s: &mut Session<'_>) -> Result<(), String> {
     let pool = s.pool(1, 10_000)?;
     let b = s.checkout(&pool)?;
     let waiting = blocked(s, &a, &b, key, None)?;
-    s.close(&pool).map_err(|e| format!("close_pool while a call waits: {e}"))?;
+    s.close(&pool)
+        .map_err(|e| format!("close_pool while a call waits: {e}"))?;
     s.query(&a, &format!("select pg_advisory_unlock({key})"))?;
     s.raw
         .wait(waiting, Duration::from_secs(POOL_S))

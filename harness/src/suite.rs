@@ -223,7 +223,10 @@ impl Suite {
     /// each other.
     fn plan(&self) -> Result<(Vec<Scenario>, Vec<Property>)> {
         if !self.scenarios.exists() {
-            bail!("{}", locklab_core::home::missing("the scenario library", &self.scenarios));
+            bail!(
+                "{}",
+                locklab_core::home::missing("the scenario library", &self.scenarios)
+            );
         }
         let all = crate::lab::load_scenarios(&self.scenarios)?;
         for name in &self.only {
@@ -293,10 +296,7 @@ impl Suite {
     /// each naming the deciding cell.
     pub fn check(&self) -> Result<Checked, SuiteError> {
         let (scenarios, properties) = self.plan().map_err(SuiteError::Setup)?;
-        let runnable: Vec<Scenario> = scenarios
-            .into_iter()
-            .filter(|s| self.cannot_run(s).is_none())
-            .collect();
+        let runnable: Vec<Scenario> = scenarios.into_iter().filter(|s| self.cannot_run(s).is_none()).collect();
         let lab = Lab::start(&self.server).map_err(SuiteError::Setup)?;
         let drivers = [self.boxed()];
         let results = lab.run(&runnable, &drivers).map_err(SuiteError::Setup)?;
@@ -338,7 +338,8 @@ impl Suite {
                     // The first test starts the server; the others wait for it.
                     let lab = lab
                         .get_or_init(|| Lab::start(&suite.server).map_err(|e| format!("{e:#}")))
-                        .as_ref().map_err(|e| format!("the server did not start: {e}"))?;
+                        .as_ref()
+                        .map_err(|e| format!("the server did not start: {e}"))?;
                     let results = lab
                         .run(std::slice::from_ref(&scenario), &[suite.boxed()])
                         .map_err(|e| format!("{e:#}"))?;
@@ -346,7 +347,12 @@ impl Suite {
                     if unmet.is_empty() {
                         Ok(())
                     } else {
-                        Err(unmet.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n").into())
+                        Err(unmet
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                            .into())
                     }
                 });
                 match ignored {
@@ -416,7 +422,8 @@ fn judge(required: &[Property], results: &[RunResult]) -> Vec<Unmet> {
         if deciding.decided_by.is_empty() {
             continue;
         }
-        let verdicts = crate::properties::evaluate(std::slice::from_ref(&deciding), &cells, std::slice::from_ref(&driver));
+        let verdicts =
+            crate::properties::evaluate(std::slice::from_ref(&deciding), &cells, std::slice::from_ref(&driver));
         let Some(column) = verdicts.first().and_then(|v| v.of(&driver)) else {
             continue;
         };

@@ -39,9 +39,10 @@ fn main() {
         adapter_check_names_what_the_broken_adapter_does_wrong,
     ));
     for set in ["asyncpg", "psycopg"] {
-        trials.push(common::trial(format!("adapter_check_passes_the_python_adapter::{set}"), move || {
-            adapter_check_passes_the_python_adapter(set)
-        }));
+        trials.push(common::trial(
+            format!("adapter_check_passes_the_python_adapter::{set}"),
+            move || adapter_check_passes_the_python_adapter(set),
+        ));
     }
     trials.push(common::trial(
         "a_missing_toolchain_is_na_with_its_install_command",
@@ -207,7 +208,11 @@ fn counted(stdout: &str) -> (usize, usize) {
 }
 
 fn adapter_check_passes_the_python_adapter(set: &str) {
-    let venv = if set == "asyncpg" { "asyncpg-0.31" } else { "psycopg-3.3" };
+    let venv = if set == "asyncpg" {
+        "asyncpg-0.31"
+    } else {
+        "psycopg-3.3"
+    };
     // What the harness does on first use (idempotent).
     let installed = std::process::Command::new("bash")
         .args(["drivers/adapters/python/install.sh", venv])
@@ -237,7 +242,10 @@ fn adapter_check_passes_the_rust_pool_adapter() {
 fn adapter_check_names_what_the_broken_adapter_does_wrong() {
     let script = common::root().join("harness/tests/fixtures/adapters/broken.py");
     let (code, stdout, stderr) = adapter_check(&["python3", &script.to_string_lossy(), "reject"]);
-    assert_eq!(code, 1, "a broken adapter must fail the check (exit 1)\n{stdout}\n{stderr}");
+    assert_eq!(
+        code, 1,
+        "a broken adapter must fail the check (exit 1)\n{stdout}\n{stderr}"
+    );
     // It answers hello (without saying why it has no cancel), open_pool and
     // checkout like a real adapter and rejects every query: the checks
     // that need a query fail, each by name, with what it answered.
@@ -256,7 +264,10 @@ fn adapter_check_names_what_the_broken_adapter_does_wrong() {
             .position(|l| l.trim_start() == format!("✗ {check}"))
             .unwrap_or_else(|| panic!("check {check:?} should fail by name:\n{stdout}"));
         let detail = stdout.lines().nth(line + 1).unwrap_or_default();
-        assert!(detail.contains(why), "check {check:?} should say {why:?}, says: {detail}");
+        assert!(
+            detail.contains(why),
+            "check {check:?} should say {why:?}, says: {detail}"
+        );
     }
     assert!(
         stdout.contains("✓ stdin closed: the adapter exits"),
@@ -280,11 +291,19 @@ fn a_missing_toolchain_is_na_with_its_install_command() {
     .unwrap();
     let run = |ci: Option<&str>, allow: Option<&str>| {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_locklab"));
-        cmd.args(["run", "-s", "session-lock-pool-return", "-d", "needs-a-toolchain", "--backend", "local"])
-            .arg("--columns")
-            .arg(&file)
-            .env_remove("CI")
-            .env_remove("LOCKLAB_ALLOW_MISSING");
+        cmd.args([
+            "run",
+            "-s",
+            "session-lock-pool-return",
+            "-d",
+            "needs-a-toolchain",
+            "--backend",
+            "local",
+        ])
+        .arg("--columns")
+        .arg(&file)
+        .env_remove("CI")
+        .env_remove("LOCKLAB_ALLOW_MISSING");
         if let Some(v) = ci {
             cmd.env("CI", v);
         }
@@ -294,7 +313,11 @@ fn a_missing_toolchain_is_na_with_its_install_command() {
         let out = cmd.output().expect("locklab runs");
         (
             out.status.code().unwrap_or(-1),
-            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
         )
     };
     let (code, text) = run(None, None);

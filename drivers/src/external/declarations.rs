@@ -133,7 +133,10 @@ impl AdapterSpec {
     /// the column says, the command that installs it.
     pub fn unavailable(&self) -> Option<String> {
         let hint = |program: &str| match &self.toolchain {
-            Some(t) => format!("driver '{}' needs `{program}`, which is not on PATH; install it with: {}", self.id, t.install),
+            Some(t) => format!(
+                "driver '{}' needs `{program}`, which is not on PATH; install it with: {}",
+                self.id, t.install
+            ),
             None => format!("driver '{}' needs `{program}`, which is not on PATH", self.id),
         };
         if let Some(t) = &self.toolchain
@@ -182,7 +185,8 @@ pub fn read_declarations(path: &Path) -> Result<Vec<AdapterSpec>, String> {
     let specs: Vec<AdapterSpec> = serde_saphyr::from_str(&text)
         .map_err(|e| locklab_core::located::yaml_error(path, &e, "columns file", &[]).to_string())?;
     for (i, s) in specs.iter().enumerate() {
-        let at = entry_line(&text, &s.id).map_or_else(|| path.display().to_string(), |l| format!("{}:{l}", path.display()));
+        let at =
+            entry_line(&text, &s.id).map_or_else(|| path.display().to_string(), |l| format!("{}:{l}", path.display()));
         if specs[..i].iter().any(|o| o.id == s.id) {
             return Err(format!("{at}: driver id '{}' is declared twice", s.id));
         }
@@ -205,7 +209,12 @@ pub fn read_declarations(path: &Path) -> Result<Vec<AdapterSpec>, String> {
             }
             _ => {}
         }
-        if s.id.is_empty() || !s.id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '+')) {
+        if s.id.is_empty()
+            || !s
+                .id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '+'))
+        {
             return Err(format!(
                 "{at}: driver id '{}' must be letters, digits, `-`, `_`, `.` and `+` (it names the column, a database and files)",
                 s.id
@@ -217,12 +226,13 @@ pub fn read_declarations(path: &Path) -> Result<Vec<AdapterSpec>, String> {
 
 /// The line (1-based) of the entry `- id: ID` in `text`, for messages.
 fn entry_line(text: &str, id: &str) -> Option<usize> {
-    text.lines().position(|l| {
-        let l = l.trim_start().trim_start_matches('-').trim_start();
-        l.strip_prefix("id:")
-            .is_some_and(|v| v.trim().trim_matches(|c| c == '"' || c == '\'') == id)
-    })
-    .map(|i| i + 1)
+    text.lines()
+        .position(|l| {
+            let l = l.trim_start().trim_start_matches('-').trim_start();
+            l.strip_prefix("id:")
+                .is_some_and(|v| v.trim().trim_matches(|c| c == '"' || c == '\'') == id)
+        })
+        .map(|i| i + 1)
 }
 
 /// The declared columns, read once; a broken file is reported once on
@@ -259,7 +269,12 @@ fn user_specs() -> &'static RwLock<Vec<(AdapterSpec, PathBuf)>> {
 /// column already has.
 pub fn add_columns_file(path: &Path) -> Result<Vec<String>, String> {
     let file = std::fs::canonicalize(path).map_err(|e| format!("--columns {}: {e}", path.display()))?;
-    if user_specs().read().unwrap_or_else(|p| p.into_inner()).iter().any(|(_, f)| *f == file) {
+    if user_specs()
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .any(|(_, f)| *f == file)
+    {
         return Ok(Vec::new());
     }
     let base = file.parent().map_or_else(|| PathBuf::from("/"), Path::to_path_buf);
@@ -303,7 +318,10 @@ fn column(s: &AdapterSpec) -> Box<dyn crate::Driver> {
         return Box::new(ExternalDriver::new(s.clone()));
     };
     let pooler = crate::Pooler::external(p.mode, super::leak(&p.host), p.port, p.cancel);
-    let (id, configuration) = (super::leak(&s.id), super::leak(&format!("{} {}: {}", s.package, s.version, s.configuration)));
+    let (id, configuration) = (
+        super::leak(&s.id),
+        super::leak(&format!("{} {}: {}", s.package, s.version, s.configuration)),
+    );
     match p.client {
         PoolerClient::TokioPostgres => Box::new(crate::pgbouncer::ViaPooler::new(
             id,
@@ -362,7 +380,12 @@ pub(super) fn install(spec: &AdapterSpec) -> Result<Vec<String>, String> {
             .args(&spec.install[1..])
             .current_dir(&base)
             .output()
-            .map_err(|e| format!("driver '{}': cannot run its install ({}): {e}", spec.id, spec.install[0]))?;
+            .map_err(|e| {
+                format!(
+                    "driver '{}': cannot run its install ({}): {e}",
+                    spec.id, spec.install[0]
+                )
+            })?;
         let err = String::from_utf8_lossy(&out.stderr);
         if out.status.success() {
             eprint!("{err}");
@@ -380,4 +403,100 @@ pub(super) fn install(spec: &AdapterSpec) -> Result<Vec<String>, String> {
         }
     });
     outcome.clone().map(|()| command)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str) -> Result<Vec<AdapterSpec>, String> {
+        let dir = tempfile_dir();
+        let file = dir.join("columns.yaml");
+        std::fs::write(&file, text).unwrap();
+        let out = read_declarations(&file);
+        let _ = std::fs::remove_dir_all(&dir);
+        out
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let d = std::env::temp_dir().join(format!(
+            "locklab-declarations-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    const HEAD: &str = "- id: mine+deadpool\n  package: p\n  version: \"1\"\n  configuration: c\n";
+
+    #[test]
+    fn a_pooler_column_needs_its_address_and_no_command() {
+        let ok = read(&format!(
+            "{HEAD}  kind: pooler\n  pooler: {{host: 127.0.0.1, port: 6432, mode: transaction, client: deadpool}}\n"
+        ))
+        .unwrap();
+        let p = ok[0].pooler.as_ref().unwrap();
+        assert_eq!(
+            (ok[0].kind, p.port, p.mode, p.client, p.cancel),
+            (
+                ColumnKind::Pooler,
+                6432,
+                crate::PoolerMode::Transaction,
+                PoolerClient::Deadpool,
+                true
+            )
+        );
+        let e = read(&format!("{HEAD}  kind: pooler\n")).unwrap_err();
+        assert!(
+            e.contains("columns.yaml:1: driver 'mine+deadpool' (kind: pooler) needs `pooler"),
+            "{e}"
+        );
+        let e = read(&format!(
+            "{HEAD}  kind: pooler\n  command: [x]\n  pooler: {{host: h, port: 1, mode: session}}\n"
+        ))
+        .unwrap_err();
+        assert!(e.contains("runs no adapter"), "{e}");
+        let e = read(&format!(
+            "{HEAD}  command: [x]\n  pooler: {{host: h, port: 1, mode: session}}\n"
+        ))
+        .unwrap_err();
+        assert!(e.contains("`pooler` is for `kind: pooler`"), "{e}");
+    }
+
+    #[test]
+    fn mistakes_are_located() {
+        let e = read(&format!(
+            "{HEAD}  command: [x]\n  toolchian: {{program: x, install: y}}\n"
+        ))
+        .unwrap_err();
+        assert!(e.contains("columns.yaml:6:3: unknown field `toolchian`"), "{e}");
+        let e = read(&format!("{HEAD}  command: []\n")).unwrap_err();
+        assert!(
+            e.contains("columns.yaml:1: driver 'mine+deadpool' has an empty command"),
+            "{e}"
+        );
+        let e = read("- id: a b\n  package: p\n  version: \"1\"\n  configuration: c\n  command: [x]\n").unwrap_err();
+        assert!(e.contains("driver id 'a b' must be"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_toolchain_names_its_install_command() {
+        let mut spec = read(&format!(
+            "{HEAD}  command: [x]\n  toolchain: {{program: locklab-no-such-program, install: \"get it\"}}\n"
+        ))
+        .unwrap()
+        .remove(0);
+        assert_eq!(
+            spec.unavailable().as_deref(),
+            Some(
+                "driver 'mine+deadpool' needs `locklab-no-such-program`, which is not on PATH; install it with: get it"
+            )
+        );
+        spec.toolchain = None;
+        spec.command = vec!["sh".into()];
+        assert_eq!(spec.unavailable(), None, "sh is on PATH");
+    }
 }

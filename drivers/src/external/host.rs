@@ -402,7 +402,11 @@ impl Host {
                 // a pool whose close waits for them (sqlx) closes.
                 let out: Vec<String> = {
                     let st = self.lock();
-                    st.conns.iter().filter(|(_, (p, _))| *p == pool).map(|(c, _)| c.clone()).collect()
+                    st.conns
+                        .iter()
+                        .filter(|(_, (p, _))| *p == pool)
+                        .map(|(c, _)| c.clone())
+                        .collect()
                 };
                 for conn in out {
                     let _ = self.abandon(&conn).await;

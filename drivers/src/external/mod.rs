@@ -16,11 +16,11 @@ mod host;
 pub mod protocol;
 
 pub use adapter::record_to;
-pub use declarations::{
-    AdapterSpec, ColumnKind, PoolerClient, PoolerSpec, Toolchain, add_columns_file, declarations_file, declared, read_declarations, user_column_file,
-    user_columns,
-};
 use declarations::install;
+pub use declarations::{
+    AdapterSpec, ColumnKind, PoolerClient, PoolerSpec, Toolchain, add_columns_file, declarations_file, declared,
+    read_declarations, user_column_file, user_columns,
+};
 pub use host::serve;
 
 use std::collections::HashMap;
@@ -237,7 +237,10 @@ impl Driver for ExternalDriver {
         if self.hosted.is_some() {
             return None;
         }
-        let mut seen = SEEN.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = SEEN
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         seen.entry(self.spec.id.clone())
             .or_insert_with(|| self.spec.unavailable())
             .clone()

@@ -12,7 +12,9 @@ use sqlx::postgres::PgPoolOptions;
 pub fn with_unlock_on_return(options: PgPoolOptions) -> PgPoolOptions {
     options.after_release(|conn, _meta| {
         Box::pin(async move {
-            sqlx::raw_sql("select pg_advisory_unlock_all()").execute(&mut *conn).await?;
+            sqlx::raw_sql("select pg_advisory_unlock_all()")
+                .execute(&mut *conn)
+                .await?;
             Ok(true)
         })
     })

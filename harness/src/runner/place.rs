@@ -71,8 +71,8 @@ pub const ALLOW_MISSING_VAR: &str = "LOCKLAB_ALLOW_MISSING";
 pub(super) fn missing_toolchain(driver: &dyn Driver, id: &str) -> Option<NotRun> {
     let why = driver.unavailable()?;
     let in_ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty());
-    let allowed = std::env::var(ALLOW_MISSING_VAR)
-        .is_ok_and(|v| v.split(',').map(str::trim).any(|c| c == id || c == "*"));
+    let allowed =
+        std::env::var(ALLOW_MISSING_VAR).is_ok_and(|v| v.split(',').map(str::trim).any(|c| c == id || c == "*"));
     Some(if in_ci && !allowed {
         NotRun::Fails(format!(
             "{why} (under CI a missing toolchain fails the run: install it, or set {ALLOW_MISSING_VAR}={id} to \

@@ -144,7 +144,10 @@ impl<'a> Run<'a> {
     async fn open(&mut self, driver: &dyn Driver) -> Result<(Box<dyn locklab_drivers::Pool>, DirectConn), StepError> {
         let mut spec = self.spec(&format!("locklab-{}", self.info.id), &self.scenario.pool_settings);
         if let Some(pooler) = self.info.pooler {
-            self.server.route(pooler, &mut spec).await.map_err(|e| format!("{e:#}"))?;
+            self.server
+                .route(pooler, &mut spec)
+                .await
+                .map_err(|e| format!("{e:#}"))?;
         }
         self.run_sql_list(&self.scenario.setup, "setup").await?;
         let opts = PoolOptions {
