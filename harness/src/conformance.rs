@@ -610,6 +610,13 @@ fn lifecycle(s: &mut Session<'_>) -> Result<(), String> {
     s.close(&pool)
 }
 
+/// A pool of 1 and its connection.
+fn one(s: &mut Session<'_>) -> Result<(String, String), String> {
+    let pool = s.pool(1, 10_000)?;
+    let c = s.checkout(&pool)?;
+    Ok((pool, c))
+}
+
 /// A pool of 2 and two connections of it.
 fn two(s: &mut Session<'_>) -> Result<(String, String, String), String> {
     let pool = s.pool(2, 10_000)?;
@@ -626,8 +633,7 @@ fn done(s: &mut Session<'_>, pool: &str, conns: &[&str]) -> Result<(), String> {
 }
 
 fn text_values(s: &mut Session<'_>) -> Result<(), String> {
-    let pool = s.pool(1, 10_000)?;
-    let c = s.checkout(&pool)?;
+    let (pool, c) = one(s)?;
     let o = s.query(
         &c,
         "select 1 as one, true as yes, false as no, null::int as nothing, 'x y'::text as words, \
@@ -650,8 +656,7 @@ fn text_values(s: &mut Session<'_>) -> Result<(), String> {
 }
 
 fn several_statements(s: &mut Session<'_>) -> Result<(), String> {
-    let pool = s.pool(1, 10_000)?;
-    let c = s.checkout(&pool)?;
+    let (pool, c) = one(s)?;
     let o = s.query(&c, "select 1 as a; select 2 as b")?;
     if o["rows"] != json!([["1"], ["2"]]) {
         return Err(format!(
@@ -663,8 +668,7 @@ fn several_statements(s: &mut Session<'_>) -> Result<(), String> {
 }
 
 fn server_error(s: &mut Session<'_>) -> Result<(), String> {
-    let pool = s.pool(1, 10_000)?;
-    let c = s.checkout(&pool)?;
+    let (pool, c) = one(s)?;
     let v = s.raw.call(
         json!({"op": "query", "conn": c, "sql": "select 1/0"}),
         Duration::from_secs(ANSWER_S),
@@ -686,8 +690,7 @@ fn server_error(s: &mut Session<'_>) -> Result<(), String> {
 }
 
 fn notices(s: &mut Session<'_>) -> Result<(), String> {
-    let pool = s.pool(1, 10_000)?;
-    let c = s.checkout(&pool)?;
+    let (pool, c) = one(s)?;
     let o = s.query(&c, &format!("select pg_advisory_unlock({})", KEY_BASE))?;
     if o["rows"] != json!([["f"]]) {
         return Err(format!(
@@ -715,8 +718,7 @@ fn notices(s: &mut Session<'_>) -> Result<(), String> {
 }
 
 fn transaction(s: &mut Session<'_>, end: &str, key: i64) -> Result<(), String> {
-    let pool = s.pool(1, 10_000)?;
-    let c = s.checkout(&pool)?;
+    let (pool, c) = one(s)?;
     let v = s
         .raw
         .call(json!({"op": "begin", "conn": c}), Duration::from_secs(ANSWER_S))?;
@@ -880,8 +882,7 @@ fn cancel(s: &mut Session<'_>) -> Result<(), String> {
 }
 
 fn cancel_idle(s: &mut Session<'_>) -> Result<(), String> {
-    let pool = s.pool(1, 10_000)?;
-    let c = s.checkout(&pool)?;
+    let (pool, c) = one(s)?;
     let can = s.cancels.get(&c).copied().unwrap_or(false);
     let v = s
         .raw
@@ -980,8 +981,7 @@ fn checkout_timeout(s: &mut Session<'_>) -> Result<(), String> {
 
 fn guard(s: &mut Session<'_>) -> Result<(), String> {
     let key = KEY_BASE + 8;
-    let pool = s.pool(1, 10_000)?;
-    let c = s.checkout(&pool)?;
+    let (pool, c) = one(s)?;
     let v = s.raw.call(
         json!({"op": "guard", "conn": c, "key": key, "end": "release_now"}),
         Duration::from_secs(ANSWER_S),
@@ -1030,8 +1030,7 @@ fn return_without_checkout(s: &mut Session<'_>) -> Result<(), String> {
 }
 
 fn after_return(s: &mut Session<'_>) -> Result<(), String> {
-    let pool = s.pool(1, 10_000)?;
-    let c = s.checkout(&pool)?;
+    let (pool, c) = one(s)?;
     s.give_back(&c)?;
     refused(
         s,
