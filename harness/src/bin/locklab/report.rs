@@ -41,14 +41,17 @@ pub fn report(dir: &Path, custom_dir: bool, args: &ReportArgs) -> Result<ExitCod
         screenshot,
         from,
     } = args;
-    let partial = !run.scenario.is_empty() || !run.driver.is_empty() || custom_dir || run.shard.is_some();
+    // A user's own columns (--columns) are never written into this repository's reports/.
+    let yours = !locklab_drivers::external::user_columns().is_empty();
+    let partial =
+        !run.scenario.is_empty() || !run.driver.is_empty() || custom_dir || run.shard.is_some() || yours;
     let out: PathBuf = match (out, from) {
         (Some(out), _) => out.clone(),
         // Re-rendered where it is (reports/matrix.json into reports/).
         (None, Some(file)) => file.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf),
         (None, None) if partial => bail!(
-            "`report` with --scenario, --driver, --shard or another scenario directory would replace \
-             the full matrix in reports/ with a partial one; give --out DIR, or use `run`"
+            "`report` with --scenario, --driver, --shard, another scenario directory or columns of your own \
+             (--columns) would replace locklab's matrix in reports/; give --out DIR, or use `run`"
         ),
         (None, None) => server::workspace_root().join("reports"),
     };
