@@ -134,14 +134,20 @@ pub struct Pooler {
 }
 
 impl Pooler {
-    /// Debian 12's PgBouncer in `mode`.
-    pub const fn pgbouncer(mode: PoolerMode) -> Pooler {
+    /// One of the poolers the harness starts (not [`PoolerKind::External`],
+    /// which needs an address: [`Pooler::external`]), in `mode`.
+    pub const fn new(kind: PoolerKind, mode: PoolerMode) -> Pooler {
         Pooler {
-            kind: PoolerKind::PgBouncer,
+            kind,
             mode,
             address: None,
             no_cancel: false,
         }
+    }
+
+    /// Debian 12's PgBouncer in `mode`.
+    pub const fn pgbouncer(mode: PoolerMode) -> Pooler {
+        Pooler::new(PoolerKind::PgBouncer, mode)
     }
 
     /// A user's own pooler in `mode`, listening on `host`:`port`; `cancel`:

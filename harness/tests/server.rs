@@ -433,7 +433,7 @@ async fn servers_the_harness_starts_listen_on_loopback_only() {
         (PoolerKind::Pgpool, PoolerMode::Session),
     ];
     for (kind, mode) in poolers {
-        let pooler = Pooler { kind, mode };
+        let pooler = Pooler::new(kind, mode);
         if let Some(why) = locklab::server::poolers::unavailable(pooler) {
             eprintln!("skipping {}: {why}", pooler.label());
             continue;
