@@ -400,3 +400,164 @@ fn nothing_of_a_run_remains_however_it_ends(
         assert!(left.is_empty(), "{ending}: run databases left: {left:?}");
     }
 }
+
+/// Processes (pid, command line) whose environment holds `marker`: every
+/// process a run started, however deep (an adapter's JVM or Node process, a
+/// Go binary, a Python interpreter), inherits it. Not this test process.
+fn processes_marked(marker: &str) -> Vec<(u32, String)> {
+    let me = std::process::id();
+    let needle = marker.as_bytes();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me || !alive(pid as i32) {
+            continue;
+        }
+        let Ok(env) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if env.split(|b| *b == 0).any(|v| v == needle) {
+            let cmd = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            found.push((pid, String::from_utf8_lossy(&cmd).replace('\0', " ").trim().to_owned()));
+        }
+    }
+    found
+}
+
+/// No adapter process outlives a run, however it ends (all cells pass; an
+/// expectation fails; SIGINT or SIGTERM while every adapter column's
+/// statement runs on the server; SIGKILL, when no destructor runs and an
+/// adapter must notice that its stdin closed): every out-of-process column
+/// of `drivers/adapters/adapters.yaml` whose toolchain is here (Python, Java,
+/// Go, Node) runs one scenario in one `locklab run`, and afterwards no
+/// process that inherited the run's environment is left.
+#[rstest]
+fn no_adapter_process_outlives_a_run(
+    #[values("pass", "failed-expectation", "sigint", "sigterm", "sigkill")] ending: &str,
+) {
+    use locklab_drivers::Driver as _;
+    let columns: Vec<String> = locklab_drivers::external::declared()
+        .into_iter()
+        .filter(|d| d.unavailable().is_none())
+        .map(|d| d.info().id.to_owned())
+        .collect();
+    assert!(
+        !columns.is_empty(),
+        "no out-of-process column can run here (each names its missing toolchain)"
+    );
+    let tmp = private_tmpdir();
+    let scenarios = tempfile::tempdir().unwrap();
+    let (expect, sql) = match ending {
+        "failed-expectation" => ("{ value: 2 }", "select 1"),
+        "sigint" | "sigterm" | "sigkill" => ("{ value: '' }", "select pg_sleep(60)"),
+        _ => ("{ value: 1 }", "select 1"),
+    };
+    std::fs::write(
+        scenarios.path().join("ending.yaml"),
+        format!(
+            "name: ending\ndescription: ends as the test says\nactors: {{ w: {{ via: pool }} }}\nsteps:\n  \
+             - {{ actor: w, do: checkout }}\n  - {{ actor: w, sql: select pg_advisory_lock(7) }}\n  \
+             - {{ actor: w, sql: '{sql}', expect: {expect} }}\n"
+        ),
+    )
+    .unwrap();
+    let marker = format!("LOCKLAB_TEST_MARK={}-{}", std::process::id(), rand::random::<u64>());
+    let (key, value) = marker.split_once('=').unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_locklab"));
+    cmd.args(["run", "--backend", "local"]);
+    for c in &columns {
+        cmd.args(["-d", c]);
+    }
+    cmd.arg("--scenarios")
+        .arg(scenarios.path())
+        .env("LOCKLAB_CLUSTER_DIR", tmp.path())
+        .env("TMPDIR", tmp.path())
+        .env(key, value)
+        .env_remove("LOCKLAB_DSN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let pid = child.id();
+    let signal = match ending {
+        "sigint" => Some(Signal::SIGINT),
+        "sigterm" => Some(Signal::SIGTERM),
+        "sigkill" => Some(Signal::SIGKILL),
+        _ => None,
+    };
+    if let Some(signal) = signal {
+        // Every column's backend in `pg_sleep(60)` (its title `SELECT`) for
+        // 200 ms: each adapter is mid-statement, holding advisory lock 7.
+        // (First use may install a column's packages: minutes, not hours.)
+        let deadline = Instant::now() + Duration::from_secs(600);
+        let mut since: std::collections::HashMap<u32, Instant> = Default::default();
+        loop {
+            let busy = backends_of(pid);
+            since.retain(|b, _| busy.iter().any(|(p, t)| p == b && t.ends_with("SELECT")));
+            for (p, t) in &busy {
+                if t.ends_with("SELECT") {
+                    since.entry(*p).or_insert_with(Instant::now);
+                }
+            }
+            let sleeping = |column: &str| {
+                let tag = format!(
+                    "_{}_",
+                    column.replace(|c: char| !c.is_ascii_alphanumeric(), "_").to_lowercase()
+                );
+                busy.iter().any(|(p, t)| {
+                    t.contains(&tag) && since.get(p).is_some_and(|s| s.elapsed() >= Duration::from_millis(200))
+                })
+            };
+            if columns.iter().all(|c| sleeping(c)) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not every column reached pg_sleep: {busy:?} (columns {columns:?})"
+            );
+            assert!(child.try_wait().unwrap().is_none(), "locklab exited before the signal");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // The marker reaches the run's descendants: locklab and at least one
+        // adapter process per column (so an empty list below means gone).
+        let marked = processes_marked(&marker);
+        assert!(
+            marked.len() > columns.len(),
+            "the run's processes should carry {marker}: {marked:?}"
+        );
+        kill(Pid::from_raw(pid as i32), signal).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let code = match ending {
+        "pass" => Some(0),
+        "failed-expectation" => Some(1),
+        "sigint" => Some(130),
+        "sigterm" => Some(143),
+        _ => None,
+    };
+    assert_eq!(out.status.code(), code, "{ending}: {log}");
+    if ending == "pass" {
+        let want = format!("{} passed", columns.len());
+        assert!(log.contains(&want), "{ending}: want {want:?}:\n{log}");
+    }
+    // Gone within moments: an adapter ends when locklab ends it or when its
+    // stdin closes; after SIGKILL the watchdog stops the cluster.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = processes_marked(&marker);
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{ending}: 30 s after locklab exited, processes of the run remain: {left:?}\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
