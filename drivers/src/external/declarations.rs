@@ -349,6 +349,36 @@ pub fn user_column_file(id: &str) -> Option<PathBuf> {
         .map(|(_, f)| f.clone())
 }
 
+/// The declaration of out-of-process column `id`: one of
+/// `drivers/adapters/adapters.yaml` or of a user's columns file
+/// ([`add_columns_file`]); `None` for an unknown id or a Rust column.
+pub fn declaration(id: &str) -> Option<AdapterSpec> {
+    static SPECS: OnceLock<Vec<AdapterSpec>> = OnceLock::new();
+    let ours = SPECS.get_or_init(|| read_declarations(&declarations_file()).unwrap_or_default());
+    ours.iter().find(|s| s.id == id).cloned().or_else(|| {
+        user_specs()
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|(s, _)| s.id == id)
+            .map(|(s, _)| s.clone())
+    })
+}
+
+impl AdapterSpec {
+    /// The adapter's command, ready to run in [`AdapterSpec::base_dir`],
+    /// after its `install` ran (once per process).
+    ///
+    /// # Errors
+    /// The install command cannot be run or fails (its last line of stderr).
+    pub fn installed_command(&self) -> Result<Vec<String>, String> {
+        if self.command.is_empty() {
+            return Err(format!("driver '{}' runs no adapter (kind: pooler)", self.id));
+        }
+        install(self)
+    }
+}
+
 /// The adapter's command with its program made absolute, after running its
 /// `install` command (once per process and column: an install command must
 /// return at once when it has nothing to do). It runs even when the program

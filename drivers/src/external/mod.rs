@@ -18,7 +18,7 @@ pub mod protocol;
 pub use adapter::record_to;
 use declarations::install;
 pub use declarations::{
-    AdapterSpec, ColumnKind, PoolerClient, PoolerSpec, Toolchain, add_columns_file, declarations_file, declared,
+    AdapterSpec, ColumnKind, PoolerClient, PoolerSpec, Toolchain, add_columns_file, declaration, declarations_file, declared,
     read_declarations, user_column_file, user_columns,
 };
 pub use host::serve;

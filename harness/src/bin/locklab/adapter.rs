@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
+use locklab_drivers::Driver as _;
 use locklab::server::{Server, ServerOptions};
 
 use crate::cli::AdapterCheckArgs;
@@ -17,15 +18,18 @@ use crate::output::emit;
 /// The server does not start; the adapter cannot be started; the check's
 /// database cannot be made.
 pub fn check(args: &AdapterCheckArgs) -> Result<ExitCode> {
+    let (command, dir) = match &args.column {
+        None => (args.command.clone(), std::env::current_dir()?),
+        Some(id) => column_command(id)?,
+    };
     let options = ServerOptions {
         dsn: args.dsn.clone(),
         ..ServerOptions::new(args.backend, args.pg)
     };
     let server = Server::start(&options)?;
-    let dir = std::env::current_dir()?;
     emit(&format!(
         "locklab adapter check: {} (on {})\n",
-        args.command.join(" "),
+        command.join(" "),
         server.describe()
     ))?;
     let mut print = |f: &locklab::conformance::Finding| {
@@ -35,7 +39,7 @@ pub fn check(args: &AdapterCheckArgs) -> Result<ExitCode> {
         };
         let _ = emit(&line);
     };
-    let findings = locklab::conformance::check(&server, &args.command, &dir, &mut print)?;
+    let findings = locklab::conformance::check(&server, &command, &dir, &mut print)?;
     let failed: Vec<&str> = findings
         .iter()
         .filter(|f| f.wrong.is_some())
@@ -53,4 +57,27 @@ pub fn check(args: &AdapterCheckArgs) -> Result<ExitCode> {
         );
         Ok(ExitCode::from(1))
     }
+}
+
+/// `--column ID`: the column's adapter command, installed, and its base
+/// directory.
+///
+/// # Errors
+/// An unknown id or a Rust column (the out-of-process ids are listed); a
+/// column that cannot run here (its missing toolchain and the command that
+/// installs it); a failed install.
+fn column_command(id: &str) -> Result<(Vec<String>, std::path::PathBuf)> {
+    use locklab_drivers::external::{declaration, declared};
+    let Some(spec) = declaration(id) else {
+        let ids: Vec<String> = declared().iter().map(|d| d.info().id.to_owned()).collect();
+        anyhow::bail!(
+            "no out-of-process column '{id}' (locklab's: {}; yours come from --columns FILE)",
+            ids.join(", ")
+        );
+    };
+    if let Some(why) = spec.unavailable() {
+        anyhow::bail!("{why}");
+    }
+    let command = spec.installed_command().map_err(anyhow::Error::msg)?;
+    Ok((command, spec.base_dir()))
 }

@@ -131,8 +131,13 @@ pub struct AdapterCheckArgs {
     /// An existing server's connection string (with --backend external).
     #[arg(long, env = "LOCKLAB_DSN", hide_env_values = true)]
     pub dsn: Option<String>,
+    /// Check the adapter of this out-of-process column instead of a command:
+    /// one of drivers/adapters/adapters.yaml or of a `--columns FILE`,
+    /// installed first if it needs to be, run in its base directory.
+    #[arg(long, value_name = "ID", conflicts_with = "command")]
+    pub column: Option<String>,
     /// The adapter's program and arguments, after `--`; run in the current directory.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(last = true, required_unless_present = "column", value_name = "COMMAND")]
     pub command: Vec<String>,
 }
 
