@@ -61,7 +61,7 @@ try {
   pgVersion = require(path.join(MODULES, 'pg', 'package.json')).version
   poolVersion = require(path.join(MODULES, 'pg-pool', 'package.json')).version
 } catch (e) {
-  log(`cannot load node-postgres from ${MODULES} (run drivers/adapters/node/install.sh ${NAME}): ${e.message}`)
+  log(`cannot load node-postgres from ${MODULES} (run drivers/adapters/node/install.sh ${NAME}): ${e.message.split('\n')[0]}`)
   process.exit(1)
 }
 try {
@@ -154,8 +154,11 @@ function opOpenPool(req) {
 
 async function opCheckout(req, state) {
   const p = poolOf(req.pool)
-  // The pool's own checkout timeout, for this call (read by connect()).
-  p.pool.options.connectionTimeoutMillis = req.checkout_timeout_ms
+  if (p.pool.options.connectionTimeoutMillis !== req.checkout_timeout_ms) {
+    // A checkout bound other than open_pool's: still the pool's own checkout
+    // timeout, which connect() reads from its options at each call.
+    p.pool.options.connectionTimeoutMillis = req.checkout_timeout_ms
+  }
   const pending = p.pool.connect()
   if (req.timeout_ms != null) {
     state.timer = setTimeout(() => state.answer({ ok: { gave_up: true } }), req.timeout_ms)

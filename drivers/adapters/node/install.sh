@@ -51,8 +51,7 @@ tmp="$dest.tmp"
 rm -rf "$dest" "$tmp"
 mkdir -p "$tmp/debs" "$tmp/root"
 say "downloading ${debs[*]} from Debian $suite into $dest"
-if ! bash "$root/drivers/adapters/fetch-debs.sh" "$suite" "$tmp/debs" "${debs[@]}" 2>"$tmp/fetch.log"; then
-  cat "$tmp/fetch.log" >&2
+if ! bash "$root/drivers/adapters/fetch-debs.sh" "$suite" "$tmp/debs" "${debs[@]}"; then
   rm -rf "$tmp"
   say "cannot download ${debs[*]} from Debian $suite (see above)"
   exit 1
