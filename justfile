@@ -5,11 +5,14 @@
 default:
     @just --list
 
-# Install the PostgreSQL binaries into .cache/postgres/MAJOR, PgBouncer into .cache/pgbouncer and the Python columns' packages into .cache/python (the harness also does these on first use), and Chromium (Debian's package, as root) for the HTML report's check and screenshot.
+# Install the PostgreSQL binaries into .cache/postgres/MAJOR, PgBouncer into .cache/pgbouncer, the Python columns' packages into .cache/python and the Java, Go and Node columns' packages into .cache (the harness also does these on first use), and Chromium (Debian's package, as root) for the HTML report's check and screenshot.
 setup major="17":
     bash harness/scripts/install-postgres.sh {{major}}
     bash harness/scripts/install-pgbouncer.sh
-    for set in asyncpg-0.31 asyncpg-0.32 psycopg-3.3; do bash drivers/adapters/python/install.sh $set; done
+    for set in asyncpg-0.31 asyncpg-0.32 psycopg-3.3 psycopg2-2.9 sqlalchemy-2.0; do bash drivers/adapters/python/install.sh $set; done
+    bash drivers/adapters/java/install.sh hikaricp
+    bash drivers/adapters/go/install.sh
+    bash drivers/adapters/node/install.sh pg-8.14
     bash harness/scripts/install-chromium.sh
 
 # Install promtool (Debian's prometheus package, unpacked; no Prometheus service) into .cache/promtool, for the checks of deploy/ (holders/tests/deploy.rs also does this on first use).
