@@ -241,6 +241,66 @@ fn backends_of(pid: u32) -> Vec<(u32, String)> {
     found
 }
 
+/// A scenario directory with one scenario, `ending`, that ends as `ending`
+/// says: passes; fails an expectation (`failed-expectation`); or sits in
+/// `pg_sleep(60)` holding advisory lock 7 until a signal (`sig…`).
+fn ending_scenario(ending: &str) -> tempfile::TempDir {
+    let scenarios = tempfile::tempdir().unwrap();
+    // The sleep's deadline outlasts the wait for every column to reach it
+    // (an adapter starting, a first-use install).
+    let last = match ending {
+        "failed-expectation" => "sql: select 1, expect: { value: 2 }",
+        e if e.starts_with("sig") => "sql: select pg_sleep(600), deadline_ms: 600000",
+        _ => "sql: select 1, expect: { value: 1 }",
+    };
+    std::fs::write(
+        scenarios.path().join("ending.yaml"),
+        format!(
+            "name: ending\ndescription: ends as the test says\nactors: {{ w: {{ via: pool }} }}\nsteps:\n  \
+             - {{ actor: w, do: checkout }}\n  - {{ actor: w, sql: select pg_advisory_lock(7) }}\n  \
+             - {{ actor: w, {last} }}\n"
+        ),
+    )
+    .unwrap();
+    scenarios
+}
+
+/// Waits until, for each of `columns`, a backend of run `child` (its run
+/// database names the column) has shown `SELECT` for 200 ms on end: the
+/// column's `pg_sleep(60)` runs (the other statements take a few ms).
+fn wait_until_sleeping(child: &mut Child, columns: &[&str], within: Duration) {
+    let pid = child.id();
+    let deadline = Instant::now() + within;
+    let mut since: std::collections::HashMap<u32, Instant> = Default::default();
+    loop {
+        let busy = backends_of(pid);
+        since.retain(|b, _| busy.iter().any(|(p, t)| p == b && t.ends_with("SELECT")));
+        for (p, t) in &busy {
+            if t.ends_with("SELECT") {
+                since.entry(*p).or_insert_with(Instant::now);
+            }
+        }
+        let sleeping = |column: &str| {
+            let tag = format!(
+                "_{}_",
+                column.replace(|c: char| !c.is_ascii_alphanumeric(), "_").to_lowercase()
+            );
+            busy.iter().any(|(p, t)| {
+                t.contains(&tag) && since.get(p).is_some_and(|s| s.elapsed() >= Duration::from_millis(200))
+            })
+        };
+        if columns.iter().all(|c| sleeping(c)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every column reached pg_sleep: {busy:?} (columns {columns:?})"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "locklab exited before the signal");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// However a run ends (all of its cells pass; an expectation fails; a step
 /// panics; SIGINT or SIGTERM while its statements run on the server), on a
 /// local cluster of its own or on an external server, directly and through
@@ -254,21 +314,7 @@ fn nothing_of_a_run_remains_however_it_ends(
     #[values("local", "external")] backend: &str,
 ) {
     let tmp = private_tmpdir();
-    let scenarios = tempfile::tempdir().unwrap();
-    let (expect, sql) = match ending {
-        "failed-expectation" => ("{ value: 2 }", "select 1"),
-        "sigint" | "sigterm" => ("{ value: '' }", "select pg_sleep(60)"),
-        _ => ("{ value: 1 }", "select 1"),
-    };
-    std::fs::write(
-        scenarios.path().join("ending.yaml"),
-        format!(
-            "name: ending\ndescription: ends as the test says\nactors: {{ w: {{ via: pool }} }}\nsteps:\n  \
-             - {{ actor: w, do: checkout }}\n  - {{ actor: w, sql: select pg_advisory_lock(7) }}\n  \
-             - {{ actor: w, sql: '{sql}', expect: {expect} }}\n"
-        ),
-    )
-    .unwrap();
+    let scenarios = ending_scenario(ending);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_locklab"));
     cmd.args([
         "run",
@@ -306,30 +352,8 @@ fn nothing_of_a_run_remains_however_it_ends(
         _ => None,
     } {
         // Mid-run: the runs through PgBouncer and without a pool are inside
-        // `pg_sleep(60)`, holding advisory lock 7: their backends have shown
-        // `SELECT` for 200 ms on end (the other statements take a few ms).
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let mut since: std::collections::HashMap<u32, Instant> = Default::default();
-        loop {
-            let busy = backends_of(pid);
-            since.retain(|b, _| busy.iter().any(|(p, t)| p == b && t.ends_with("SELECT")));
-            for (p, t) in &busy {
-                if t.ends_with("SELECT") {
-                    since.entry(*p).or_insert_with(Instant::now);
-                }
-            }
-            let sleeping = |driver: &str| {
-                busy.iter().any(|(p, t)| {
-                    t.contains(driver) && since.get(p).is_some_and(|s| s.elapsed() >= Duration::from_millis(200))
-                })
-            };
-            if sleeping("_pgbouncer_session_") && sleeping("_tokio_postgres_") {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the runs never reached pg_sleep: {busy:?}");
-            assert!(child.try_wait().unwrap().is_none(), "locklab exited before the signal");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        // `pg_sleep(60)`, holding advisory lock 7.
+        wait_until_sleeping(&mut child, &["pgbouncer-session", "tokio-postgres"], Duration::from_secs(120));
         kill(Pid::from_raw(pid as i32), signal).unwrap();
     }
     let out = child.wait_with_output().unwrap();
@@ -448,25 +472,12 @@ fn no_adapter_process_outlives_a_run(
         "no out-of-process column can run here (each names its missing toolchain)"
     );
     let tmp = private_tmpdir();
-    let scenarios = tempfile::tempdir().unwrap();
-    let (expect, sql) = match ending {
-        "failed-expectation" => ("{ value: 2 }", "select 1"),
-        "sigint" | "sigterm" | "sigkill" => ("{ value: '' }", "select pg_sleep(60)"),
-        _ => ("{ value: 1 }", "select 1"),
-    };
-    std::fs::write(
-        scenarios.path().join("ending.yaml"),
-        format!(
-            "name: ending\ndescription: ends as the test says\nactors: {{ w: {{ via: pool }} }}\nsteps:\n  \
-             - {{ actor: w, do: checkout }}\n  - {{ actor: w, sql: select pg_advisory_lock(7) }}\n  \
-             - {{ actor: w, sql: '{sql}', expect: {expect} }}\n"
-        ),
-    )
-    .unwrap();
+    let scenarios = ending_scenario(ending);
     let marker = format!("LOCKLAB_TEST_MARK={}-{}", std::process::id(), rand::random::<u64>());
     let (key, value) = marker.split_once('=').unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_locklab"));
-    cmd.args(["run", "--backend", "local"]);
+    // Every column's cell at once: they must all be mid-statement together.
+    cmd.args(["run", "--backend", "local", "--jobs", &columns.len().to_string()]);
     for c in &columns {
         cmd.args(["-d", c]);
     }
@@ -487,38 +498,10 @@ fn no_adapter_process_outlives_a_run(
         _ => None,
     };
     if let Some(signal) = signal {
-        // Every column's backend in `pg_sleep(60)` (its title `SELECT`) for
-        // 200 ms: each adapter is mid-statement, holding advisory lock 7.
-        // (First use may install a column's packages: minutes, not hours.)
-        let deadline = Instant::now() + Duration::from_secs(600);
-        let mut since: std::collections::HashMap<u32, Instant> = Default::default();
-        loop {
-            let busy = backends_of(pid);
-            since.retain(|b, _| busy.iter().any(|(p, t)| p == b && t.ends_with("SELECT")));
-            for (p, t) in &busy {
-                if t.ends_with("SELECT") {
-                    since.entry(*p).or_insert_with(Instant::now);
-                }
-            }
-            let sleeping = |column: &str| {
-                let tag = format!(
-                    "_{}_",
-                    column.replace(|c: char| !c.is_ascii_alphanumeric(), "_").to_lowercase()
-                );
-                busy.iter().any(|(p, t)| {
-                    t.contains(&tag) && since.get(p).is_some_and(|s| s.elapsed() >= Duration::from_millis(200))
-                })
-            };
-            if columns.iter().all(|c| sleeping(c)) {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "not every column reached pg_sleep: {busy:?} (columns {columns:?})"
-            );
-            assert!(child.try_wait().unwrap().is_none(), "locklab exited before the signal");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        // Each adapter is mid-statement, holding advisory lock 7. (First use
+        // may install a column's packages: minutes, not hours.)
+        let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
+        wait_until_sleeping(&mut child, &columns, Duration::from_secs(600));
         // The marker reaches the run's descendants: locklab and at least one
         // adapter process per column (so an empty list below means gone).
         let marked = processes_marked(&marker);
