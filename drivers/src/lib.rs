@@ -381,6 +381,17 @@ pub trait Driver: Send + Sync {
         None
     }
 
+    /// Makes the column ready to run on this machine, once per process (an
+    /// out-of-process column runs its `install`: a virtual environment, or
+    /// Debian's packages fetched and built into `.cache/`), and says why it
+    /// cannot run if it cannot: [`Driver::unavailable`], or an install that
+    /// failed (no network, not root where it must be), named with its last
+    /// line and the command that installs it. Its cells are then `n/a`, as
+    /// for a missing toolchain. The default: [`Driver::unavailable`].
+    async fn prepare(&self) -> Option<String> {
+        self.unavailable()
+    }
+
     /// This configuration with each pool in a process of its own, which
     /// [`Pool::crash`] can kill with SIGKILL. `host` is the program that
     /// serves a Rust driver over the driver protocol as `host pool-adapter

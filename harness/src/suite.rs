@@ -468,6 +468,10 @@ impl Driver for Yours {
         self.0.unavailable()
     }
 
+    async fn prepare(&self) -> Option<String> {
+        self.0.prepare().await
+    }
+
     fn in_own_process(&self, host: &Path) -> Option<Box<dyn Driver>> {
         if hostable(&self.0.info()) {
             self.0.in_own_process(host)

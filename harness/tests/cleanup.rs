@@ -353,7 +353,11 @@ fn nothing_of_a_run_remains_however_it_ends(
     } {
         // Mid-run: the runs through PgBouncer and without a pool are inside
         // `pg_sleep(60)`, holding advisory lock 7.
-        wait_until_sleeping(&mut child, &["pgbouncer-session", "tokio-postgres"], Duration::from_secs(120));
+        wait_until_sleeping(
+            &mut child,
+            &["pgbouncer-session", "tokio-postgres"],
+            Duration::from_secs(120),
+        );
         kill(Pid::from_raw(pid as i32), signal).unwrap();
     }
     let out = child.wait_with_output().unwrap();

@@ -42,6 +42,10 @@ fn main() {
         "a_missing_toolchain_is_na_with_its_install_command",
         a_missing_toolchain_is_na_with_its_install_command,
     ));
+    trials.push(common::trial(
+        "a_failed_install_is_na_with_its_reason",
+        a_failed_install_is_na_with_its_reason,
+    ));
     let no_python = std::process::Command::new("python3").arg("--version").output().is_err();
     let mut trials = common::ignore_when(
         trials,
@@ -337,4 +341,43 @@ fn a_missing_toolchain_is_na_with_its_install_command() {
     assert!(text.contains("LOCKLAB_ALLOW_MISSING=needs-a-toolchain"), "{text}");
     let (code, text) = run(Some("true"), Some("other,needs-a-toolchain"));
     assert_eq!(code, 0, "LOCKLAB_ALLOW_MISSING names it:\n{text}");
+}
+
+/// A column whose install fails (no network, say): its cells are n/a with
+/// the install's last line, as for a missing toolchain, not failed.
+fn a_failed_install_is_na_with_its_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("columns.yaml");
+    std::fs::write(
+        &file,
+        "- id: install-fails\n  package: nothing\n  version: \"0\"\n  configuration: a column whose install fails\n  \
+         install: [sh, -c, \"echo 'cannot reach the package index' >&2; exit 1\"]\n  command: [sh, adapter.x]\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args([
+            "run",
+            "-s",
+            "session-lock-pool-return",
+            "-d",
+            "install-fails",
+            "--backend",
+            "local",
+        ])
+        .arg("--columns")
+        .arg(&file)
+        .env_remove("CI")
+        .output()
+        .expect("locklab runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(0), "n/a is not a failure:\n{text}");
+    assert!(
+        text.contains("1 not applicable, 0 failed")
+            && text.contains("failed (exit status: 1): cannot reach the package index"),
+        "the cell must be n/a with the install's reason:\n{text}"
+    );
 }

@@ -18,8 +18,8 @@ pub mod protocol;
 pub use adapter::record_to;
 use declarations::install;
 pub use declarations::{
-    AdapterSpec, ColumnKind, PoolerClient, PoolerSpec, Toolchain, add_columns_file, declaration, declarations_file, declared,
-    read_declarations, user_column_file, user_columns,
+    AdapterSpec, ColumnKind, PoolerClient, PoolerSpec, Toolchain, add_columns_file, declaration, declarations_file,
+    declared, read_declarations, user_column_file, user_columns,
 };
 pub use host::serve;
 
@@ -244,6 +244,28 @@ impl Driver for ExternalDriver {
         seen.entry(self.spec.id.clone())
             .or_insert_with(|| self.spec.unavailable())
             .clone()
+    }
+
+    async fn prepare(&self) -> Option<String> {
+        if let Some(why) = self.unavailable() {
+            return Some(why);
+        }
+        if self.hosted.is_some() || self.spec.install.is_empty() {
+            return None;
+        }
+        let spec = self.spec.clone();
+        let installed = tokio::task::spawn_blocking(move || install(&spec)).await;
+        match installed {
+            Ok(Ok(_)) => None,
+            Ok(Err(why)) => Some(match &self.spec.toolchain {
+                Some(t) => format!(
+                    "{why} (it needs `{}`: {}; and the network for its packages)",
+                    t.program, t.install
+                ),
+                None => why,
+            }),
+            Err(e) => Some(format!("driver '{}': its install did not finish: {e}", self.spec.id)),
+        }
     }
 
     fn in_own_process(&self, _host: &Path) -> Option<Box<dyn Driver>> {

@@ -94,6 +94,7 @@ async fn run_cell(server: &Server, scenario: &Scenario, driver: &dyn Driver, sha
     let mut result = RunResult::new(&server.id(), &scenario.name, info.id);
     let mut hosted = None;
     let placed = match place::missing_toolchain(driver, info.id)
+        .await
         .or_else(|| place::external_pooler(scenario, &info, server))
         .or_else(|| place::not_applicable(scenario, &info))
     {

@@ -63,19 +63,19 @@ pub(super) fn not_applicable(scenario: &Scenario, info: &DriverInfo) -> Option<N
 pub const ALLOW_MISSING_VAR: &str = "LOCKLAB_ALLOW_MISSING";
 
 /// The cell of a column that cannot run on this machine
-/// ([`Driver::unavailable`]: a toolchain missing): `n/a` with the reason
+/// ([`Driver::prepare`]: a toolchain missing, an install that failed): `n/a` with the reason
 /// and the command that installs it; under `CI` (the variable set and not
 /// empty, as CI services set it) a failure instead, unless
 /// `LOCKLAB_ALLOW_MISSING` names the column, so that a CI run cannot pass
 /// by leaving a column out unnoticed.
-pub(super) fn missing_toolchain(driver: &dyn Driver, id: &str) -> Option<NotRun> {
-    let why = driver.unavailable()?;
+pub(super) async fn missing_toolchain(driver: &dyn Driver, id: &str) -> Option<NotRun> {
+    let why = driver.prepare().await?;
     let in_ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty());
     let allowed =
         std::env::var(ALLOW_MISSING_VAR).is_ok_and(|v| v.split(',').map(str::trim).any(|c| c == id || c == "*"));
     Some(if in_ci && !allowed {
         NotRun::Fails(format!(
-            "{why} (under CI a missing toolchain fails the run: install it, or set {ALLOW_MISSING_VAR}={id} to \
+            "{why} (under CI a column that cannot run fails the run: install what it needs, or set {ALLOW_MISSING_VAR}={id} to \
              allow this column to be n/a)"
         ))
     } else {

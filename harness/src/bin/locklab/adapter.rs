@@ -4,8 +4,8 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use locklab_drivers::Driver as _;
 use locklab::server::{Server, ServerOptions};
+use locklab_drivers::Driver as _;
 
 use crate::cli::AdapterCheckArgs;
 use crate::output::emit;
