@@ -316,6 +316,29 @@ fn verdict_require_gates_a_column() {
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no property 'no-such-property'"));
 }
 
+/// A server finding that no selected cell decides is marked undecided and
+/// says so, not "holds through all 0 columns" (found by an outsider running
+/// `verdict` on three scenarios): one cell on a local cluster.
+#[test]
+fn a_finding_no_selected_cell_decides_says_so() {
+    let out = locklab(&[
+        "verdict",
+        "-s",
+        "session-lock-pool-return",
+        "-d",
+        "tokio-postgres",
+        "--backend",
+        "local",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains("? **dead-holder-noticed** (informational)") && stdout.contains("No selected cell decides it."),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("through all 0 columns"), "{stdout}");
+}
+
 /// `check` prints a changed verdict first, above the value change that
 /// caused it: the committed report against a copy of its baseline with one
 /// value changed (psycopg-pool's lock after the return: held → not held).

@@ -387,6 +387,8 @@ fn finding(p: &PropertyVerdicts, info: &Property) -> Option<Finding> {
         file: info.file.display().to_string(),
         symbol: if violated > 0 {
             Mark::Violated.symbol()
+        } else if decided == 0 {
+            Mark::Undecided.symbol()
         } else {
             Mark::Holds.symbol()
         },
