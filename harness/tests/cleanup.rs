@@ -360,12 +360,7 @@ fn nothing_of_a_run_remains_however_it_ends(
         );
         kill(Pid::from_raw(pid as i32), signal).unwrap();
     }
-    let out = child.wait_with_output().unwrap();
-    let log = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (out, log) = output_and_log(child);
     let code = match ending {
         "pass" => 0,
         "failed-expectation" | "panic-in-step" => 1,
@@ -515,12 +510,7 @@ fn no_adapter_process_outlives_a_run(
         );
         kill(Pid::from_raw(pid as i32), signal).unwrap();
     }
-    let out = child.wait_with_output().unwrap();
-    let log = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (out, log) = output_and_log(child);
     let code = match ending {
         "pass" => Some(0),
         "failed-expectation" => Some(1),
@@ -547,4 +537,16 @@ fn no_adapter_process_outlives_a_run(
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Waits for `child` and returns its output with its stdout and stderr as
+/// one text, for the assertions' messages.
+fn output_and_log(child: std::process::Child) -> (std::process::Output, String) {
+    let out = child.wait_with_output().unwrap();
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out, log)
 }
