@@ -155,13 +155,7 @@ fn server_error(s: &mut Session<'_>) -> Result<(), String> {
             "select 1/0: expected kind db with sqlstate 22012 (division_by_zero), got {e}"
         ));
     }
-    let o = s.query(&c, "select 3")?;
-    if o["rows"] != json!([["3"]]) {
-        return Err(format!(
-            "the connection after a server error: `select 3` gave {}",
-            o["rows"]
-        ));
-    }
+    still_answers(s, &c, 3, "the connection after a server error")?;
     done(s, &pool, &[&c])
 }
 
@@ -368,13 +362,7 @@ fn cancel_idle(s: &mut Session<'_>) -> Result<(), String> {
     } else {
         error(&v, "cancel without a cancel API")?;
     }
-    let o = s.query(&c, "select 4")?;
-    if o["rows"] != json!([["4"]]) {
-        return Err(format!(
-            "after a cancel with nothing in flight, `select 4` gave {}",
-            o["rows"]
-        ));
-    }
+    still_answers(s, &c, 4, "after a cancel with nothing in flight")?;
     done(s, &pool, &[&c])
 }
 
@@ -588,4 +576,14 @@ fn stdin_closed(s: &mut Session<'_>) -> Result<(), String> {
             Err(e) => return Err(format!("cannot wait for it: {e}")),
         }
     }
+}
+
+/// `select N` on `conn` answers N: the connection is still usable after
+/// what `after` names.
+fn still_answers(s: &mut Session<'_>, conn: &str, n: u32, after: &str) -> Result<(), String> {
+    let o = s.query(conn, &format!("select {n}"))?;
+    if o["rows"] != json!([[n.to_string()]]) {
+        return Err(format!("{after}: `select {n}` gave {}", o["rows"]));
+    }
+    Ok(())
 }
