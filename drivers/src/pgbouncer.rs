@@ -1,6 +1,7 @@
 //! Configurations that reach the server through a pooler ([`Pooler`]):
 //! PgBouncer (Debian 12's package, unpacked; or Debian 13's in a container),
-//! pgagroal or Pgpool-II (Debian 13's, in a container). The harness starts the
+//! pgagroal or Pgpool-II (Debian 13's, in a container), or Odyssey (Debian
+//! sid's, in the same container image). The harness starts the
 //! pooler in front of the server in the mode the configuration names and hands
 //! the inner driver a [`ConnectSpec`] pointing at it; the inner driver
 //! (tokio-postgres without a pool, or a pool) is unchanged.
@@ -50,15 +51,33 @@ pub enum PoolerKind {
     /// PgBouncer from Debian 13's package (1.24), in a container of the
     /// pooler image (`harness/scripts/build-pooler-image.sh`).
     PgBouncerTrixie,
-    /// pgagroal from Debian 13's package (1.6.0), which the pooler image
-    /// holds, but no column uses: on this project's machines it aborts at
-    /// start-up (`*** buffer overflow detected ***`), even with its packaged
-    /// configuration, so the harness does not start it.
+    /// pgagroal from Debian 13's package (1.6.0), in a container. Debian
+    /// builds it with a fortified `sprintf`, and 1.6.0 formats a port number
+    /// into a 5-byte buffer: a five-digit port, its own or the server's,
+    /// aborts it (`*** buffer overflow detected ***`; upstream issues 491
+    /// and 926). So it listens on a four-digit port and reaches the server
+    /// through a forwarder on another (socat, in the same container).
+    /// Its transaction pipeline serves only the (database, user) pairs of
+    /// its limits file, with server connections made at start: a client
+    /// whose authentication makes a new server connection hangs (seen with
+    /// 1.6.0 here; upstream issue 130 reports the same). In its session
+    /// pipeline, clients that make new server connections at the same
+    /// moment crash each other's worker processes (libev's "I/O watcher
+    /// with invalid fd found in epoll_ctl", seen here: the client reads
+    /// "connection closed"). So each cell's database gets an instance of
+    /// its own that makes all its server connections at start
+    /// ([`PoolerKind::one_instance_per_database`]).
     Pgagroal,
     /// Pgpool-II from Debian 13's package (4.6), in a container: one backend,
     /// `connection_cache = on`, the configuration it is used as a pooler
     /// with (Pgpool-II docs, "Connection Pooling").
     Pgpool,
+    /// Odyssey from Debian sid's package (1.5.2; no other Debian release has
+    /// it), in the pooler image's container: one route for every database
+    /// and user, `pool "session"` or `pool "transaction"`, its reset
+    /// defaults (`pool_discard yes`: `DISCARD ALL` when a server connection
+    /// goes back to the pool; `pool_rollback yes`) (Odyssey docs, "Rules").
+    Odyssey,
     /// A pooler the user runs, at the address of a user's columns file
     /// ([`Pooler::address`]), in front of the server `--backend external`
     /// names; the harness starts nothing and routes the cell's connections
@@ -67,23 +86,26 @@ pub enum PoolerKind {
 }
 
 impl PoolerKind {
-    /// `pgbouncer`, `pgbouncer-trixie`, `pgagroal` or `pgpool`.
+    /// `pgbouncer`, `pgbouncer-trixie`, `pgagroal`, `pgpool`, `odyssey` or
+    /// `external`.
     pub fn as_str(self) -> &'static str {
         match self {
             PoolerKind::PgBouncer => "pgbouncer",
             PoolerKind::PgBouncerTrixie => "pgbouncer-trixie",
             PoolerKind::Pgagroal => "pgagroal",
             PoolerKind::Pgpool => "pgpool",
+            PoolerKind::Odyssey => "odyssey",
             PoolerKind::External => "external",
         }
     }
 
-    /// The product's name: `PgBouncer`, `pgagroal` or `Pgpool-II`.
+    /// The product's name: `PgBouncer`, `pgagroal`, `Pgpool-II` or `Odyssey`.
     pub fn product(self) -> &'static str {
         match self {
             PoolerKind::PgBouncer | PoolerKind::PgBouncerTrixie => "PgBouncer",
             PoolerKind::Pgagroal => "pgagroal",
             PoolerKind::Pgpool => "Pgpool-II",
+            PoolerKind::Odyssey => "Odyssey",
             PoolerKind::External => "your pooler",
         }
     }
@@ -101,8 +123,16 @@ impl PoolerKind {
     pub fn closes_server_connections_on_request(self) -> bool {
         match self {
             PoolerKind::PgBouncer | PoolerKind::PgBouncerTrixie => true,
-            PoolerKind::Pgagroal | PoolerKind::Pgpool | PoolerKind::External => false,
+            PoolerKind::Pgagroal | PoolerKind::Pgpool | PoolerKind::Odyssey | PoolerKind::External => false,
         }
+    }
+
+    /// Whether the harness starts an instance of it for each cell's
+    /// database, named in its configuration with every server connection
+    /// made at start, instead of one for all databases: pgagroal (see
+    /// [`PoolerKind::Pgagroal`]).
+    pub fn one_instance_per_database(self) -> bool {
+        self == PoolerKind::Pgagroal
     }
 
     /// Whether locklab sends cancel requests through it. Not through
@@ -174,9 +204,11 @@ impl Pooler {
     /// may run on different server connections; behind Pgpool-II, whose
     /// child processes each cache their own server connections, a new
     /// client connection may get another one than the last client had
-    /// (Pgpool-II docs, "Connection Pooling").
+    /// (Pgpool-II docs, "Connection Pooling"); behind pgagroal, a client
+    /// gets any of the server connections made at start, which carry
+    /// pgagroal's `application_name`, not the client's (seen with 1.6.0).
     pub fn breaks_session_assumptions(self) -> bool {
-        self.mode == PoolerMode::Transaction || self.kind == PoolerKind::Pgpool
+        self.mode == PoolerMode::Transaction || matches!(self.kind, PoolerKind::Pgpool | PoolerKind::Pgagroal)
     }
 
     /// `pgbouncer-trixie/transaction`, for messages.
@@ -297,10 +329,9 @@ impl Driver for ViaPooler {
 /// The configurations behind a pooler, each pooler in each of its modes
 /// behind tokio-postgres without a pool and behind deadpool-postgres
 /// (`RecyclingMethod::Fast`): Debian 12's PgBouncer, then the pooler
-/// image's PgBouncer and Pgpool-II (pgagroal, also in the image, aborts at
-/// start-up: see `PoolerKind::Pgagroal`).
+/// image's PgBouncer, Pgpool-II, pgagroal and Odyssey.
 pub(crate) fn columns() -> Vec<Box<dyn Driver>> {
-    use PoolerKind::{PgBouncer, PgBouncerTrixie, Pgpool};
+    use PoolerKind::{Odyssey, PgBouncer, PgBouncerTrixie, Pgagroal, Pgpool};
     use PoolerMode::*;
     type Column = (
         &'static str,
@@ -311,7 +342,7 @@ pub(crate) fn columns() -> Vec<Box<dyn Driver>> {
         PoolerMode,
     );
     // (id without pool, its configuration, id with deadpool, its configuration, pooler, mode)
-    const COLUMNS: [Column; 5] = [
+    const COLUMNS: [Column; 9] = [
         (
             "pgbouncer-session",
             "PgBouncer pool_mode=session; tokio-postgres, no pool",
@@ -351,6 +382,38 @@ pub(crate) fn columns() -> Vec<Box<dyn Driver>> {
             "Pgpool-II connection_cache=on, one backend; deadpool-postgres RecyclingMethod::Fast",
             Pgpool,
             Session,
+        ),
+        (
+            "pgagroal-session",
+            "pgagroal pipeline=session (DISCARD ALL when a client disconnects), 16 server connections made at start for the cell's database; tokio-postgres, no pool",
+            "pgagroal-session+deadpool",
+            "pgagroal pipeline=session (DISCARD ALL when a client disconnects), 16 server connections made at start for the cell's database; deadpool-postgres RecyclingMethod::Fast",
+            Pgagroal,
+            Session,
+        ),
+        (
+            "pgagroal-transaction",
+            "pgagroal pipeline=transaction, 16 server connections made at start for the cell's database; tokio-postgres, no pool",
+            "pgagroal-transaction+deadpool",
+            "pgagroal pipeline=transaction, 16 server connections made at start for the cell's database; deadpool-postgres RecyclingMethod::Fast",
+            Pgagroal,
+            Transaction,
+        ),
+        (
+            "odyssey-session",
+            "Odyssey pool \"session\" (pool_discard, pool_rollback: its defaults); tokio-postgres, no pool",
+            "odyssey-session+deadpool",
+            "Odyssey pool \"session\" (pool_discard, pool_rollback: its defaults); deadpool-postgres RecyclingMethod::Fast",
+            Odyssey,
+            Session,
+        ),
+        (
+            "odyssey-transaction",
+            "Odyssey pool \"transaction\" (pool_discard, pool_rollback: its defaults); tokio-postgres, no pool",
+            "odyssey-transaction+deadpool",
+            "Odyssey pool \"transaction\" (pool_discard, pool_rollback: its defaults); deadpool-postgres RecyclingMethod::Fast",
+            Odyssey,
+            Transaction,
         ),
     ];
     let mut out: Vec<Box<dyn Driver>> = Vec::new();

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Builds the local pooler image for the pooler columns that run newer poolers
-# than Debian 12 packages (PgBouncer 1.24, pgagroal 1.6, Pgpool-II 4.6): a Debian
-# 13 "trixie" root filesystem made with debootstrap (minbase) plus Debian's
-# `pgbouncer`, `pgagroal` and `pgpool2` packages, then `docker import`. Trixie's
-# binaries need a newer C library than Debian 12, hence a container. No
-# registry is needed: everything comes from Debian's packages.
+# than Debian 12 packages (PgBouncer 1.24, pgagroal 1.6, Pgpool-II 4.6, Odyssey
+# 1.5): a Debian 13 "trixie" root filesystem made with debootstrap (minbase)
+# plus Debian's `pgbouncer`, `pgagroal`, `pgpool2` and `socat` packages (socat
+# forwards a four-digit port to the server for pgagroal 1.6, which crashes on
+# five-digit ports), and Odyssey's binary unpacked from Debian sid's `odyssey`
+# package (sid only; its libraries are all in trixie; unpacked, not installed:
+# the package's maintainer scripts need systemd), then `docker import`.
+# Trixie's binaries need a newer C library than Debian 12, hence a container.
+# No registry is needed: everything comes from Debian's packages.
 #
 # usage: build-pooler-image.sh [TAG]
-#   TAG  image tag (default locklab/poolers:trixie)
+#   TAG  image tag (default locklab/poolers:trixie-2; the number goes up
+#        whenever what the image holds changes, so that an older image is
+#        not taken for it)
 # env:
 #   LOCKLAB_IMAGE_REBUILD=1  build even when TAG exists (default: skip)
 #   LOCKLAB_DEBIAN_MIRROR    Debian mirror URL for debootstrap (default: the first
@@ -18,10 +24,10 @@
 # The image's /usr/local/bin/pooler-versions prints one line per pooler.
 set -euo pipefail
 
-tag="${1:-locklab/poolers:trixie}"
+tag="${1:-locklab/poolers:trixie-2}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 suite=trixie
-packages="pgbouncer pgagroal pgpool2"
+packages="pgbouncer pgagroal pgpool2 socat"
 rootfs="$root/.cache/rootfs/$suite-poolers"
 
 say() { echo "build-pooler-image: $*" >&2; }
@@ -46,6 +52,19 @@ fi
 # find_mirror and need_debootstrap.
 . "$root/harness/scripts/lib/debian.sh"
 
+# A root filesystem made for an older package list gets the missing packages.
+if [ -e "$rootfs/.locklab-complete" ] && [ "$(cat "$rootfs/.locklab-complete")" != "$packages" ]; then
+  log="$root/.cache/debootstrap-$suite.log"
+  say "adding to .cache/rootfs/$suite-poolers: $packages"
+  if ! chroot "$rootfs" /bin/sh -c "apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $packages" >>"$log" 2>&1; then
+    tail -n 15 "$log" >&2
+    die "apt-get install $packages failed inside the $suite root (whole log in $log)"
+  fi
+  chroot "$rootfs" apt-get clean >/dev/null 2>&1 || true
+  rm -rf "$rootfs/var/lib/apt/lists/"*
+  echo "$packages" >"$rootfs/.locklab-complete"
+fi
+
 if [ ! -e "$rootfs/.locklab-complete" ]; then
   need_debootstrap
   mirror="$(find_mirror | head -n 1)"
@@ -68,15 +87,23 @@ if [ ! -e "$rootfs/.locklab-complete" ]; then
   fi
   chroot "$rootfs.partial" apt-get clean >/dev/null 2>&1 || true
   rm -rf "$rootfs.partial/var/lib/apt/lists/"*
-  touch "$rootfs.partial/.locklab-complete"
+  echo "$packages" >"$rootfs.partial/.locklab-complete"
   rm -rf "$rootfs"
   mv "$rootfs.partial" "$rootfs"
 fi
 
 staging="$(mktemp -d "$root/.cache/pooler-image-XXXXXX")"
-trap 'rm -rf "$staging"' EXIT
+debs="$(mktemp -d "$root/.cache/pooler-debs-XXXXXX")"
+trap 'rm -rf "$staging" "$debs"' EXIT
 cp -a "$rootfs/." "$staging/"
 rm -f "$staging/.locklab-complete"
+say "unpacking Odyssey from Debian sid's odyssey package"
+bash "$root/drivers/adapters/fetch-debs.sh" sid "$debs" odyssey || die "cannot download Debian sid's odyssey package"
+dpkg-deb -x "$debs"/odyssey_*.deb "$staging/"
+chroot "$staging" odyssey --version >/dev/null 2>&1 || {
+  chroot "$staging" /bin/sh -c 'odyssey --version' >&2 || true
+  die "the odyssey binary from sid does not run in the $suite root (a library missing?)"
+}
 # The unprivileged user the poolers run as (PgBouncer and pgagroal refuse
 # root), with a home under /tmp: pgagroal keeps its master key in
 # ~/.pgagroal, and the harness's configuration is written at start-up.
@@ -89,6 +116,7 @@ cat >"$staging/usr/local/bin/pooler-versions" <<'VERSIONS'
 echo "pgbouncer $(pgbouncer --version 2>&1 | head -n 1)"
 echo "pgagroal $(pgagroal --version 2>&1 | head -n 1)"
 echo "pgpool $(pgpool --version 2>&1 | head -n 1)"
+echo "odyssey $(odyssey --version 2>&1 | head -n 1)"
 VERSIONS
 chmod 0755 "$staging/usr/local/bin/pooler-versions"
 versions="$(chroot "$staging" /usr/local/bin/pooler-versions)"
@@ -101,6 +129,6 @@ tar -C "$staging" --numeric-owner -c . | docker import \
   --change "USER locklab" \
   --change "WORKDIR /tmp" \
   --change 'CMD ["/usr/local/bin/pooler-versions"]' \
-  --message "locklab pooler image (Debian $suite minbase + $packages)" \
+  --message "locklab pooler image (Debian $suite minbase + $packages + sid odyssey)" \
   - "$tag" >/dev/null
 say "built $tag"

@@ -211,7 +211,7 @@ pub const UNSETTLED_SQL: &str = "select count(*) from pg_stat_activity a where d
 /// otherwise; how many rows `pg_stat_activity` has for it, 0 once it is gone).
 pub fn reset_or_gone_sql(pid: i32) -> String {
     format!(
-        "select count(*) filter (where state = 'idle' and query = 'DISCARD ALL'), count(*) \
+        "select count(*) filter (where state = 'idle' and query in ('DISCARD ALL', 'DISCARD ALL;')), count(*) \
          from pg_stat_activity where pid = {pid}"
     )
 }

@@ -64,10 +64,10 @@ impl Run<'_> {
             ))
         })?;
         match returned {
-            // A closed connection whose pid could not be read (its first
-            // statement failed: a dead connection handed out) has no backend
-            // to wait for.
-            Returned::Closed if pid.is_err() => {}
+            // A connection whose pid could not be read (its first statement
+            // failed: a dead connection handed out, by the pool or by the
+            // pooler) has no backend to wait for.
+            Returned::Closed | Returned::ToPooler if pid.is_err() => {}
             Returned::Closed => self.wait_gone(monitor, pid?, Instant::now() + deadline).await?,
             Returned::ToPooler if self.info.pooler_mode() == Some(PoolerMode::Session) => {
                 self.wait_reset(monitor, pid?, Instant::now() + deadline).await?;
@@ -77,8 +77,9 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// Waits until PgBouncer (session mode) has run its `server_reset_query`
-    /// (`DISCARD ALL`, the default) on backend `pid` after the client closed
+    /// Waits until the pooler (session mode) has run its reset (PgBouncer's
+    /// `server_reset_query`, `DISCARD ALL` by default; pgagroal's `DISCARD
+    /// ALL;`; Odyssey's `pool_discard`) on backend `pid` after the client closed
     /// (the last statement of that backend, finished), or has closed that
     /// server connection instead (it does so for one left inside a
     /// transaction): the backend is gone.
@@ -95,7 +96,8 @@ impl Run<'_> {
         match polled {
             Polled::Done(()) => Ok(()),
             Polled::TimedOut => Err(format!(
-                "PgBouncer did not reset backend {pid} (DISCARD ALL) after its client closed"
+                "{} did not reset backend {pid} (DISCARD ALL) after its client closed",
+                self.info.pooler.map_or("the pooler", |p| p.kind.product())
             )),
         }
     }

@@ -215,8 +215,9 @@ async fn run_in_database(
             // different server connections (and another client's session
             // locks may sit on the one it gets); behind Pgpool-II a new
             // client connection may get another child process's server
-            // connection: session semantics the scenario assumes do not
-            // hold. That is the finding, recorded.
+            // connection; behind pgagroal, one of those made at start, with
+            // pgagroal's application_name: session semantics the scenario
+            // assumes do not hold. That is the finding, recorded.
             result.deviation = Some(fail(e.to_string()));
         } else {
             result.failure = Some(fail(e.to_string()));

@@ -69,9 +69,13 @@ pub struct Server {
     startup: Duration,
     image_time: Duration,
     image: Option<String>,
-    /// Poolers in front of this server, by pooler and mode, started on
-    /// first use; declared before the server so they stop first.
-    poolers: tokio::sync::Mutex<std::collections::HashMap<Pooler, poolers::RunningPooler>>,
+    /// Poolers in front of this server, by pooler and mode (and database,
+    /// for one started per database), started on first use; declared before
+    /// the server so they stop first.
+    poolers: tokio::sync::Mutex<std::collections::HashMap<(Pooler, Option<String>), poolers::RunningPooler>>,
+    /// The version of each pooler started in front of this server, kept
+    /// after it stops ([`Server::pooler_versions`]).
+    pooler_versions_seen: std::sync::Mutex<std::collections::HashMap<Pooler, String>>,
     /// PgBouncers that another process runs in front of this server (a
     /// [`shared`] test server): mode → (port, version, client password).
     attached_poolers: std::collections::HashMap<PoolerMode, (u16, String, String)>,
@@ -112,6 +116,7 @@ impl Server {
             image_time: Duration::ZERO,
             image: None,
             poolers: Default::default(),
+            pooler_versions_seen: Default::default(),
             attached_poolers: Default::default(),
             keeper: None,
             local: None,

@@ -62,7 +62,7 @@ pub fn summary(runs: &[RunResult]) -> String {
         String::new()
     };
     lines.push(format!(
-        "{} passed, {deviated} deviated (behind transaction pooling or Pgpool-II), {skipped} not applicable, \
+        "{} passed, {deviated} deviated (behind transaction pooling, Pgpool-II or pgagroal), {skipped} not applicable, \
          {failed} failed ({unstable} unstable){each}",
         runs.len() - failed - deviated - skipped
     ));
