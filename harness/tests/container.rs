@@ -333,6 +333,116 @@ fn a_failing_run_removes_its_container(#[values(false, true)] panic_in_step: boo
     );
 }
 
+/// The pooler containers (name and id) that process `pid` has now.
+fn pooler_containers_of(pid: u32) -> Vec<(String, String)> {
+    let filter = format!("label={PID_LABEL}={pid}");
+    docker(&["ps", "-a", "--no-trunc", "--filter", &filter, "--format", "{{.Names}} {{.ID}}"])
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(name, _)| name.starts_with("locklab-pgagroal-") || name.starts_with("locklab-odyssey-"))
+        .map(|(name, id)| (name.to_owned(), id.to_owned()))
+        .collect()
+}
+
+/// Processes of the host whose cgroup names one of the container ids (a
+/// container's processes are in a cgroup named after it): `pid cmdline`.
+fn processes_of_containers(ids: &[String]) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let cgroup = std::fs::read_to_string(entry.path().join("cgroup")).unwrap_or_default();
+        if ids.iter().any(|id| cgroup.contains(id.as_str())) {
+            let cmd = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            found.push(format!("{pid} {}", String::from_utf8_lossy(&cmd).replace('\0', " ")));
+        }
+    }
+    found
+}
+
+/// pgagroal (an instance per cell database) and Odyssey, in both modes, in
+/// front of the local cluster: after a run that passes, one whose
+/// expectation fails, and one stopped by SIGINT or SIGTERM while every
+/// pooler's client is inside a statement, no pooler container of the run
+/// is left, nor any process of one (pgagroal, its workers, socat, Odyssey).
+#[rstest]
+#[cfg_attr(
+    not(locklab_docker),
+    ignore = "needs Docker: no Docker engine answered when the tests were built"
+)]
+fn no_pgagroal_or_odyssey_container_or_process_outlives_a_run(
+    #[values("pass", "failure", "sigint", "sigterm")] end: &str,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let expect = if end == "failure" { 2 } else { 1 };
+    std::fs::write(
+        dir.path().join("pooled.yaml"),
+        format!(
+            "name: pooled\ndescription: a pooled statement that takes a while\nactors: {{ a: {{ via: pool }} }}\nsteps:\n  - {{ actor: a, do: checkout }}\n  - {{ actor: a, sql: select 1 from pg_sleep(2), expect: {{ value: {expect} }} }}\n  - {{ actor: a, do: return }}\n"
+        ),
+    )
+    .unwrap();
+    let drivers = ["pgagroal-session", "pgagroal-transaction", "odyssey-session", "odyssey-transaction"];
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_locklab"));
+    cmd.args(["run", "--backend", "local", "--jobs", "4", "--scenarios"])
+        .arg(dir.path())
+        .env_remove("LOCKLAB_DSN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for d in drivers {
+        cmd.args(["-d", d]);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let pid = child.id();
+    let stderr = child.stderr.take().unwrap();
+    let drain = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    // Every pooler container the run has, watched until it exits (or, for
+    // a signal, until each of the four cells has its pooler: one pgagroal
+    // per cell, one Odyssey per mode).
+    let mut seen: std::collections::BTreeMap<String, String> = Default::default();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        for (name, id) in pooler_containers_of(pid) {
+            seen.insert(name, id);
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if matches!(end, "sigint" | "sigterm") && seen.len() >= drivers.len() {
+            let signal = if end == "sigint" { Signal::SIGINT } else { Signal::SIGTERM };
+            kill(Pid::from_raw(pid as i32), signal).unwrap();
+            break child.wait().unwrap();
+        }
+        assert!(Instant::now() < deadline, "the run took over 120 s");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let log = drain.join().unwrap();
+    let names: Vec<&String> = seen.keys().collect();
+    assert!(
+        names.iter().any(|n| n.starts_with("locklab-pgagroal-")) && names.iter().any(|n| n.starts_with("locklab-odyssey-")),
+        "the run started no pgagroal or no Odyssey container: {names:?}; its log:\n{log}"
+    );
+    let want = match end {
+        "pass" => Some(0),
+        "failure" => Some(1),
+        "sigint" => Some(128 + Signal::SIGINT as i32),
+        _ => Some(128 + Signal::SIGTERM as i32),
+    };
+    assert_eq!(status.code(), want, "{status:?}; its log:\n{log}");
+    let ids: Vec<String> = seen.values().cloned().collect();
+    assert!(containers_of(pid).is_empty(), "containers left: {:?}", containers_of(pid));
+    eventually("processes of the pooler containers are left", || {
+        processes_of_containers(&ids).is_empty()
+    });
+}
+
 /// Runs the binary with `args` and `DOCKER_HOST` pointing at nothing.
 fn without_docker(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_locklab"))

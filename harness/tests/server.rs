@@ -415,8 +415,9 @@ fn listeners(port: u16) -> Vec<String> {
 
 /// What the harness starts listens on loopback only: the local cluster's
 /// postmaster (`listen_addresses`) and every pooler (PgBouncer's
-/// `listen_addr`, Pgpool-II's `listen_addresses`; those in containers on the
-/// host's network when Docker answers), as the
+/// `listen_addr`, Pgpool-II's `listen_addresses`, pgagroal's `host`,
+/// Odyssey's `listen`; those in containers on the host's network when
+/// Docker answers), as the
 /// kernel's socket table shows them. (A container's published port:
 /// `container.rs`.)
 async fn servers_the_harness_starts_listen_on_loopback_only() {
@@ -431,6 +432,10 @@ async fn servers_the_harness_starts_listen_on_loopback_only() {
         (PoolerKind::PgBouncerTrixie, PoolerMode::Session),
         (PoolerKind::PgBouncerTrixie, PoolerMode::Transaction),
         (PoolerKind::Pgpool, PoolerMode::Session),
+        (PoolerKind::Pgagroal, PoolerMode::Session),
+        (PoolerKind::Pgagroal, PoolerMode::Transaction),
+        (PoolerKind::Odyssey, PoolerMode::Session),
+        (PoolerKind::Odyssey, PoolerMode::Transaction),
     ];
     for (kind, mode) in poolers {
         let pooler = Pooler::new(kind, mode);
