@@ -19,7 +19,7 @@ setup major="17":
 promtool:
     bash harness/scripts/install-promtool.sh
 
-# Build the pooler image locklab/poolers:trixie (Debian 13's PgBouncer 1.24, pgagroal and Pgpool-II) for the pgbouncer-trixie-* and pgpool* columns (needs root and Docker; skipped when it exists).
+# Build the pooler image locklab/poolers:trixie-2 (Debian 13's PgBouncer 1.24, Pgpool-II 4.6, pgagroal 1.6 and socat; Debian sid's Odyssey 1.5) for the pgbouncer-trixie-*, pgpool*, pgagroal-* and odyssey-* columns (needs root and Docker; skipped when it exists).
 pooler-image:
     bash harness/scripts/build-pooler-image.sh
 

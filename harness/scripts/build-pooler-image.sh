@@ -52,24 +52,30 @@ fi
 # find_mirror and need_debootstrap.
 . "$root/harness/scripts/lib/debian.sh"
 
-# A root filesystem made for an older package list gets the missing packages.
-if [ -e "$rootfs/.locklab-complete" ] && [ "$(cat "$rootfs/.locklab-complete")" != "$packages" ]; then
-  log="$root/.cache/debootstrap-$suite.log"
-  say "adding to .cache/rootfs/$suite-poolers: $packages"
-  if ! chroot "$rootfs" /bin/sh -c "apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $packages" >>"$log" 2>&1; then
+log="$root/.cache/debootstrap-$suite.log"
+
+# Installs $packages into root filesystem $1 with its own apt-get, and marks
+# it complete for that package list.
+install_packages() {
+  if ! chroot "$1" /bin/sh -c "apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $packages" >>"$log" 2>&1; then
     tail -n 15 "$log" >&2
     die "apt-get install $packages failed inside the $suite root (whole log in $log)"
   fi
-  chroot "$rootfs" apt-get clean >/dev/null 2>&1 || true
-  rm -rf "$rootfs/var/lib/apt/lists/"*
-  echo "$packages" >"$rootfs/.locklab-complete"
+  chroot "$1" apt-get clean >/dev/null 2>&1 || true
+  rm -rf "$1/var/lib/apt/lists/"*
+  echo "$packages" >"$1/.locklab-complete"
+}
+
+# A root filesystem made for an older package list gets the missing packages.
+if [ -e "$rootfs/.locklab-complete" ] && [ "$(cat "$rootfs/.locklab-complete")" != "$packages" ]; then
+  say "adding to .cache/rootfs/$suite-poolers: $packages"
+  install_packages "$rootfs"
 fi
 
 if [ ! -e "$rootfs/.locklab-complete" ]; then
   need_debootstrap
   mirror="$(find_mirror | head -n 1)"
   [ -n "$mirror" ] || die "no Debian mirror found in the apt configuration; set LOCKLAB_DEBIAN_MIRROR"
-  log="$root/.cache/debootstrap-$suite.log"
   say "debootstrap $suite (minbase) into .cache/rootfs/$suite-poolers (a few minutes, once)"
   rm -rf "$rootfs.partial"
   mkdir -p "$(dirname "$rootfs")"
@@ -81,13 +87,7 @@ if [ ! -e "$rootfs/.locklab-complete" ]; then
   # No service may start inside the chroot.
   printf '#!/bin/sh\nexit 101\n' >"$rootfs.partial/usr/sbin/policy-rc.d"
   chmod 0755 "$rootfs.partial/usr/sbin/policy-rc.d"
-  if ! chroot "$rootfs.partial" /bin/sh -c "apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $packages" >>"$log" 2>&1; then
-    tail -n 15 "$log" >&2
-    die "apt-get install $packages failed inside the $suite root (whole log in $log)"
-  fi
-  chroot "$rootfs.partial" apt-get clean >/dev/null 2>&1 || true
-  rm -rf "$rootfs.partial/var/lib/apt/lists/"*
-  echo "$packages" >"$rootfs.partial/.locklab-complete"
+  install_packages "$rootfs.partial"
   rm -rf "$rootfs"
   mv "$rootfs.partial" "$rootfs"
 fi

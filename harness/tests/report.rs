@@ -578,8 +578,10 @@ fn check_from_a_report_file_runs_nothing() {
 
 /// `check --upgrade A B --from FILE` compares two columns of one report.
 /// On the committed report, for the two version pairs it holds (sqlx 0.8 →
-/// 0.9, PgBouncer 1.18 → 1.24): it names both columns with their versions,
-/// and its exit code agrees with the count of differing cells it prints.
+/// 0.9, PgBouncer 1.18 → 1.24) and two pooler changes (PgBouncer 1.24 to
+/// pgagroal, to Odyssey, in transaction mode): it names both columns with
+/// their versions, its exit code agrees with the count of differing cells
+/// it prints, and docs/src/upgrading.md shows that count.
 /// With column B made a copy of column A with one value changed, it prints
 /// exactly that cell, before → after; a column compared with itself, or one
 /// the file lacks, is refused.
@@ -593,10 +595,26 @@ fn upgrade_between_columns_of_the_committed_report() {
             .output()
             .unwrap()
     };
-    for (from, to) in [("sqlx-0.8", "sqlx"), ("pgbouncer-session", "pgbouncer-trixie-session")] {
+    // The book's chapter on upgrades shows each of these comparisons; its
+    // count of differing cells must be the command's.
+    let book = std::fs::read_to_string(root().join("docs/src/upgrading.md")).unwrap();
+    for (from, to) in [
+        ("sqlx-0.8", "sqlx"),
+        ("pgbouncer-session", "pgbouncer-trixie-session"),
+        ("pgbouncer-trixie-transaction", "pgagroal-transaction"),
+        ("pgbouncer-trixie-transaction", "odyssey-transaction"),
+    ] {
         let out = upgrade(&committed, from, to);
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
+        let summary = stdout
+            .lines()
+            .find(|l| l.starts_with("locklab check: "))
+            .unwrap_or_else(|| panic!("no summary line: {stdout}{stderr}"));
+        assert!(
+            book.contains(&format!("check --upgrade {from} {to}")) && book.contains(summary),
+            "docs/src/upgrading.md does not show `check --upgrade {from} {to}` with its summary {summary:?}"
+        );
         for id in [from, to] {
             let d = report
                 .drivers

@@ -855,3 +855,34 @@ impl super::Server {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_read_as_product_and_number() {
+        for (line, want) in [
+            ("PgBouncer 1.24.1", "PgBouncer 1.24.1"),
+            ("pgpool-II version 4.6.1 (chirikoboshi)", "Pgpool-II 4.6.1"),
+            ("pgagroal 1.6.0", "pgagroal 1.6.0"),
+            ("odyssey 1.5.2 release +pam -ldap +systemd -prom", "Odyssey 1.5.2"),
+        ] {
+            assert_eq!(product_version(line), want);
+        }
+    }
+
+    #[test]
+    fn a_taken_port_is_recognised_in_each_poolers_words() {
+        assert!(port_taken("socat[12] E bind(5, {AF=2 127.0.0.1:4321}, 16): Address already in use"));
+        assert!(port_taken("FATAL main.c:924 pgagroal: Could not bind to 127.0.0.1:4321"));
+        assert!(!port_taken("pgagroal: 1.6.0 started on 127.0.0.1:4321"));
+    }
+
+    #[test]
+    fn a_four_digit_port_is_below_10000_and_free() {
+        let port = free_four_digit_port().unwrap();
+        assert!((2000..10000).contains(&port));
+        std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    }
+}
