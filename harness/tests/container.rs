@@ -336,12 +336,20 @@ fn a_failing_run_removes_its_container(#[values(false, true)] panic_in_step: boo
 /// The pooler containers (name and id) that process `pid` has now.
 fn pooler_containers_of(pid: u32) -> Vec<(String, String)> {
     let filter = format!("label={PID_LABEL}={pid}");
-    docker(&["ps", "-a", "--no-trunc", "--filter", &filter, "--format", "{{.Names}} {{.ID}}"])
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .filter(|(name, _)| name.starts_with("locklab-pgagroal-") || name.starts_with("locklab-odyssey-"))
-        .map(|(name, id)| (name.to_owned(), id.to_owned()))
-        .collect()
+    docker(&[
+        "ps",
+        "-a",
+        "--no-trunc",
+        "--filter",
+        &filter,
+        "--format",
+        "{{.Names}} {{.ID}}",
+    ])
+    .lines()
+    .filter_map(|l| l.split_once(' '))
+    .filter(|(name, _)| name.starts_with("locklab-pgagroal-") || name.starts_with("locklab-odyssey-"))
+    .map(|(name, id)| (name.to_owned(), id.to_owned()))
+    .collect()
 }
 
 /// Processes of the host whose cgroup names one of the container ids (a
@@ -383,7 +391,12 @@ fn no_pgagroal_or_odyssey_container_or_process_outlives_a_run(
         ),
     )
     .unwrap();
-    let drivers = ["pgagroal-session", "pgagroal-transaction", "odyssey-session", "odyssey-transaction"];
+    let drivers = [
+        "pgagroal-session",
+        "pgagroal-transaction",
+        "odyssey-session",
+        "odyssey-transaction",
+    ];
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_locklab"));
     cmd.args(["run", "--backend", "local", "--jobs", "4", "--scenarios"])
         .arg(dir.path())
@@ -416,7 +429,11 @@ fn no_pgagroal_or_odyssey_container_or_process_outlives_a_run(
             break status;
         }
         if matches!(end, "sigint" | "sigterm") && seen.len() >= drivers.len() {
-            let signal = if end == "sigint" { Signal::SIGINT } else { Signal::SIGTERM };
+            let signal = if end == "sigint" {
+                Signal::SIGINT
+            } else {
+                Signal::SIGTERM
+            };
             kill(Pid::from_raw(pid as i32), signal).unwrap();
             break child.wait().unwrap();
         }
@@ -426,7 +443,8 @@ fn no_pgagroal_or_odyssey_container_or_process_outlives_a_run(
     let log = drain.join().unwrap();
     let names: Vec<&String> = seen.keys().collect();
     assert!(
-        names.iter().any(|n| n.starts_with("locklab-pgagroal-")) && names.iter().any(|n| n.starts_with("locklab-odyssey-")),
+        names.iter().any(|n| n.starts_with("locklab-pgagroal-"))
+            && names.iter().any(|n| n.starts_with("locklab-odyssey-")),
         "the run started no pgagroal or no Odyssey container: {names:?}; its log:\n{log}"
     );
     let want = match end {
@@ -437,7 +455,11 @@ fn no_pgagroal_or_odyssey_container_or_process_outlives_a_run(
     };
     assert_eq!(status.code(), want, "{status:?}; its log:\n{log}");
     let ids: Vec<String> = seen.values().cloned().collect();
-    assert!(containers_of(pid).is_empty(), "containers left: {:?}", containers_of(pid));
+    assert!(
+        containers_of(pid).is_empty(),
+        "containers left: {:?}",
+        containers_of(pid)
+    );
     eventually("processes of the pooler containers are left", || {
         processes_of_containers(&ids).is_empty()
     });

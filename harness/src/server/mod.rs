@@ -17,6 +17,7 @@ mod external;
 pub mod local;
 mod options;
 pub mod pgbouncer;
+mod pooler_setup;
 pub mod poolers;
 pub mod shared;
 pub mod tls;

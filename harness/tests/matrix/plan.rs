@@ -2,7 +2,10 @@
 //! (docs/src/testing.md, "The test budget"):
 //!
 //! - every cell once, on the main backend: a PostgreSQL 17 container when a
-//!   Docker engine answers, the local cluster otherwise;
+//!   Docker engine answers, the local cluster otherwise; except that of the
+//!   columns behind one pooler in one mode (`pgagroal-session` and
+//!   `pgagroal-session+deadpool`), which differ only in the client in
+//!   front of the pooler, a scenario runs through one, each in turn;
 //! - except cells whose kind fixes their server, on the local cluster: a
 //!   scenario that restarts the server (a cluster of its own per cell), one
 //!   with a `network: namespace` actor (the fault server), a race (`trials`:
@@ -117,6 +120,21 @@ impl Plan {
             })
             .collect();
         let families: BTreeMap<&str, &str> = ids.iter().map(|id| (*id, family(id))).collect();
+        // Columns behind the same pooler in the same mode, which differ only
+        // in the client in front of it (tokio-postgres without a pool, or
+        // deadpool-postgres): a scenario runs through one of them, each in
+        // turn (the client layer is measured by its own columns).
+        let mut twins: std::collections::HashMap<locklab_drivers::Pooler, Vec<&'static str>> = Default::default();
+        for d in locklab_drivers::registry() {
+            let i = d.info();
+            if let Some(p) = i.pooler {
+                twins.entry(p).or_default().push(i.id);
+            }
+        }
+        let turn_of: BTreeMap<&str, (usize, usize)> = twins
+            .values()
+            .flat_map(|ids| ids.iter().enumerate().map(|(n, id)| (*id, (n, ids.len()))))
+            .collect();
         let kind = |s: &Scenario, driver: Option<&str>| {
             format!("{} × {}", scenario_kind(s), driver.map_or("all", |d| families[d]))
         };
@@ -131,6 +149,11 @@ impl Plan {
                     continue;
                 }
                 let id = ids[(i + offset) % ids.len()];
+                if let Some((n, of)) = turn_of.get(id)
+                    && i % of != *n
+                {
+                    continue;
+                }
                 let backend = if fixed_server(s) || in_container[id] {
                     Backend::Local
                 } else {
