@@ -8,8 +8,10 @@
 //!   cell runs once on that backend (a local cluster; a PostgreSQL 17
 //!   container, ignored as "needs Docker" when no Docker engine answers).
 //!   A configuration behind a pooler that runs in a container (PgBouncer
-//!   1.24, Pgpool-II) runs on the local cluster only, and is `n/a` ("needs
-//!   Docker", not a failure) without a Docker engine.
+//!   1.24, Pgpool-II, pgagroal, Odyssey) runs on the local cluster only, and
+//!   is `n/a` ("needs Docker", not a failure) without a Docker engine. Of
+//!   two configurations behind the same pooler and mode, a scenario runs
+//!   through one, in turn (`matrix/plan.rs`).
 //!   It must pass (the scenario's fixed expectations are asserted by the
 //!   runner), its observations must be present and well-formed, and its
 //!   outcome must equal the cell of the committed `reports/baseline.json`
