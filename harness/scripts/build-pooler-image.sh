@@ -100,10 +100,10 @@ rm -f "$staging/.locklab-complete"
 say "unpacking Odyssey from Debian sid's odyssey package"
 bash "$root/drivers/adapters/fetch-debs.sh" sid "$debs" odyssey || die "cannot download Debian sid's odyssey package"
 dpkg-deb -x "$debs"/odyssey_*.deb "$staging/"
-chroot "$staging" odyssey --version >/dev/null 2>&1 || {
-  chroot "$staging" /bin/sh -c 'odyssey --version' >&2 || true
+if ! out="$(chroot "$staging" odyssey --version 2>&1)"; then
+  echo "$out" >&2
   die "the odyssey binary from sid does not run in the $suite root (a library missing?)"
-}
+fi
 # The unprivileged user the poolers run as (PgBouncer and pgagroal refuse
 # root), with a home under /tmp: pgagroal keeps its master key in
 # ~/.pgagroal, and the harness's configuration is written at start-up.

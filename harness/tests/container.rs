@@ -371,9 +371,10 @@ fn processes_of_containers(ids: &[String]) -> Vec<String> {
 
 /// pgagroal (an instance per cell database) and Odyssey, in both modes, in
 /// front of the local cluster: after a run that passes, one whose
-/// expectation fails, and one stopped by SIGINT or SIGTERM while every
-/// pooler's client is inside a statement, no pooler container of the run
-/// is left, nor any process of one (pgagroal, its workers, socat, Odyssey).
+/// expectation fails, and one stopped by SIGINT or SIGTERM once each of its
+/// four cells has its pooler's container (starting or serving), no pooler
+/// container of the run is left, nor any process of one (pgagroal, its
+/// workers, socat, Odyssey).
 #[rstest]
 #[cfg_attr(
     not(locklab_docker),

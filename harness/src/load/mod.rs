@@ -274,6 +274,12 @@ async fn run_in(server: &Server, db: &str, client: Client<'_>, spec: &LoadSpec) 
             );
             let tally = drive(pool.clone(), info.kind, spec).await;
             pool.close().await;
+            // A pooler started for this database alone stops with the run.
+            if let Some(pooler) = info.pooler
+                && pooler.kind.one_instance_per_database()
+            {
+                server.pooler_close_database(pooler, db, false).await?;
+            }
             (info.id.to_owned(), tally)
         }
         Client::Pgbench(bin) => {

@@ -36,11 +36,13 @@ use super::pgbouncer::Upstream;
 
 /// What a pooler's log says when its port was taken: the system's message
 /// (PgBouncer, Pgpool-II, Odyssey, socat), or pgagroal's own.
-pub(super) const PORT_TAKEN: [&str; 2] = ["Address already in use", "Could not bind to 127.0.0.1:"];
+const PORT_TAKEN: [&str; 2] = ["Address already in use", "Could not bind to 127.0.0.1:"];
 
-/// Whether `log` says a port was taken ([`PORT_TAKEN`]).
-pub(super) fn port_taken(log: &str) -> bool {
-    PORT_TAKEN.iter().any(|m| log.contains(m))
+/// The line of `log` that says a port was taken ([`PORT_TAKEN`]), if one does.
+pub(super) fn port_taken(log: &str) -> Option<&str> {
+    log.lines()
+        .find(|l| PORT_TAKEN.iter().any(|m| l.contains(m)))
+        .map(str::trim)
 }
 
 /// How many server connections pgagroal and Odyssey may hold (pgagroal's
@@ -204,8 +206,10 @@ pub(super) fn setup(
                 let Some(db) = database else {
                     bail!("pgagroal is started for one database, and none was named")
                 };
-                if db.contains(char::is_whitespace) || db.contains(['"', '\'', '#']) {
-                    bail!("pgagroal's limits file cannot name the database {db:?}");
+                for (what, name) in [("database", db), ("user", up.user)] {
+                    if name.contains(char::is_whitespace) || name.contains(['"', '\'', '#', '\\', '$', '`']) {
+                        bail!("pgagroal's limits file cannot name the {what} {name:?}");
+                    }
                 }
                 files.push((
                     "pgagroal_databases.conf",
@@ -223,7 +227,7 @@ pub(super) fn setup(
                  key=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \\n'); \
                  printf '%s\\n%s\\n' \"$key\" \"$key\" | pgagroal-admin master-key >/dev/null; \
                  pw=$(cat /tmp/locklab/password); rm /tmp/locklab/password; \
-                 printf '%s\\n%s\\n' \"$pw\" \"$pw\" | pgagroal-admin -f /tmp/locklab/pgagroal_users.conf -U {user} user add >/dev/null; \
+                 printf '%s\\n%s\\n' \"$pw\" \"$pw\" | pgagroal-admin -f /tmp/locklab/pgagroal_users.conf -U '{user}' user add >/dev/null; \
                  unset pw key; \
                  exec pgagroal {args} -u /tmp/locklab/pgagroal_users.conf",
                 user = up.user
@@ -293,13 +297,11 @@ mod tests {
 
     #[test]
     fn a_taken_port_is_recognised_in_each_poolers_words() {
-        assert!(port_taken(
-            "socat[12] E bind(5, {AF=2 127.0.0.1:4321}, 16): Address already in use"
-        ));
-        assert!(port_taken(
-            "FATAL main.c:924 pgagroal: Could not bind to 127.0.0.1:4321"
-        ));
-        assert!(!port_taken("pgagroal: 1.6.0 started on 127.0.0.1:4321"));
+        let socat = "socat[12] E bind(5, {AF=2 127.0.0.1:4321}, 16): Address already in use";
+        assert_eq!(port_taken(&format!("started\n{socat}\n")), Some(socat));
+        let pgagroal = "FATAL main.c:924 pgagroal: Could not bind to 127.0.0.1:4321";
+        assert_eq!(port_taken(pgagroal), Some(pgagroal));
+        assert_eq!(port_taken("pgagroal: 1.6.0 started on 127.0.0.1:4321"), None);
     }
 
     #[test]

@@ -16,7 +16,9 @@
 //! whichever backend runs it), the pooler listening on 127.0.0.1 on a free
 //! port only, clients authenticated with scram-sha-256 and a password made
 //! for this instance, the configuration written at start-up from environment
-//! variables (never on the command line, never in a file on the host). It
+//! variables (never on a command line, never in a file locklab writes on the
+//! host; Docker itself keeps a container's environment in its own state
+//! while the container exists). It
 //! carries `locklab.pid=<our pid>` and `locklab.owner=<token>`; dropping
 //! [`ContainerPooler`] removes it, and the container watchdog removes it when
 //! our process ends without dropping it. Each pooler's files and start-up
@@ -32,7 +34,7 @@ use testcontainers::bollard::query_parameters::CreateContainerOptionsBuilder;
 
 use super::container::{PID_LABEL, docker_answers, docker_host, log_lines};
 use super::pgbouncer::Upstream;
-use super::pooler_setup::{PORT_TAKEN, SERVER_CONNECTIONS, free_four_digit_port, port_taken, product_version, setup};
+use super::pooler_setup::{SERVER_CONNECTIONS, free_four_digit_port, port_taken, product_version, setup};
 
 /// The pooler image when `LOCKLAB_POOLER_IMAGE` is not set (the suffix goes
 /// up whenever what `build-pooler-image.sh` puts in it changes).
@@ -142,7 +144,7 @@ impl ContainerPooler {
         loop {
             attempt += 1;
             match ContainerPooler::start_on(&docker, &host, &image, pooler, up, database, timeout).await {
-                Err(e) if attempt < 3 && port_taken(&format!("{e:#}")) => {
+                Err(e) if attempt < 3 && port_taken(&format!("{e:#}")).is_some() => {
                     tracing::warn!("{}: its port was taken before it bound it; another try", pooler.label());
                 }
                 other => return other,
@@ -275,13 +277,8 @@ impl ContainerPooler {
                 );
             }
             let log = log_lines(docker, &self.id, 15).await;
-            if port_taken(&log) {
-                bail!(
-                    "{} could not listen on port {}: {}",
-                    pooler.label(),
-                    self.port,
-                    PORT_TAKEN[0]
-                );
+            if let Some(line) = port_taken(&log) {
+                bail!("{} could not listen on port {}: {line}", pooler.label(), self.port);
             }
             if Instant::now() >= deadline {
                 bail!(
@@ -297,7 +294,8 @@ impl ContainerPooler {
     }
 
     /// Waits until the server has [`SERVER_CONNECTIONS`] backends in `db`
-    /// (those the pooler makes at start), by asking the server every 50 ms.
+    /// that pgagroal made (their `application_name` is `pgagroal`: it does
+    /// not pass a client's on), by asking the server every 50 ms.
     ///
     /// # Errors
     /// The container stopped, a port was taken, or `deadline` passed (with
@@ -319,15 +317,17 @@ impl ContainerPooler {
             application_name: "locklab-ready".into(),
             options: Vec::new(),
         };
-        let admin = DirectConn::connect(&server)
+        let admin = tokio::time::timeout(Duration::from_secs(10), DirectConn::connect(&server))
             .await
+            .map_err(|_| anyhow!("connecting to the server took over 10 s"))
+            .and_then(|c| c.map_err(anyhow::Error::from))
             .with_context(|| format!("cannot connect to the server to watch {} start", pooler.label()))?;
         let mut seen = 0i64;
         let out = loop {
             if let Ok(row) = admin
                 .client()
                 .query_one(
-                    "select count(*) from pg_stat_activity where datname = $1 and backend_type = 'client backend'",
+                    "select count(*) from pg_stat_activity where datname = $1 and application_name = 'pgagroal'",
                     &[&db],
                 )
                 .await
@@ -338,22 +338,26 @@ impl ContainerPooler {
                 }
             }
             let log = log_lines(docker, &self.id, 15).await;
-            if port_taken(&log) {
+            if let Some(line) = port_taken(&log) {
                 break Err(anyhow!(
-                    "{} could not listen on port {}: {}",
+                    "{} could not listen on port {}: {line}",
                     pooler.label(),
-                    self.port,
-                    PORT_TAKEN[0]
+                    self.port
                 ));
             }
-            if self.exited().await.is_some() || Instant::now() >= deadline {
-                break Err(anyhow!(
-                    "{} made {seen} of its {SERVER_CONNECTIONS} server connections to {db} before it stopped or the start-up deadline; its last log lines:\n{log}",
-                    pooler.label()
-                ));
-            }
-            // Polling interval for a pooler that is still making its connections.
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            let why = if self.exited().await.is_some() {
+                "it exited"
+            } else if Instant::now() >= deadline {
+                "the start-up deadline passed"
+            } else {
+                // Polling interval for a pooler that is still making its connections.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            };
+            break Err(anyhow!(
+                "{} had made {seen} of its {SERVER_CONNECTIONS} server connections to {db} when {why}; its last log lines:\n{log}",
+                pooler.label()
+            ));
         };
         admin.close().await;
         out
@@ -466,6 +470,7 @@ impl super::Server {
             pooler.kind.one_instance_per_database().then(|| dbname.to_owned()),
         );
         let mut poolers = self.poolers.lock().await;
+        let own_database = key.1.is_some();
         if let Some(b) = poolers.get_mut(&key) {
             match b.exited().await {
                 None => return Ok(b.address()),
@@ -476,6 +481,9 @@ impl super::Server {
                 }
             }
         }
+        // An instance for one cell's database: no other cell asks for it,
+        // and the others need not wait for its start.
+        let held = (!own_database).then_some(poolers);
         let up = super::pgbouncer::Upstream {
             host: &self.host,
             port: self.port,
@@ -500,7 +508,10 @@ impl super::Server {
         if let Ok(mut seen) = self.pooler_versions_seen.lock() {
             seen.insert(pooler, out.1.clone());
         }
-        poolers.insert(key, started);
+        match held {
+            Some(mut poolers) => poolers.insert(key, started),
+            None => self.poolers.lock().await.insert(key, started),
+        };
         Ok(out)
     }
 
@@ -539,7 +550,8 @@ impl super::Server {
             // lock is not held meanwhile), then whatever of its server
             // connections is left is ended from the server, as below.
             let stopped = self.poolers.lock().await.remove(&(pooler, Some(dbname.to_owned())));
-            drop(stopped);
+            // Its removal (`docker rm -f`) blocks.
+            let _ = tokio::task::spawn_blocking(move || drop(stopped)).await;
         }
         // The console is reached without holding the lock that every run's
         // `pooler()` takes.
