@@ -99,6 +99,32 @@ impl PoolerKind {
         }
     }
 
+    /// The kind whose [`PoolerKind::as_str`] is `s`.
+    pub fn from_id(s: &str) -> Option<PoolerKind> {
+        [
+            PoolerKind::PgBouncer,
+            PoolerKind::PgBouncerTrixie,
+            PoolerKind::Pgagroal,
+            PoolerKind::Pgpool,
+            PoolerKind::Odyssey,
+            PoolerKind::External,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+
+    /// Whether which of its server connections a client (or, in transaction
+    /// mode, a transaction) gets varies from run to run, so that a cell's
+    /// readings behind it vary by nature: pgagroal (one of the 16 made at
+    /// start, whichever is free first) and Odyssey (seen here: over three
+    /// repeats of the committed report, 25 cells of these columns read
+    /// different values, e.g. `next_checkout_same_backend` true once, false
+    /// twice). Their cells compare with the baseline by status alone
+    /// (`locklab::baseline`).
+    pub fn readings_vary(self) -> bool {
+        matches!(self, PoolerKind::Pgagroal | PoolerKind::Odyssey)
+    }
+
     /// The product's name: `PgBouncer`, `pgagroal`, `Pgpool-II` or `Odyssey`.
     pub fn product(self) -> &'static str {
         match self {

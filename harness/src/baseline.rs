@@ -89,6 +89,12 @@ pub struct BaselineDriver {
     pub crate_version: String,
     /// Configuration in the crate's terms.
     pub configuration: String,
+    /// Whether its cells' readings vary by nature (behind a pooler that
+    /// hands out any of its server connections:
+    /// `locklab_drivers::PoolerKind::readings_vary`): its cells compare by
+    /// status alone ([`comparison::compare`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub readings_vary: bool,
 }
 
 /// What one scenario × driver cell measured.
@@ -347,6 +353,11 @@ impl Baseline {
                             crate_name: d.crate_name.clone(),
                             crate_version: d.crate_version.clone(),
                             configuration: d.configuration.clone(),
+                            readings_vary: d
+                                .pooler_kind
+                                .as_deref()
+                                .and_then(locklab_drivers::PoolerKind::from_id)
+                                .is_some_and(locklab_drivers::PoolerKind::readings_vary),
                         },
                     )
                 })

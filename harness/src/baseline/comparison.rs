@@ -202,7 +202,10 @@ pub fn compare(
         let changes = match before {
             Some(before) => {
                 compared += 1;
-                let (changes, info) = cell_changes(before, after, tolerance, baseline.race_rows);
+                let varies = [baseline.drivers.get(&after.driver), fresh.drivers.get(&after.driver)]
+                    .iter()
+                    .all(|d| d.is_some_and(|d| d.readings_vary));
+                let (changes, info) = cell_changes(before, after, tolerance, baseline.race_rows, varies);
                 if !info.is_empty() {
                     notes.push(CellDiff {
                         scenario: after.scenario.clone(),
@@ -251,13 +254,40 @@ pub fn compare(
 /// (share changes that do not count: see [`shares`]). A race row (one with
 /// shares) does not compare by the readings it saw: which are possible is
 /// the scenario's `outcomes:`, checked by the runner on every trial; its
-/// counts compare by [`share_changes`].
+/// counts compare by [`share_changes`]. A cell whose readings vary by
+/// nature (`varies`: its column's [`BaselineDriver::readings_vary`], behind
+/// pgagroal or Odyssey, where which server connection a client gets varies;
+/// or a cell the baseline records as `unstable`, its repeats disagreeing)
+/// compares by its status alone: a run that fails, or is `n/a` where the
+/// baseline's was not (or the other way round), is a change; its readings'
+/// differences are information lines. (`varies` needs both columns to vary:
+/// `check --upgrade` from PgBouncer to pgagroal compares every reading.)
 fn cell_changes(
     before: &BaselineCell,
     after: &BaselineCell,
     tolerance: Tolerance,
     race_rows: u64,
+    varies: bool,
 ) -> (Vec<String>, Vec<String>) {
+    if varies || before.status == crate::outcome::Status::Unstable {
+        let (b, a) = (before.outcome(), after.outcome());
+        let info: Vec<String> = compare::diff(&b, &a, None)
+            .iter()
+            .map(|c| format!("{c} (its readings vary by nature: not compared)"))
+            .collect();
+        use crate::outcome::Status::{Fail, NotApplicable};
+        let changed = after.status == Fail || (after.status == NotApplicable) != (before.status == NotApplicable);
+        return match after.status {
+            _ if !changed => (Vec::new(), info),
+            other => (
+                vec![format!(
+                    "outcome: {} in the baseline (its readings vary by nature) → {other}",
+                    before.status
+                )],
+                info,
+            ),
+        };
+    }
     let (b, mut a) = (before.outcome(), after.outcome());
     for recorded in &mut a.observations {
         let (Some(bo), Some(ao)) = (
@@ -394,6 +424,7 @@ mod tests {
                             crate_name: "deadpool-postgres".into(),
                             crate_version: version.into(),
                             configuration: configuration.into(),
+                            readings_vary: false,
                         },
                     )
                 })
@@ -443,18 +474,18 @@ mod tests {
         // first trial's SQLSTATE; which values are possible is not decided here.
         let mut first_failed = race(&[("true", 12)], 12, 0.3);
         first_failed.observations.get_mut("held").unwrap().sqlstate = Some("55P03".into());
-        assert_eq!(cell_changes(&full, &first_failed, t, 900), (vec![], vec![]));
+        assert_eq!(cell_changes(&full, &first_failed, t, 900, false), (vec![], vec![]));
         // A reading the baseline never saw, in half of 12 trials, is a
         // change of share (whether it is possible at all is the runner's).
-        let (new_value, _) = cell_changes(&full, &race(&[("true", 6), ("57014", 6)], 12, 0.3), t, 900);
+        let (new_value, _) = cell_changes(&full, &race(&[("true", 6), ("57014", 6)], 12, 0.3), t, 900, false);
         assert_eq!(new_value.len(), 1, "{new_value:?}");
         assert!(new_value[0].starts_with("`held` share of `57014`: 0 % of 1000 → 50 % of 12 (Fisher p = "));
         // Drift of 2.5 points in 1,000 trials is noise.
         let again = race(&[("55P03", 475), ("true", 500), ("timeout-then-grant", 25)], 1000, 0.3);
-        assert_eq!(cell_changes(&full, &again, t, 900), (vec![], vec![]));
+        assert_eq!(cell_changes(&full, &again, t, 900, false), (vec![], vec![]));
         // 50 % → 10 % is a change at equal pressure…
         let shifted = race(&[("55P03", 100), ("true", 900)], 1000, 0.35);
-        let (changes, info) = cell_changes(&full, &shifted, t, 900);
+        let (changes, info) = cell_changes(&full, &shifted, t, 900, false);
         assert!(info.is_empty());
         assert_eq!(changes.len(), 3, "{changes:?}");
         assert!(
@@ -463,7 +494,7 @@ mod tests {
         );
         // … and information only when the pressures are apart.
         let loaded = race(&[("55P03", 100), ("true", 900)], 1000, 0.6);
-        let (changes, info) = cell_changes(&full, &loaded, t, 900);
+        let (changes, info) = cell_changes(&full, &loaded, t, 900, false);
         assert!(changes.is_empty(), "{changes:?}");
         assert_eq!(info.len(), 4, "{info:?}");
         assert!(info[3].starts_with("CPU pressure 30 % (load 1.0 on 2 CPUs) in the baseline, CPU pressure 60 %"));
@@ -490,7 +521,7 @@ mod tests {
         // Kept at 0, they are no change against the run that missed them.
         let run = race(&[("true", 998), ("42P01", 2)], 1000, 0.3);
         assert_eq!(
-            cell_changes(&fresh.cells[0], &run, Tolerance::default(), 1),
+            cell_changes(&fresh.cells[0], &run, Tolerance::default(), 1, false),
             (vec![], vec![])
         );
         // Once kept, a second rewrite adds nothing.
@@ -559,6 +590,38 @@ mod tests {
         );
         assert!(
             c.diffs[0].changes[0].contains("p50 under 50 ms → 10000 ms"),
+            "{:?}",
+            c.diffs
+        );
+    }
+
+    #[test]
+    fn an_unstable_baseline_cell_compares_by_status_alone() {
+        let mut varies = cell("s", "pgagroal-session", "true", 1.0);
+        varies.status = crate::outcome::Status::Unstable;
+        let other_reading = cell("s", "pgagroal-session", "false", 1.0);
+        let c = compare(
+            &baseline(vec![varies.clone()], "1", "x"),
+            &baseline(vec![other_reading], "1", "x"),
+            Tolerance::default(),
+            &|_| true,
+        );
+        assert!(c.is_clean(), "{:?}", c.diffs);
+        assert!(
+            c.notes[0].changes[0].contains("its readings vary by nature: not compared"),
+            "{:?}",
+            c.notes
+        );
+        let mut failed = cell("s", "pgagroal-session", "true", 1.0);
+        failed.status = crate::outcome::Status::Fail;
+        let c = compare(
+            &baseline(vec![varies], "1", "x"),
+            &baseline(vec![failed], "1", "x"),
+            Tolerance::default(),
+            &|_| true,
+        );
+        assert!(
+            c.diffs[0].changes[0].contains("unstable in the baseline (its readings vary by nature) → fail"),
             "{:?}",
             c.diffs
         );

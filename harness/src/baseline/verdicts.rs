@@ -154,6 +154,7 @@ mod tests {
                 crate_name: "c".into(),
                 crate_version: "1".into(),
                 configuration: "x".into(),
+                readings_vary: false,
             },
         );
         Baseline {

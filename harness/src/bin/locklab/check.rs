@@ -251,12 +251,19 @@ fn failed_runs(report: &Report) -> Vec<&RunResult> {
     report.runs.iter().filter(|r| !r.passed()).collect()
 }
 
-/// `--update`: writes `fresh`, the run's baseline, unless a cell failed (exit
-/// 1). Race rows keep the readings the file being replaced knew for them
-/// ([`Baseline::keep_readings_of`]), when it is of the same major version.
+/// `--update`: writes `fresh`, the run's baseline, unless a cell failed, or
+/// was unstable in a column whose readings do not vary by nature (exit 1;
+/// an unstable cell behind pgagroal or Odyssey is recorded as such:
+/// `BaselineDriver::readings_vary`). Race rows keep the readings the file
+/// being replaced knew for them ([`Baseline::keep_readings_of`]), when it is
+/// of the same major version.
 fn update(plan: &CheckPlan, report: &Report, fresh: &Baseline) -> Result<ExitCode> {
     let path = plan.path.as_path();
-    let failed = failed_runs(report);
+    let varies = |r: &RunResult| {
+        r.outcome().status == locklab::outcome::Status::Unstable
+            && fresh.drivers.get(&r.driver).is_some_and(|d| d.readings_vary)
+    };
+    let failed: Vec<&RunResult> = failed_runs(report).into_iter().filter(|r| !varies(r)).collect();
     if !failed.is_empty() {
         let mut text = format!(
             "locklab: not writing {}: {} cell(s) failed or were unstable; a baseline records passing behaviour\n",
