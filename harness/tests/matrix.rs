@@ -577,7 +577,9 @@ fn deadline_fails_with_step_name(driver: &str) {
 }
 
 /// A holder is named after the actor that most recently checked its backend
-/// out, even when another actor used the same pooled connection before.
+/// out, even when another actor used the same pooled connection before
+/// (behind transaction pooling: "server connection", when the lock is still
+/// held at all).
 fn holders_named_after_latest_actor(driver: &str) {
     let r = run_inline(
         "name: reuse\ndescription: two actors on one pooled connection\npool: { max_size: 1 }\nactors: { first: { via: pool }, second: { via: pool }, o: { via: direct } }\nsteps:\n  - { actor: first, do: checkout }\n  - { actor: first, sql: select pg_advisory_lock(1) }\n  - { actor: first, do: return }\n  - { actor: second, do: checkout }\n  - { actor: second, sql: select pg_advisory_lock(2) }\n  - { actor: o, observe: advisory_locks, key: 2, record: who_holds_2 }\n",
@@ -594,6 +596,13 @@ fn holders_named_after_latest_actor(driver: &str) {
         "second"
     };
     let holders = &o.value.locks().expect("a lock snapshot").holders;
+    if behind_transaction_pooling && holders.is_empty() {
+        // A transaction pooler that resets a server connection after each
+        // transaction (Odyssey's `pool_discard`) has released the session
+        // lock already: nobody to name (the `session-lock-*` cells record
+        // that; this test is about names).
+        return;
+    }
     assert_eq!(holders.len(), 1, "{}", o.seen());
     assert_eq!(holders[0].actor.as_deref(), Some(want), "{}", o.seen());
 }
