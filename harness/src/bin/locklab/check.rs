@@ -247,8 +247,15 @@ fn server_label(report: &Report) -> String {
     format!("{} ({})", short_version(&server.version), server.backend)
 }
 
-fn failed_runs(report: &Report) -> Vec<&RunResult> {
-    report.runs.iter().filter(|r| !r.passed()).collect()
+/// The runs that failed, or were unstable over the repeats in a column whose
+/// readings do not vary by nature (behind pgagroal or Odyssey an unstable
+/// cell is what the column does: `BaselineDriver::readings_vary`).
+fn failed_runs<'a>(report: &'a Report, fresh: &Baseline) -> Vec<&'a RunResult> {
+    let varies = |r: &RunResult| {
+        r.outcome().status == locklab::outcome::Status::Unstable
+            && fresh.drivers.get(&r.driver).is_some_and(|d| d.readings_vary)
+    };
+    report.runs.iter().filter(|r| !r.passed() && !varies(r)).collect()
 }
 
 /// `--update`: writes `fresh`, the run's baseline, unless a cell failed, or
@@ -259,11 +266,7 @@ fn failed_runs(report: &Report) -> Vec<&RunResult> {
 /// of the same major version.
 fn update(plan: &CheckPlan, report: &Report, fresh: &Baseline) -> Result<ExitCode> {
     let path = plan.path.as_path();
-    let varies = |r: &RunResult| {
-        r.outcome().status == locklab::outcome::Status::Unstable
-            && fresh.drivers.get(&r.driver).is_some_and(|d| d.readings_vary)
-    };
-    let failed: Vec<&RunResult> = failed_runs(report).into_iter().filter(|r| !varies(r)).collect();
+    let failed = failed_runs(report, fresh);
     if !failed.is_empty() {
         let mut text = format!(
             "locklab: not writing {}: {} cell(s) failed or were unstable; a baseline records passing behaviour\n",
@@ -315,7 +318,7 @@ const NEEDS_DOCKER: &str = "needs Docker";
 fn compare(plan: &CheckPlan, report: &Report, before: &Baseline, fresh: &Baseline) -> Result<ExitCode> {
     let (run, path) = (plan.run, plan.path.as_path());
     let server = &report.servers[0];
-    let failed = failed_runs(report);
+    let failed = failed_runs(report, fresh);
     if before.server.major != server.major {
         eprintln!(
             "locklab: note: the baseline was measured on PostgreSQL {}, this run is on {}",
