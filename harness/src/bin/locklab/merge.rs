@@ -30,7 +30,7 @@ pub fn merge(args: &MergeArgs) -> Result<ExitCode> {
         let _ = writeln!(text, "wrote {}", p.display());
     }
     let _ = writeln!(text, "merged {shards} shard(s): {} cell(s)", report.runs.len());
-    text.push_str(&summary(&report.runs));
+    text.push_str(&summary(&report));
     emit(&text)?;
-    Ok(exit_for(&report.runs))
+    Ok(exit_for(&report))
 }

@@ -5,15 +5,31 @@
 use std::process::ExitCode;
 
 use locklab::outcome::RunResult;
+use locklab::report::Report;
 pub use locklab_core::output::emit;
 
-/// 0 when every run passed, else 1.
-pub fn exit_for(runs: &[RunResult]) -> ExitCode {
-    if runs.iter().all(RunResult::passed) {
+/// 0 when every run of `report` passed, or was unstable over its repeats in
+/// a column whose readings vary by nature (behind pgagroal or Odyssey:
+/// `PoolerKind::readings_vary`), else 1.
+pub fn exit_for(report: &Report) -> ExitCode {
+    if report.runs.iter().all(|r| r.passed() || varies_by_nature(report, r)) {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     }
+}
+
+/// Whether run `r` of `report` was unstable in a column whose readings vary
+/// by nature (`PoolerKind::readings_vary`).
+pub fn varies_by_nature(report: &Report, r: &RunResult) -> bool {
+    r.status() == locklab::outcome::Status::Unstable
+        && report.drivers.iter().any(|d| {
+            d.id == r.driver
+                && d.pooler_kind
+                    .as_deref()
+                    .and_then(locklab_drivers::PoolerKind::from_id)
+                    .is_some_and(locklab_drivers::PoolerKind::readings_vary)
+        })
 }
 
 /// Whether two paths name the same directory (by their canonical paths).

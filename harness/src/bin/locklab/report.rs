@@ -76,7 +76,7 @@ pub fn report(dir: &Path, custom_dir: bool, args: &ReportArgs) -> Result<ExitCod
             let _ = writeln!(text, "updated the generated findings in {}", p.display());
         }
     }
-    text.push_str(&summary(&report.runs));
+    text.push_str(&summary(&report));
     if *json {
         eprint!("{text}");
         emit(&report.to_json()?)?;
@@ -89,7 +89,7 @@ pub fn report(dir: &Path, custom_dir: bool, args: &ReportArgs) -> Result<ExitCod
         take_screenshot(&out.join("index.html"), &png).context("no screenshot (the report files are written)")?;
         eprintln!("wrote {}", png.display());
     }
-    Ok(exit_for(&report.runs))
+    Ok(exit_for(&report))
 }
 
 /// Screenshots `page` into `png` in headless Chromium.

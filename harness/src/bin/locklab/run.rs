@@ -20,17 +20,19 @@ use crate::output::{emit, exit_for};
 pub fn run(dir: &Path, args: &RunArgs, json: bool) -> Result<ExitCode> {
     let report = execute(dir, args)?;
     if json {
-        eprint!("{}", summary(&report.runs));
+        eprint!("{}", summary(&report));
         emit(&report.to_json()?)?;
     } else {
-        emit(&summary(&report.runs))?;
+        emit(&summary(&report))?;
     }
-    Ok(exit_for(&report.runs))
+    Ok(exit_for(&report))
 }
 
 /// The per-run summary printed by `run` and `report`: one line per cell, its
-/// observations, what it left behind, then one line with the counts.
-pub fn summary(runs: &[RunResult]) -> String {
+/// observations, what it left behind, then one line with the counts (and
+/// one for unstable cells whose readings vary by nature, when there are any).
+pub fn summary(report: &locklab::report::Report) -> String {
+    let runs = &report.runs[..];
     let mut lines = Vec::new();
     let several = runs.iter().any(|r| r.server != runs[0].server);
     let width = runs
@@ -66,6 +68,16 @@ pub fn summary(runs: &[RunResult]) -> String {
          {failed} failed ({unstable} unstable){each}",
         runs.len() - failed - deviated - skipped
     ));
+    let varying = runs
+        .iter()
+        .filter(|r| crate::output::varies_by_nature(report, r))
+        .count();
+    if varying > 0 {
+        lines.push(format!(
+            "({varying} of the unstable cells are behind pgagroal or Odyssey, where which server connection a client \
+             gets varies by nature: they do not fail the run, and compare with the baseline by status alone)"
+        ));
+    }
     lines.join("\n") + "\n"
 }
 

@@ -30,7 +30,7 @@ pub fn soak(dir: &Path, args: &SoakArgs) -> Result<ExitCode> {
     }
     let text = soak_summary(&report);
     emit(&text)?;
-    Ok(exit_for(&report.runs))
+    Ok(exit_for(&report))
 }
 
 /// What `soak` prints: each cell that differed between rounds or failed, with
