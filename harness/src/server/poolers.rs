@@ -177,6 +177,18 @@ impl ContainerPooler {
         };
         let token = super::unique_token();
         let (script, env) = setup(pooler, up, port, &password, database)?;
+        // pgagroal's backends in the database before this instance makes its
+        // own (another instance may serve it: `Server::pooler` for the admin
+        // database, in both modes).
+        let before = match database {
+            Some(db) => {
+                let admin = server_connection(up).await?;
+                let n = pgagroal_backends(&admin, db).await;
+                admin.close().await;
+                Some(n?)
+            }
+            None => None,
+        };
         let watchdog = super::container::Watchdog::start(&host, &token);
         let labels = [
             (super::container::OWNER_LABEL.to_owned(), token.clone()),
@@ -215,7 +227,9 @@ impl ContainerPooler {
             .start_container(&running.id, None)
             .await
             .with_context(|| format!("Docker could not start the {} container", pooler.kind.product()))?;
-        running.wait_ready(docker, pooler, up, database, timeout).await?;
+        running
+            .wait_ready(docker, pooler, up, database.zip(before), timeout)
+            .await?;
         if let Some(v) = log_lines(docker, &running.id, 200)
             .await
             .lines()
@@ -231,32 +245,34 @@ impl ContainerPooler {
         docker: &Docker,
         pooler: Pooler,
         up: &Upstream<'_>,
-        database: Option<&str>,
+        database: Option<(&str, i64)>,
         timeout: Duration,
     ) -> Result<()> {
         let spec = super::loopback_spec(
             self.port,
             up.user,
             &self.password,
-            database.unwrap_or(up.admin_db),
+            database.map_or(up.admin_db, |(db, _)| db),
             "locklab-ready",
         );
         let deadline = Instant::now() + timeout;
-        if let Some(db) = database {
+        if let Some((db, before)) = database {
             // pgagroal makes its server connections for `db` after it starts
             // listening; a client before they are all made could make one
             // itself, and hang or crash (`PoolerKind::Pgagroal`).
             // Observed on the server: its backends in `db`.
-            self.wait_prefilled(docker, pooler, up, db, deadline).await?;
+            self.wait_prefilled(docker, pooler, up, db, before, deadline).await?;
         }
         loop {
             let last_error = match tokio::time::timeout(Duration::from_secs(5), DirectConn::connect(&spec)).await {
                 Ok(Ok(c)) => {
-                    let answered = c.client().simple_query("select 1").await;
+                    let answered =
+                        tokio::time::timeout(Duration::from_secs(5), c.client().simple_query("select 1")).await;
                     c.close().await;
                     match answered {
-                        Ok(_) => return Ok(()),
-                        Err(e) => e.to_string(),
+                        Ok(Ok(_)) => return Ok(()),
+                        Ok(Err(e)) => e.to_string(),
+                        Err(_) => "`select 1` did not answer within 5 s".into(),
                     }
                 }
                 Ok(Err(e)) => e.to_string(),
@@ -293,9 +309,11 @@ impl ContainerPooler {
         }
     }
 
-    /// Waits until the server has [`SERVER_CONNECTIONS`] backends in `db`
-    /// that pgagroal made (their `application_name` is `pgagroal`: it does
-    /// not pass a client's on), by asking the server every 50 ms.
+    /// Waits until the server has [`SERVER_CONNECTIONS`] more backends in
+    /// `db` that pgagroal made than the `before` it had when this instance
+    /// started (their `application_name` is `pgagroal`: it does not pass a
+    /// client's on; another instance may serve `db` too), by asking the
+    /// server every 50 ms.
     ///
     /// # Errors
     /// The container stopped, a port was taken, or `deadline` passed (with
@@ -306,33 +324,16 @@ impl ContainerPooler {
         pooler: Pooler,
         up: &Upstream<'_>,
         db: &str,
+        before: i64,
         deadline: Instant,
     ) -> Result<()> {
-        let server = locklab_drivers::ConnectSpec {
-            host: up.host.to_owned(),
-            port: up.port,
-            user: up.user.to_owned(),
-            password: up.password.map(str::to_owned),
-            dbname: up.admin_db.to_owned(),
-            application_name: "locklab-ready".into(),
-            options: Vec::new(),
-        };
-        let admin = tokio::time::timeout(Duration::from_secs(10), DirectConn::connect(&server))
+        let admin = server_connection(up)
             .await
-            .map_err(|_| anyhow!("connecting to the server took over 10 s"))
-            .and_then(|c| c.map_err(anyhow::Error::from))
             .with_context(|| format!("cannot connect to the server to watch {} start", pooler.label()))?;
         let mut seen = 0i64;
         let out = loop {
-            if let Ok(row) = admin
-                .client()
-                .query_one(
-                    "select count(*) from pg_stat_activity where datname = $1 and application_name = 'pgagroal'",
-                    &[&db],
-                )
-                .await
-            {
-                seen = row.get(0);
+            if let Ok(n) = pgagroal_backends(&admin, db).await {
+                seen = n - before;
                 if seen >= i64::from(SERVER_CONNECTIONS) {
                     break Ok(());
                 }
@@ -376,6 +377,45 @@ impl ContainerPooler {
             log_lines(&docker, &self.id, 15).await
         ))
     }
+}
+
+/// A connection to the server behind the pooler (its admin database), for
+/// watching a pooler start.
+///
+/// # Errors
+/// It cannot connect within 10 s.
+async fn server_connection(up: &Upstream<'_>) -> Result<DirectConn> {
+    let server = locklab_drivers::ConnectSpec {
+        host: up.host.to_owned(),
+        port: up.port,
+        user: up.user.to_owned(),
+        password: up.password.map(str::to_owned),
+        dbname: up.admin_db.to_owned(),
+        application_name: "locklab-ready".into(),
+        options: Vec::new(),
+    };
+    tokio::time::timeout(Duration::from_secs(10), DirectConn::connect(&server))
+        .await
+        .map_err(|_| anyhow!("connecting to the server took over 10 s"))?
+        .map_err(anyhow::Error::from)
+}
+
+/// How many backends pgagroal made in `db` (their `application_name` is
+/// `pgagroal`), asked within 5 s.
+///
+/// # Errors
+/// The query failed or took over 5 s.
+async fn pgagroal_backends(admin: &DirectConn, db: &str) -> Result<i64> {
+    let row = tokio::time::timeout(
+        Duration::from_secs(5),
+        admin.client().query_one(
+            "select count(*) from pg_stat_activity where datname = $1 and application_name = 'pgagroal'",
+            &[&db],
+        ),
+    )
+    .await
+    .map_err(|_| anyhow!("counting pgagroal's backends took over 5 s"))??;
+    Ok(row.get(0))
 }
 
 impl Drop for ContainerPooler {
