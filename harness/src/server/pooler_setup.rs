@@ -29,7 +29,10 @@
 //!   scram-sha-256, the server's user and password as `storage_user` and
 //!   `storage_password` (Odyssey docs, "Rules").
 
-use anyhow::{Result, bail};
+use std::time::Duration;
+
+use anyhow::{Result, anyhow, bail};
+use locklab_drivers::DirectConn;
 use locklab_drivers::{Pooler, PoolerKind, PoolerMode};
 
 use super::pgbouncer::Upstream;
@@ -277,6 +280,45 @@ pub(super) fn setup(
     }
     script.push_str(run);
     Ok((script, env))
+}
+
+/// A connection to the server behind the pooler (its admin database), for
+/// watching a pooler start.
+///
+/// # Errors
+/// It cannot connect within 10 s.
+pub(super) async fn server_connection(up: &Upstream<'_>) -> Result<DirectConn> {
+    let server = locklab_drivers::ConnectSpec {
+        host: up.host.to_owned(),
+        port: up.port,
+        user: up.user.to_owned(),
+        password: up.password.map(str::to_owned),
+        dbname: up.admin_db.to_owned(),
+        application_name: "locklab-ready".into(),
+        options: Vec::new(),
+    };
+    tokio::time::timeout(Duration::from_secs(10), DirectConn::connect(&server))
+        .await
+        .map_err(|_| anyhow!("connecting to the server took over 10 s"))?
+        .map_err(anyhow::Error::from)
+}
+
+/// How many backends pgagroal made in `db` (their `application_name` is
+/// `pgagroal`), asked within 5 s.
+///
+/// # Errors
+/// The query failed or took over 5 s.
+pub(super) async fn pgagroal_backends(admin: &DirectConn, db: &str) -> Result<i64> {
+    let row = tokio::time::timeout(
+        Duration::from_secs(5),
+        admin.client().query_one(
+            "select count(*) from pg_stat_activity where datname = $1 and application_name = 'pgagroal'",
+            &[&db],
+        ),
+    )
+    .await
+    .map_err(|_| anyhow!("counting pgagroal's backends took over 5 s"))??;
+    Ok(row.get(0))
 }
 
 #[cfg(test)]

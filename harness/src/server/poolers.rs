@@ -34,7 +34,9 @@ use testcontainers::bollard::query_parameters::CreateContainerOptionsBuilder;
 
 use super::container::{PID_LABEL, docker_answers, docker_host, log_lines};
 use super::pgbouncer::Upstream;
-use super::pooler_setup::{SERVER_CONNECTIONS, free_four_digit_port, port_taken, product_version, setup};
+use super::pooler_setup::{
+    SERVER_CONNECTIONS, free_four_digit_port, pgagroal_backends, port_taken, product_version, server_connection, setup,
+};
 
 /// The pooler image when `LOCKLAB_POOLER_IMAGE` is not set (the suffix goes
 /// up whenever what `build-pooler-image.sh` puts in it changes).
@@ -177,9 +179,7 @@ impl ContainerPooler {
         };
         let token = super::unique_token();
         let (script, env) = setup(pooler, up, port, &password, database)?;
-        // pgagroal's backends in the database before this instance makes its
-        // own (another instance may serve it: `Server::pooler` for the admin
-        // database, in both modes).
+        // pgagroal's backends in the database before this instance makes its own.
         let before = match database {
             Some(db) => {
                 let admin = server_connection(up).await?;
@@ -377,45 +377,6 @@ impl ContainerPooler {
             log_lines(&docker, &self.id, 15).await
         ))
     }
-}
-
-/// A connection to the server behind the pooler (its admin database), for
-/// watching a pooler start.
-///
-/// # Errors
-/// It cannot connect within 10 s.
-async fn server_connection(up: &Upstream<'_>) -> Result<DirectConn> {
-    let server = locklab_drivers::ConnectSpec {
-        host: up.host.to_owned(),
-        port: up.port,
-        user: up.user.to_owned(),
-        password: up.password.map(str::to_owned),
-        dbname: up.admin_db.to_owned(),
-        application_name: "locklab-ready".into(),
-        options: Vec::new(),
-    };
-    tokio::time::timeout(Duration::from_secs(10), DirectConn::connect(&server))
-        .await
-        .map_err(|_| anyhow!("connecting to the server took over 10 s"))?
-        .map_err(anyhow::Error::from)
-}
-
-/// How many backends pgagroal made in `db` (their `application_name` is
-/// `pgagroal`), asked within 5 s.
-///
-/// # Errors
-/// The query failed or took over 5 s.
-async fn pgagroal_backends(admin: &DirectConn, db: &str) -> Result<i64> {
-    let row = tokio::time::timeout(
-        Duration::from_secs(5),
-        admin.client().query_one(
-            "select count(*) from pg_stat_activity where datname = $1 and application_name = 'pgagroal'",
-            &[&db],
-        ),
-    )
-    .await
-    .map_err(|_| anyhow!("counting pgagroal's backends took over 5 s"))??;
-    Ok(row.get(0))
 }
 
 impl Drop for ContainerPooler {
