@@ -353,11 +353,7 @@ impl Baseline {
                             crate_name: d.crate_name.clone(),
                             crate_version: d.crate_version.clone(),
                             configuration: d.configuration.clone(),
-                            readings_vary: d
-                                .pooler_kind
-                                .as_deref()
-                                .and_then(locklab_drivers::PoolerKind::from_id)
-                                .is_some_and(locklab_drivers::PoolerKind::readings_vary),
+                            readings_vary: d.readings_vary(),
                         },
                     )
                 })

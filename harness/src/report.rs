@@ -275,6 +275,17 @@ pub struct DriverColumn {
     pub pooler_version: Option<String>,
 }
 
+impl DriverColumn {
+    /// Whether its cells' readings vary by nature (its pooler's
+    /// `PoolerKind::readings_vary`: pgagroal, Odyssey).
+    pub fn readings_vary(&self) -> bool {
+        self.pooler_kind
+            .as_deref()
+            .and_then(locklab_drivers::PoolerKind::from_id)
+            .is_some_and(locklab_drivers::PoolerKind::readings_vary)
+    }
+}
+
 /// A scenario (one parameter set of a file).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ScenarioInfo {
