@@ -16,6 +16,7 @@ mod deadpool_pg;
 mod diesel_async_pg;
 mod direct;
 pub mod external;
+pub mod libraries;
 mod mobc_pg;
 mod pgbouncer;
 mod r2d2_pg;
@@ -353,6 +354,26 @@ pub trait Pool: Send + Sync {
         Err(DriverError::Unsupported(
             "the pool lives in the harness's own process".into(),
         ))
+    }
+
+    /// Runs a lock library's or migration runner's `call`
+    /// ([`libraries`]) on this pool: on the column's own pool for sqlx 0.8,
+    /// on a sqlx 0.8 pool pointed at the pooler behind a pooler.
+    ///
+    /// # Errors
+    /// [`DriverError::Unsupported`] (the default) where the library does
+    /// not apply: it takes a sqlx 0.8 `PgPool`; the library's or the
+    /// server's error otherwise.
+    async fn library(
+        &self,
+        library: libraries::Library,
+        call: &libraries::LibraryCall,
+    ) -> Result<String, DriverError> {
+        let _ = call;
+        Err(DriverError::Unsupported(format!(
+            "{} takes a sqlx 0.8 PgPool",
+            library.as_str()
+        )))
     }
 
     /// Closes the pool and every idle connection in it.

@@ -269,7 +269,9 @@ impl ViaPooler {
     }
 }
 
-struct BouncedPool(Box<dyn Pool>, Pooler);
+/// The client's pool, the pooler it goes through, and the lock libraries
+/// on a sqlx 0.8 pool of their own through that pooler.
+struct BouncedPool(Box<dyn Pool>, Pooler, crate::libraries::LibraryPool);
 
 struct BouncedConn(Box<dyn Conn>, Pooler);
 
@@ -319,7 +321,18 @@ impl Pool for BouncedPool {
         Ok(Box::new(BouncedConn(self.0.checkout().await?, self.1)))
     }
 
+    /// A lock library through the pooler: on a sqlx 0.8 pool of the
+    /// scenario's size pointed at the pooler (the libraries take one).
+    async fn library(
+        &self,
+        library: crate::libraries::Library,
+        call: &crate::libraries::LibraryCall,
+    ) -> Result<String, DriverError> {
+        self.2.call(library, call).await
+    }
+
     async fn close(&self) {
+        self.2.close(true).await;
         self.0.close().await;
     }
 }
@@ -339,7 +352,11 @@ impl Driver for ViaPooler {
     }
 
     async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
-        Ok(Box::new(BouncedPool(self.inner.pool(spec, opts).await?, self.pooler)))
+        Ok(Box::new(BouncedPool(
+            self.inner.pool(spec, opts).await?,
+            self.pooler,
+            crate::libraries::LibraryPool::connecting(spec, opts),
+        )))
     }
 
     fn in_own_process(&self, host: &std::path::Path) -> Option<Box<dyn Driver>> {

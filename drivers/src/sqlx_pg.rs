@@ -13,10 +13,12 @@
 /// `|$statement| $raw_sql` how that version runs a string of SQL unprepared
 /// (0.9 asks for `AssertSqlSafe`, 0.8 takes the `&str`), and `$hook_fn` the
 /// function that runs the `after_release` hook's statement (`raw_sql` in
-/// 0.9; in 0.8 `raw_sql` does not compile in the hook's closure, so `query`).
+/// 0.9; in 0.8 `raw_sql` does not compile in the hook's closure, so `query`),
+/// and `$libraries` the function that puts the lock libraries on the
+/// column's pool (they take a sqlx 0.8 `PgPool`: [`crate::libraries`]).
 macro_rules! sqlx_driver {
     ($module:ident, $sqlx:ident, $version:literal, $defaults_id:literal, $after_release_id:literal,
-     |$statement:ident| $raw_sql:expr, $hook_fn:ident) => {
+     |$statement:ident| $raw_sql:expr, $hook_fn:ident, $libraries:path) => {
         pub(crate) mod $module {
             use std::time::Duration;
 
@@ -91,7 +93,9 @@ macro_rules! sqlx_driver {
                 }
             }
 
-            struct SqlxPool($sqlx::PgPool);
+            /// The pool, and the lock libraries on it where they apply
+            /// (sqlx 0.8: [`crate::libraries`]).
+            struct SqlxPool($sqlx::PgPool, Option<crate::libraries::LibraryPool>);
 
             struct SqlxConn {
                 conn: PoolConnection<Postgres>,
@@ -186,7 +190,24 @@ macro_rules! sqlx_driver {
                     }))
                 }
 
+                async fn library(
+                    &self,
+                    library: crate::libraries::Library,
+                    call: &crate::libraries::LibraryCall,
+                ) -> Result<String, DriverError> {
+                    match &self.1 {
+                        Some(l) => l.call(library, call).await,
+                        None => Err(DriverError::Unsupported(format!(
+                            "{} takes a sqlx 0.8 PgPool",
+                            library.as_str()
+                        ))),
+                    }
+                }
+
                 async fn close(&self) {
+                    if let Some(l) = &self.1 {
+                        l.close(false).await;
+                    }
                     self.0.close().await;
                 }
             }
@@ -234,7 +255,8 @@ macro_rules! sqlx_driver {
                         pool = customize(pool);
                     }
                     let pool = pool.connect_lazy_with(options);
-                    Ok(Box::new(SqlxPool(pool)))
+                    let libraries = $libraries(&pool, spec);
+                    Ok(Box::new(SqlxPool(pool, libraries)))
                 }
             }
         }
@@ -248,7 +270,8 @@ sqlx_driver!(
     "sqlx",
     "sqlx-after-release",
     |sql| sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned())),
-    raw_sql
+    raw_sql,
+    crate::libraries::none_on_sqlx09
 );
 sqlx_driver!(
     v08,
@@ -257,5 +280,6 @@ sqlx_driver!(
     "sqlx-0.8",
     "sqlx-0.8-after-release",
     |sql| sqlx08::raw_sql(sql),
-    query
+    query,
+    crate::libraries::on_sqlx08
 );

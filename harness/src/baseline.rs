@@ -121,6 +121,10 @@ pub struct BaselineCell {
     /// ([`crate::outcome::shares::comparable`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pressure: Option<crate::outcome::shares::Pressure>,
+    /// Its scenario's readings vary by nature (`readings_vary:` in the
+    /// scenario file): it compares by status alone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub readings_vary: bool,
 }
 
 /// One observation of a cell.
@@ -211,6 +215,7 @@ impl BaselineCell {
             cleaned_backends: o.cleaned_backends,
             backends_left: o.backends_left,
             pressure: r.trials.as_ref().and_then(|t| t.pressure),
+            readings_vary: r.readings_vary,
         }
     }
 

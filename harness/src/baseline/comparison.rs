@@ -204,7 +204,8 @@ pub fn compare(
                 compared += 1;
                 let varies = [baseline.drivers.get(&after.driver), fresh.drivers.get(&after.driver)]
                     .iter()
-                    .all(|d| d.is_some_and(|d| d.readings_vary));
+                    .all(|d| d.is_some_and(|d| d.readings_vary))
+                    || (before.readings_vary && after.readings_vary);
                 let (changes, info) = cell_changes(before, after, tolerance, baseline.race_rows, varies);
                 if !info.is_empty() {
                     notes.push(CellDiff {

@@ -25,6 +25,7 @@ fn cell(scenario: &str, driver: &str, held: &str, ms: f64) -> BaselineCell {
         cleaned_backends: 0,
         backends_left: 0,
         pressure: None,
+        readings_vary: false,
     }
 }
 

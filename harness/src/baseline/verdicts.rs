@@ -184,6 +184,7 @@ mod tests {
                     load1: 1.0,
                     cpus: 2,
                 }),
+                readings_vary: false,
             }],
         }
     }

@@ -286,6 +286,11 @@ pub struct RunResult {
     /// the measured behaviour rather than a failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deviation: Option<String>,
+    /// Its scenario's readings vary from run to run by nature (the
+    /// scenario's `readings_vary:`): the cell compares with the baseline by
+    /// status alone, and an unstable cell does not fail the run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub readings_vary: bool,
     /// For a cell with `trials`: how many ran, the distribution of their
     /// outcomes and each invariant's result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -451,6 +456,7 @@ impl RunResult {
             cleaned_backends: Vec::new(),
             backends_left: Vec::new(),
             deviation: None,
+            readings_vary: false,
             skipped: None,
             ran_on: None,
             trials: None,

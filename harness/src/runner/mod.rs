@@ -21,6 +21,7 @@ mod expect;
 mod fault;
 mod faults;
 mod guard;
+mod library;
 mod observe;
 mod phases;
 mod place;
@@ -92,6 +93,7 @@ async fn run_cell(server: &Server, scenario: &Scenario, driver: &dyn Driver, sha
     let info = driver.info();
     let began = Instant::now();
     let mut result = RunResult::new(&server.id(), &scenario.name, info.id);
+    result.readings_vary = scenario.readings_vary.is_some();
     let mut hosted = None;
     let placed = match place::missing_toolchain(driver, info.id)
         .await

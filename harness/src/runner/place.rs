@@ -45,6 +45,14 @@ pub(super) fn not_applicable(scenario: &Scenario, info: &DriverInfo) -> Option<N
                 .to_owned(),
         ));
     }
+    if scenario
+        .steps
+        .iter()
+        .any(|s| matches!(s.kind, crate::scenario::StepKind::Library(_)))
+        && !locklab_drivers::libraries::apply_to(info)
+    {
+        return Some(NotRun::NotApplicable(locklab_drivers::libraries::NOT_APPLICABLE.to_owned()));
+    }
     if info.pooler.is_some() && scenario.pool_settings.list.iter().any(|(k, _)| k != "application_name") {
         return Some(NotRun::SettingsCannotPass);
     }

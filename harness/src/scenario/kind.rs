@@ -36,6 +36,8 @@ pub enum Kind {
     Order,
     /// `lock_guard: KEY`.
     Guard,
+    /// `library: NAME`.
+    Library,
 }
 
 /// Which actor runs a step.
@@ -249,6 +251,14 @@ impl Kind {
                 bounded: true,
                 ..BASE
             },
+            Kind::Library => Declaration {
+                word: "library",
+                side: Side::Pool(
+                    "'library' calls a lock library on the pool under test, so it runs on a pool actor, not on direct actor '{actor}'",
+                ),
+                connection: Connection::Nothing,
+                ..BASE
+            },
         }
     }
 }
@@ -358,6 +368,7 @@ mod tests {
             Kind::Await,
             Kind::Order,
             Kind::Guard,
+            Kind::Library,
         ];
         kinds.extend(ACTIONS.map(Kind::Do));
         kinds

@@ -28,10 +28,10 @@ pub use locklab_core::FileError as ScenarioError;
 /// A position in a scenario file (1-based line and column).
 pub use locklab_core::Pos;
 pub use raw::{
-    Action, Bounds, GuardEndRaw, Network, ObserveKind, OnTimeout, Process, RowsExpect, Scalar, Via, When, json_schema,
+    Action, Bounds, GuardEndRaw, LibraryCallRaw, MigrateRaw, Network, ObserveKind, OnTimeout, Process, RowsExpect, Scalar, Via, When, json_schema,
 };
 pub use step::{
-    AwaitStep, ClientBound, ObserveExpect, ObserveStep, SqlExpect, SqlStep, Step, StepKind, Transaction,
+    AwaitStep, ClientBound, LibraryStep, ObserveExpect, ObserveStep, SqlExpect, SqlStep, Step, StepKind, Transaction,
     TransactionStep,
 };
 pub use trials::{Invariant, InvariantCheck, Possible, RandomValue, Trials};
@@ -63,6 +63,10 @@ pub struct Scenario {
     pub description: String,
     /// Where the claim comes from (guide section, PostgreSQL docs section).
     pub source: Option<String>,
+    /// Why its readings vary from run to run by nature (`readings_vary:`):
+    /// its cells compare with the baseline by status alone
+    /// ([`crate::outcome::RunResult::readings_vary`]).
+    pub readings_vary: Option<String>,
     /// The file it was loaded from.
     pub file: PathBuf,
     /// Where `name:` is in the file.

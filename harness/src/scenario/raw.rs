@@ -27,6 +27,13 @@ pub(crate) struct RawScenario {
     /// Where the claim comes from: a section of the guide or of the PostgreSQL documentation.
     #[serde(default)]
     pub(crate) source: Option<String>,
+    /// Why this scenario's readings vary from run to run by nature (e.g.
+    /// several processes racing through a transaction-mode pooler, where
+    /// which server connection each statement meets varies). Its cells then
+    /// compare with the baseline by status alone, and a cell whose repeats
+    /// disagree is shown UNSTABLE without failing the run.
+    #[serde(default)]
+    pub(crate) readings_vary: Option<String>,
     /// Parameters: the file is run once per combination, with `${name}` replaced by the value
     /// everywhere in the file. Either a map of name → list of values (every combination), or a
     /// list of maps (one run per map). Each run is named `name[param=value,…]` (parameters whose
@@ -326,7 +333,40 @@ impl OneOrMany {
     }
 }
 
-/// One step: exactly one of `sql`, `do`, `observe`, `blocked`, `granted`, `await`, `order`, `lock_guard`.
+/// What a `library` step asks of a lock library (`call:`).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LibraryCallRaw {
+    /// Take the lock on `key`, waiting as long as it takes.
+    Acquire,
+    /// Take it if it is free.
+    TryAcquire,
+    /// Release it as the library does.
+    Release,
+    /// Drop the library's handle without releasing.
+    DropHandle,
+}
+
+/// A `library: sqlx-migrator` step's run (`migrate:`).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MigrateRaw {
+    /// How many migrators run at once (1–8), each with a pool of its own.
+    #[schemars(range(min = 1, max = 8))]
+    pub runners: u32,
+    /// How long the migration runs, in ms (a `pg_sleep`).
+    #[schemars(range(min = 0, max = 60000))]
+    pub migration_ms: u64,
+    /// Kill the first migrator while its migration runs, before the others start.
+    #[serde(default)]
+    pub kill_first: bool,
+    /// Each migrator gives up after this many ms (its future dropped, the
+    /// process gone); below the step's deadline.
+    #[schemars(range(min = 1, max = 600000))]
+    pub give_up_ms: u64,
+}
+
+/// One step: exactly one of `sql`, `do`, `observe`, `blocked`, `granted`, `await`, `order`, `lock_guard`, `library`.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawStep {
@@ -387,6 +427,20 @@ pub(crate) struct RawStep {
     #[serde(default)]
     #[schemars(with = "Option<i64>")]
     pub(crate) lock_guard: Option<Spanned<i64>>,
+    /// Call a lock library or the sqlx migrator on the pool under test (sqlx
+    /// 0.8 columns) or on a sqlx 0.8 pool through the column's pooler;
+    /// elsewhere the step records `n/a`. With `call` and `key`, or (for
+    /// `sqlx-migrator`) `migrate`.
+    #[serde(default)]
+    #[schemars(with = "Option<OrParam<locklab_drivers::libraries::Library>>")]
+    pub(crate) library: Option<locklab_drivers::libraries::Library>,
+    /// For `library`: `acquire`, `try_acquire`, `release` or `drop_handle` on `key`.
+    #[serde(default)]
+    #[schemars(with = "Option<OrParam<LibraryCallRaw>>")]
+    pub(crate) call: Option<LibraryCallRaw>,
+    /// For `library: sqlx-migrator`: the migrators to run.
+    #[serde(default)]
+    pub(crate) migrate: Option<MigrateRaw>,
     /// For `lock_guard`: `release_now`, `drop` or `leak`.
     #[serde(default)]
     #[schemars(with = "Option<OrParam<GuardEndRaw>>")]

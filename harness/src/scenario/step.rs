@@ -110,6 +110,8 @@ pub enum StepKind {
         /// `immediate` (SIGQUIT) rather than `fast` (SIGINT).
         immediate: bool,
     },
+    /// A lock library's or the sqlx migrator's call on the actor's pool.
+    Library(LibraryStep),
     /// Take the session-level advisory lock on a bigint key through the
     /// driver's guard API (sqlx `PgAdvisoryLock`) and end the guard.
     Guard {
@@ -124,6 +126,18 @@ pub enum StepKind {
         /// the guard never made.
         client_timeout_ms: Option<u64>,
     },
+}
+
+/// A `library` step: a lock library's or the sqlx migrator's call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LibraryStep {
+    /// Actor index (a pool actor; the library uses the actor's pool, not a
+    /// checked-out connection).
+    pub actor: usize,
+    /// Which library.
+    pub library: locklab_drivers::libraries::Library,
+    /// What it is asked to do.
+    pub call: locklab_drivers::libraries::LibraryCall,
 }
 
 /// A fault injected into an actor's connection (`do: crash | terminate |
@@ -309,6 +323,7 @@ impl StepKind {
             StepKind::Granted { .. } => Kind::Granted,
             StepKind::Restart { .. } => Kind::Restart,
             StepKind::Guard { .. } => Kind::Guard,
+            StepKind::Library(_) => Kind::Library,
         }
     }
 }
@@ -321,6 +336,7 @@ impl Step {
             StepKind::Transaction(t) => t.actor,
             StepKind::Observe(o) => o.observer,
             StepKind::Await(a) => a.actor,
+            StepKind::Library(l) => l.actor,
             StepKind::Blocked { observer, .. }
             | StepKind::Granted { observer, .. }
             | StepKind::Restart { observer, .. } => *observer,
@@ -368,6 +384,7 @@ impl Step {
             StepKind::Granted { target, .. } => format!("granted: {}", actors[*target].name),
             StepKind::Await(a) => format!("await {}", id_of(&a.target)),
             StepKind::Guard { key, end, .. } => format!("lock_guard {key}, end {end:?}").to_lowercase(),
+            StepKind::Library(l) => format!("library {}: {:?}", l.library.as_str(), l.call).to_lowercase(),
             StepKind::Order { steps } => {
                 let names: Vec<String> = steps.iter().map(id_of).collect();
                 return format!("step {} (order: {})", self.index + 1, names.join(" → "));

@@ -253,7 +253,7 @@ fn server_label(report: &Report) -> String {
 fn failed_runs<'a>(report: &'a Report, fresh: &Baseline) -> Vec<&'a RunResult> {
     let varies = |r: &RunResult| {
         r.outcome().status == locklab::outcome::Status::Unstable
-            && fresh.drivers.get(&r.driver).is_some_and(|d| d.readings_vary)
+            && (r.readings_vary || fresh.drivers.get(&r.driver).is_some_and(|d| d.readings_vary))
     };
     report.runs.iter().filter(|r| !r.passed() && !varies(r)).collect()
 }

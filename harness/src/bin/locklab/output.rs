@@ -23,7 +23,7 @@ pub fn exit_for(report: &Report) -> ExitCode {
 /// by nature (`PoolerKind::readings_vary`).
 pub fn varies_by_nature(report: &Report, r: &RunResult) -> bool {
     r.status() == locklab::outcome::Status::Unstable
-        && report.drivers.iter().any(|d| d.id == r.driver && d.readings_vary())
+        && (r.readings_vary || report.drivers.iter().any(|d| d.id == r.driver && d.readings_vary()))
 }
 
 /// Whether two paths name the same directory (by their canonical paths).

@@ -73,6 +73,7 @@ fn cell(scenario: &str, status: Status, observations: Vec<(&str, BaselineObserva
         cleaned_backends: 0,
         backends_left: 0,
         pressure: None,
+        readings_vary: false,
     }
 }
 

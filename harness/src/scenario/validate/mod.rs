@@ -119,6 +119,7 @@ impl Validator<'_> {
             name_pos,
             description: raw.description.trim().to_owned(),
             source: raw.source,
+            readings_vary: raw.readings_vary.map(|r| r.trim().to_owned()).filter(|r| !r.is_empty()),
             file: self.file.to_owned(),
             pool_max_size,
             pool_process,

@@ -209,7 +209,7 @@ impl Validator<'_> {
                 if s.background {
                     format!("step {n}: a background step's outcome is recorded on its 'await' step; move 'record' there")
                 } else {
-                    format!("step {n}: 'record' works on 'sql', 'observe', 'granted', 'await', 'order', 'lock_guard' and transaction steps, and on 'checkout' and 'return' with 'client_timeout_ms'")
+                    format!("step {n}: 'record' works on 'sql', 'observe', 'granted', 'await', 'order', 'lock_guard', 'library' and transaction steps, and on 'checkout' and 'return' with 'client_timeout_ms'")
                 },
             );
         }

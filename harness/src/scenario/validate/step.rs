@@ -27,6 +27,7 @@ pub(super) enum Parsed {
     Restart(bool),
     Await(usize),
     Guard(i64, GuardEndRaw),
+    Library(locklab_drivers::libraries::Library, locklab_drivers::libraries::LibraryCall),
     Order(Vec<usize>),
 }
 
@@ -42,6 +43,7 @@ impl Parsed {
             Parsed::Restart(_) => Kind::Restart,
             Parsed::Await(_) => Kind::Await,
             Parsed::Guard(..) => Kind::Guard,
+            Parsed::Library(..) => Kind::Library,
             Parsed::Order(_) => Kind::Order,
         }
     }
@@ -207,7 +209,10 @@ impl Validator<'_> {
             await_step,
             order,
             lock_guard,
+            library,
             // The fields that go with a kind, or with any.
+            call: _,
+            migrate: _,
             actor: _,
             id: _,
             key: _,
@@ -234,6 +239,7 @@ impl Validator<'_> {
             await_step.as_ref().map(|_| Kind::Await),
             order.as_ref().map(|_| Kind::Order),
             lock_guard.as_ref().map(|_| Kind::Guard),
+            library.as_ref().map(|_| Kind::Library),
         ];
         let mut found = kinds.into_iter().flatten();
         let (first, count) = (found.next(), 1 + found.count());
@@ -244,7 +250,7 @@ impl Validator<'_> {
                 self.err(
                     pos,
                     format!(
-                        "step {n} must have exactly one of 'sql', 'do', 'observe', 'blocked', 'granted', 'restart', 'await', 'order', 'lock_guard' (found {count})"
+                        "step {n} must have exactly one of 'sql', 'do', 'observe', 'blocked', 'granted', 'restart', 'await', 'order', 'lock_guard', 'library' (found {count})"
                     ),
                 );
                 None
@@ -277,8 +283,11 @@ impl Validator<'_> {
         let declared = kind.declaration();
         // The fields of one kind's own.
         let observe = kind == Kind::Observe;
-        if s.key.is_some() && !observe {
-            self.err(pos, format!("step {n}: 'key' only applies to 'observe' steps"));
+        if s.key.is_some() && !observe && kind != Kind::Library {
+            self.err(pos, format!("step {n}: 'key' only applies to 'observe' and 'library' steps"));
+        }
+        if (s.call.is_some() || s.migrate.is_some()) && kind != Kind::Library {
+            self.err(pos, format!("step {n}: 'call' and 'migrate' only apply to 'library' steps"));
         }
         if s.settle && !observe {
             self.err(pos, format!("step {n}: 'settle' only applies to 'observe' steps"));
@@ -424,6 +433,16 @@ impl Validator<'_> {
                 Parsed::Do(a)
             }
             Kind::Guard => Parsed::Guard(s.lock_guard.as_ref()?.value, s.end.unwrap_or(GuardEndRaw::ReleaseNow)),
+            Kind::Library => {
+                let library = s.library?;
+                // (The step's deadline: its own, or the scenario's.)
+                let deadline_ms = s
+                    .deadline_ms
+                    .as_ref()
+                    .and_then(|d| u64::try_from(d.value).ok())
+                    .unwrap_or(walk.step_deadline);
+                Parsed::Library(library, self.library_call(n, pos, s, library, deadline_ms)?)
+            }
             Kind::Observe => Parsed::Observe(s.key),
             Kind::Blocked => Parsed::Blocked(self.blocked(walk, n, s.blocked.as_ref()?)?),
             Kind::Restart => Parsed::Restart(s.restart? == crate::scenario::raw::RestartMode::Immediate),
@@ -557,6 +576,75 @@ fn typed(
             end,
             client_timeout_ms: bound.map(|b| b.ms),
         },
+        Parsed::Library(library, call) => StepKind::Library(crate::scenario::step::LibraryStep { actor, library, call }),
         Parsed::Order(steps) => StepKind::Order { steps },
+    }
+}
+
+impl Validator<'_> {
+    /// A `library` step's call: `call` with a bigint `key` for a lock
+    /// library, `migrate` for `sqlx-migrator` (its `give_up_ms` below the
+    /// step's deadline, `deadline_ms`).
+    fn library_call(
+        &mut self,
+        n: usize,
+        pos: Pos,
+        s: &RawStep,
+        library: locklab_drivers::libraries::Library,
+        deadline_ms: u64,
+    ) -> Option<locklab_drivers::libraries::LibraryCall> {
+        use crate::scenario::raw::LibraryCallRaw;
+        use locklab_drivers::libraries::{Library, LibraryCall, MigrateRun};
+        if library == Library::SqlxMigrator {
+            let Some(m) = s.migrate else {
+                self.err(pos, format!("step {n}: 'library: sqlx-migrator' needs 'migrate: {{ runners, migration_ms, give_up_ms }}'"));
+                return None;
+            };
+            if s.call.is_some() || s.key.is_some() {
+                self.err(pos, format!("step {n}: 'library: sqlx-migrator' takes 'migrate', not 'call' or 'key'"));
+            }
+            if !(1..=8).contains(&m.runners) {
+                self.err(pos, format!("step {n}: 'migrate.runners' must be between 1 and 8, got {}", m.runners));
+            }
+            if m.kill_first && m.runners < 2 {
+                self.err(pos, format!("step {n}: 'migrate.kill_first' needs at least 2 runners (the first is killed, the others run after)"));
+            }
+            if m.give_up_ms == 0 || m.give_up_ms >= deadline_ms {
+                self.err(pos, format!("step {n}: 'migrate.give_up_ms' must be between 1 and the step's deadline ({deadline_ms} ms) minus 1, got {}", m.give_up_ms));
+            }
+            if m.migration_ms > 60_000 {
+                self.err(pos, format!("step {n}: 'migrate.migration_ms' must be at most 60000, got {}", m.migration_ms));
+            }
+            return Some(LibraryCall::Migrate(MigrateRun {
+                runners: m.runners,
+                migration_ms: m.migration_ms,
+                kill_first: m.kill_first,
+                give_up_ms: m.give_up_ms,
+            }));
+        }
+        if s.migrate.is_some() {
+            self.err(pos, format!("step {n}: 'migrate' goes with 'library: sqlx-migrator' only"));
+        }
+        let Some(call) = s.call else {
+            self.err(pos, format!("step {n}: 'library: {}' needs 'call: acquire | try_acquire | release | drop_handle'", library.as_str()));
+            return None;
+        };
+        let key = match s.key {
+            Some(AdvisoryKey::Big(k)) => k,
+            Some(AdvisoryKey::Pair(..)) => {
+                self.err(pos, format!("step {n}: a lock library's 'key' is one bigint, not two integers"));
+                return None;
+            }
+            None => {
+                self.err(pos, format!("step {n}: 'library: {}' needs a bigint 'key'", library.as_str()));
+                return None;
+            }
+        };
+        Some(match call {
+            LibraryCallRaw::Acquire => LibraryCall::Acquire { key, timeout_ms: None },
+            LibraryCallRaw::TryAcquire => LibraryCall::TryAcquire { key },
+            LibraryCallRaw::Release => LibraryCall::Release { key },
+            LibraryCallRaw::DropHandle => LibraryCall::DropHandle { key },
+        })
     }
 }

@@ -1,0 +1,564 @@
+//! Lock libraries and a migration runner, as application code calls them:
+//! `distributed-lock-postgres` (its session-level and its transaction-level
+//! mode), `prax-sqlx`'s `AdvisoryLock`, and sqlx's migrator
+//! (`sqlx::migrate::Migrator`). All three take a sqlx 0.8 `PgPool`, so they
+//! run on the sqlx 0.8 columns (on the column's own pool) and behind every
+//! pooler (on a sqlx 0.8 pool of the scenario's size pointed at the pooler);
+//! elsewhere a `library` step records `n/a`. A scenario's `library` step
+//! reaches them through [`crate::Pool::library`].
+//!
+//! What each call sends, from the crates' source:
+//! - `distributed-lock-postgres` 0.2.0 `src/lock.rs` (`acquire_internal`):
+//!   one pooled connection; `BEGIN`, `SAVEPOINT`, `SET LOCAL lock_timeout`,
+//!   `SELECT pg_advisory_lock(key)` (`pg_advisory_xact_lock` in the
+//!   transaction-level mode), then `COMMIT` in the session-level mode; the
+//!   handle keeps the connection. `src/handle.rs`: `release()` runs
+//!   `pg_advisory_unlock` (session) or `ROLLBACK` (transaction) on it and
+//!   ignores the result; dropping the handle returns the connection to the
+//!   pool as it is.
+//! - `prax-sqlx` 0.12.5 `src/postgres.rs` (`AdvisoryLock`): `acquire(pool,
+//!   key)`, `try_acquire` and `release(pool, key)` each run one statement on
+//!   `&PgPool`, so each takes whichever connection the pool hands out;
+//!   `release` discards `pg_advisory_unlock`'s result.
+//! - sqlx-core 0.8 `src/migrate/migrator.rs` (`Migrator::run`) with
+//!   sqlx-postgres 0.8 `src/migrate.rs` (`lock`, `unlock`): one connection;
+//!   `SELECT pg_advisory_lock($1)` with a key derived from the database's
+//!   name, each migration in a transaction, then `SELECT
+//!   pg_advisory_unlock($1)`, whose result is discarded.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use distributed_lock_core::error::LockError;
+use distributed_lock_core::traits::{DistributedLock, LockHandle, LockProvider};
+use distributed_lock_postgres::PostgresLockProvider;
+use distributed_lock_postgres::handle::PostgresLockHandle;
+use sqlx08::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx08::{PgPool, Row};
+
+use crate::{ConnectSpec, DbError, DriverError, PoolOptions};
+
+/// A lock library or migration runner a scenario's `library:` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Library {
+    /// `distributed-lock-postgres` 0.2 with `use_transaction(false)`: a
+    /// session-level advisory lock held on the handle's pooled connection.
+    DistributedLockPostgres,
+    /// `distributed-lock-postgres` 0.2 with `use_transaction(true)`: a
+    /// transaction-level advisory lock inside a transaction the handle keeps open.
+    DistributedLockPostgresXact,
+    /// `prax-sqlx` 0.12 `AdvisoryLock`: every call on `&PgPool`.
+    PraxSqlx,
+    /// sqlx 0.8's migrator (`Migrator::run` on a pool).
+    SqlxMigrator,
+}
+
+impl Library {
+    /// The name a scenario uses, e.g. `prax-sqlx`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Library::DistributedLockPostgres => "distributed-lock-postgres",
+            Library::DistributedLockPostgresXact => "distributed-lock-postgres-xact",
+            Library::PraxSqlx => "prax-sqlx",
+            Library::SqlxMigrator => "sqlx-migrator",
+        }
+    }
+
+    /// The crate and the version resolved in the workspace's `Cargo.lock`,
+    /// e.g. `prax-sqlx 0.12.5`, for the report.
+    pub fn crate_version(self) -> String {
+        let name = match self {
+            Library::DistributedLockPostgres | Library::DistributedLockPostgresXact => "distributed-lock-postgres",
+            Library::PraxSqlx => "prax-sqlx",
+            Library::SqlxMigrator => "sqlx",
+        };
+        let prefix = if self == Library::SqlxMigrator { "0.8" } else { "" };
+        format!("{name} {}", crate::crate_version_matching(name, prefix))
+    }
+}
+
+/// What a `library` step asks the library to do. A key is an i64 (a
+/// `distributed-lock-postgres` lock is named by the key's 16 hex digits,
+/// which that crate parses back to the same key: `src/key.rs`, `from_name`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LibraryCall {
+    /// Take the lock, waiting at most `timeout_ms` (ms; `None`: as long as
+    /// it takes) where the library has a bound (`distributed-lock-postgres`
+    /// sets `lock_timeout`); `prax-sqlx` has none.
+    Acquire {
+        /// The key.
+        key: i64,
+        /// The library's own bound, in ms.
+        timeout_ms: Option<u64>,
+    },
+    /// Take the lock if it is free, without waiting.
+    TryAcquire {
+        /// The key.
+        key: i64,
+    },
+    /// Release it as the library releases it.
+    Release {
+        /// The key.
+        key: i64,
+    },
+    /// Drop the library's handle without releasing (a `distributed-lock-postgres`
+    /// handle going out of scope); `prax-sqlx` has no handle.
+    DropHandle {
+        /// The key.
+        key: i64,
+    },
+    /// Run sqlx's migrator from several processes at once.
+    Migrate(MigrateRun),
+}
+
+/// A `call: migrate` step: `runners` migrators, each with a pool of one
+/// connection of its own (as separate processes have), run the same single
+/// migration, which takes `migration_ms` (a `pg_sleep`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigrateRun {
+    /// How many migrators (≥ 1).
+    pub runners: u32,
+    /// How long the migration runs, in ms.
+    pub migration_ms: u64,
+    /// Kill the first migrator while its migration runs, before the others
+    /// start: its runtime is dropped with the migration in flight, so its
+    /// sockets close with no Terminate message and no `ROLLBACK`, as the
+    /// kernel closes a killed process's.
+    pub kill_first: bool,
+    /// Each migrator gives up (its future dropped) after this many ms.
+    pub give_up_ms: u64,
+}
+
+/// A held `distributed-lock-postgres` handle.
+enum Held {
+    Handle(PostgresLockHandle),
+}
+
+/// A sqlx 0.8 pool the libraries run on, the handles they hold, and what
+/// the migrator needs to make pools of its own.
+pub struct LibraryPool {
+    pool: PgPool,
+    spec: ConnectSpec,
+    held: Mutex<HashMap<(Library, i64), Held>>,
+}
+
+fn sqlx_error(e: sqlx08::Error) -> DriverError {
+    match &e {
+        sqlx08::Error::Database(db) => DriverError::Db(DbError {
+            sqlstate: db.code().map(|c| c.into_owned()).unwrap_or_default(),
+            message: db.message().to_owned(),
+        }),
+        _ => DriverError::Client(e.to_string()),
+    }
+}
+
+/// prax-sqlx's error: sqlx's, as [`sqlx_error`], or its own.
+fn prax_error(e: prax_sqlx::SqlxError) -> DriverError {
+    match e {
+        prax_sqlx::SqlxError::Sqlx(e) => sqlx_error(e),
+        other => DriverError::Client(other.to_string()),
+    }
+}
+
+fn lock_error(e: LockError) -> DriverError {
+    DriverError::Client(e.to_string())
+}
+
+/// sqlx 0.8 connect options for `spec`.
+fn connect_options(spec: &ConnectSpec, application_name: &str) -> PgConnectOptions {
+    let mut options = PgConnectOptions::new()
+        .host(&spec.host)
+        .port(spec.port)
+        .username(&spec.user)
+        .database(&spec.dbname)
+        .application_name(application_name);
+    if let Some(p) = &spec.password {
+        options = options.password(p);
+    }
+    if !spec.options.is_empty() {
+        options = options.options(spec.options.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    }
+    options
+}
+
+impl LibraryPool {
+    /// The libraries on a column's own sqlx 0.8 pool.
+    pub fn on(pool: PgPool, spec: &ConnectSpec) -> LibraryPool {
+        LibraryPool {
+            pool,
+            spec: spec.clone(),
+            held: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The libraries on a sqlx 0.8 pool of their own for `spec` (behind a
+    /// pooler: `spec` points at it), sized by `opts`; it connects lazily.
+    pub fn connecting(spec: &ConnectSpec, opts: PoolOptions) -> LibraryPool {
+        let pool = PgPoolOptions::new()
+            .max_connections(opts.max_size)
+            .acquire_timeout(opts.checkout_timeout)
+            .connect_lazy_with(connect_options(spec, &spec.application_name));
+        LibraryPool::on(pool, spec)
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<(Library, i64), Held>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs one `prax-sqlx` call on the pool, then waits (at most 10 s)
+    /// until the connection it took is idle in the pool again: sqlx finishes
+    /// a return in a task of its own (a ping first), and the next step must
+    /// find the pool as the call left it, as [`crate::Conn::give_back`] does.
+    async fn on_pool<T>(&self, call: impl Future<Output = Result<T, DriverError>>) -> Result<T, DriverError> {
+        let (idle, size) = (self.pool.num_idle(), self.pool.size());
+        let r = call.await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.pool.num_idle() < idle + (self.pool.size() as usize).saturating_sub(size as usize)
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        r
+    }
+
+    async fn provider(&self, library: Library) -> Result<PostgresLockProvider, DriverError> {
+        PostgresLockProvider::builder()
+            .pool(self.pool.clone())
+            .use_transaction(library == Library::DistributedLockPostgresXact)
+            .build()
+            .await
+            .map_err(lock_error)
+    }
+
+    /// Runs `call` through `library`. The text says what the library
+    /// reported: `acquired`, `not acquired` (a `try_acquire` that found the
+    /// lock taken), `timed out` (the library's own bound), `released` (the
+    /// library returned without an error: neither library reports an unlock
+    /// that returned false), `dropped`; for `migrate`, one word per migrator
+    /// and how many times the migration ran (see [`MigrateRun`]).
+    ///
+    /// # Errors
+    /// [`DriverError::Unsupported`] for a call the library has no API for;
+    /// the server's or the client's error otherwise.
+    pub async fn call(&self, library: Library, call: &LibraryCall) -> Result<String, DriverError> {
+        match (library, call) {
+            (Library::SqlxMigrator, LibraryCall::Migrate(run)) => migrate(&self.spec, run).await,
+            (Library::SqlxMigrator, _) | (_, LibraryCall::Migrate(_)) => Err(DriverError::Unsupported(format!(
+                "{} has no such call",
+                library.as_str()
+            ))),
+            (Library::PraxSqlx, LibraryCall::Acquire { key, .. }) => {
+                self.on_pool(async {
+                    prax_sqlx::postgres::AdvisoryLock::acquire(&self.pool, *key)
+                        .await
+                        .map_err(prax_error)
+                })
+                .await?;
+                Ok("acquired".into())
+            }
+            (Library::PraxSqlx, LibraryCall::TryAcquire { key }) => {
+                let got = self
+                    .on_pool(async {
+                        prax_sqlx::postgres::AdvisoryLock::try_acquire(&self.pool, *key)
+                            .await
+                            .map_err(prax_error)
+                    })
+                    .await?;
+                Ok(if got { "acquired" } else { "not acquired" }.into())
+            }
+            (Library::PraxSqlx, LibraryCall::Release { key }) => {
+                self.on_pool(async {
+                    prax_sqlx::postgres::AdvisoryLock::release(&self.pool, *key)
+                        .await
+                        .map_err(prax_error)
+                })
+                .await?;
+                Ok("released".into())
+            }
+            (Library::PraxSqlx, LibraryCall::DropHandle { .. }) => {
+                Err(DriverError::Unsupported("prax-sqlx has no lock handle".into()))
+            }
+            (_, LibraryCall::Acquire { key, timeout_ms }) => {
+                let lock = self.provider(library).await?.create_lock(&format!("{key:016x}"));
+                match lock.acquire(timeout_ms.map(Duration::from_millis)).await {
+                    Ok(handle) => {
+                        self.held().insert((library, *key), Held::Handle(handle));
+                        Ok("acquired".into())
+                    }
+                    Err(LockError::Timeout(_)) => Ok("timed out".into()),
+                    Err(e) => Err(lock_error(e)),
+                }
+            }
+            (_, LibraryCall::TryAcquire { key }) => {
+                let lock = self.provider(library).await?.create_lock(&format!("{key:016x}"));
+                match lock.try_acquire().await.map_err(lock_error)? {
+                    Some(handle) => {
+                        self.held().insert((library, *key), Held::Handle(handle));
+                        Ok("acquired".into())
+                    }
+                    None => Ok("not acquired".into()),
+                }
+            }
+            (_, LibraryCall::Release { key }) => {
+                let Some(Held::Handle(handle)) = self.held().remove(&(library, *key)) else {
+                    return Err(DriverError::Client(format!(
+                        "no {} handle for key {key} to release",
+                        library.as_str()
+                    )));
+                };
+                handle.release().await.map_err(lock_error)?;
+                Ok("released".into())
+            }
+            (_, LibraryCall::DropHandle { key }) => {
+                let Some(held) = self.held().remove(&(library, *key)) else {
+                    return Err(DriverError::Client(format!(
+                        "no {} handle for key {key} to drop",
+                        library.as_str()
+                    )));
+                };
+                drop(held);
+                Ok("dropped".into())
+            }
+        }
+    }
+
+    /// Drops the handles still held (their connections go back to the
+    /// pool) and, for a pool of the libraries' own, closes it.
+    pub async fn close(&self, own_pool: bool) {
+        let held: Vec<Held> = self.held().drain().map(|(_, h)| h).collect();
+        drop(held);
+        if own_pool {
+            self.pool.close().await;
+        }
+    }
+}
+
+/// Whether the libraries run through the column `info`: a sqlx 0.8 pool
+/// (its own), or a pooler (a sqlx 0.8 pool through it). Elsewhere a cell
+/// with a `library` step is `n/a` ([`NOT_APPLICABLE`]).
+pub fn apply_to(info: &crate::DriverInfo) -> bool {
+    info.pooler.is_some() || (info.crate_name == "sqlx" && info.crate_version.starts_with("0.8"))
+}
+
+/// Why a cell with a `library` step does not run through a column the
+/// libraries do not apply to ([`apply_to`]).
+pub const NOT_APPLICABLE: &str = "the lock libraries and sqlx's migrator take a sqlx 0.8 PgPool: they run on the sqlx 0.8 columns and behind the poolers";
+
+/// The lock libraries on a sqlx 0.8 column's own pool.
+pub(crate) fn on_sqlx08(pool: &PgPool, spec: &ConnectSpec) -> Option<LibraryPool> {
+    Some(LibraryPool::on(pool.clone(), spec))
+}
+
+/// None on a sqlx 0.9 pool: the libraries take a sqlx 0.8 `PgPool`.
+pub(crate) fn none_on_sqlx09(_: &sqlx::PgPool, _: &ConnectSpec) -> Option<LibraryPool> {
+    None
+}
+
+/// The migration every migrator runs: it sleeps `migration_ms`, then makes
+/// a table and counts itself in it (so a migration run twice shows).
+fn migration(ms: u64) -> sqlx08::migrate::Migration {
+    let sql = format!(
+        "select pg_sleep({}) /* locklab-migration */; \
+         create table if not exists locklab_migration_runs (n int); \
+         insert into locklab_migration_runs values (1);",
+        ms as f64 / 1000.0
+    );
+    sqlx08::migrate::Migration::new(
+        1,
+        Cow::Borrowed("locklab"),
+        sqlx08::migrate::MigrationType::Simple,
+        Cow::Owned(sql),
+        false,
+    )
+}
+
+/// How one migrator ended.
+#[derive(Debug)]
+enum Ended {
+    Ok,
+    GaveUp(u64),
+    Killed,
+    Failed(String),
+}
+
+impl Ended {
+    fn word(&self) -> String {
+        match self {
+            Ended::Ok => "ok".into(),
+            Ended::GaveUp(ms) => format!("gave up after {ms} ms"),
+            Ended::Killed => "killed".into(),
+            Ended::Failed(e) => format!("failed ({e})"),
+        }
+    }
+}
+
+/// One migrator on a thread and runtime of its own: a process of its own
+/// as far as the server and a pooler can tell. `kill` drops its runtime
+/// with the migration in flight.
+fn spawn_migrator(
+    spec: &ConnectSpec,
+    n: u32,
+    run: &MigrateRun,
+    kill: Option<tokio::sync::oneshot::Receiver<()>>,
+) -> std::thread::JoinHandle<(Ended, Duration)> {
+    let options = connect_options(spec, &format!("{}-migrator-{n}", spec.application_name));
+    let give_up = Duration::from_millis(run.give_up_ms);
+    let ms = run.migration_ms;
+    std::thread::spawn(move || {
+        let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => return (Ended::Failed(format!("runtime: {e}")), Duration::ZERO),
+        };
+        let t0 = Instant::now();
+        let ended = rt.block_on(async move {
+            let pool = PgPoolOptions::new().max_connections(1).connect_lazy_with(options);
+            let migrator = sqlx08::migrate::Migrator {
+                migrations: Cow::Owned(vec![migration(ms)]),
+                ignore_missing: false,
+                locking: true,
+                no_tx: false,
+            };
+            let killed = async {
+                match kill {
+                    Some(rx) => {
+                        let _ = rx.await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            let ended = tokio::select! {
+                r = tokio::time::timeout(give_up, migrator.run(&pool)) => match r {
+                    Ok(Ok(())) => Ended::Ok,
+                    Ok(Err(e)) => Ended::Failed(short(&e.to_string())),
+                    Err(_) => Ended::GaveUp(give_up.as_millis() as u64),
+                },
+                () = killed => {
+                    // The process dies: nothing more is sent; the runtime
+                    // is dropped below with the pool and its connections.
+                    std::mem::forget(pool);
+                    return Ended::Killed;
+                }
+            };
+            if !matches!(ended, Ended::GaveUp(_)) {
+                pool.close().await;
+            }
+            ended
+        });
+        let took = t0.elapsed();
+        // Dropping the runtime drops every task still holding a connection:
+        // their sockets close with nothing more sent.
+        rt.shutdown_background();
+        (ended, took)
+    })
+}
+
+/// The first line of a message, at most 120 characters.
+fn short(s: &str) -> String {
+    let line = s.lines().next().unwrap_or("");
+    line.chars().take(120).collect()
+}
+
+/// Whether the migrator whose backends carry `application_name` `name`
+/// has reached the lock (seen from a connection of `side`): its migration
+/// statement runs, or (unless `migrating` is asked for) it waits on a lock.
+/// Behind a pooler that does not pass `application_name` on (pgagroal), the
+/// answer stays false and the caller's bound applies.
+async fn reached_lock(side: &PgPool, name: &str, migrating: bool) -> Result<bool, DriverError> {
+    let name = name.replace('\'', "''");
+    let waiting = if migrating { "false" } else { "a.wait_event_type = 'Lock'" };
+    // (Simple query protocol: behind transaction pooling an unnamed
+    // prepared statement does not outlive its Sync.)
+    let sql = format!(
+        "select count(*) from pg_stat_activity a where a.application_name = '{name}' \
+         and ({waiting} or (a.state = 'active' and a.query like 'select pg_sleep(%) /* locklab-migration */%'))"
+    );
+    let row = sqlx08::raw_sql(&sql).fetch_one(side)
+    .await
+    .map_err(sqlx_error)?;
+    Ok(row.try_get::<i64, _>(0).map_err(sqlx_error)? > 0)
+}
+
+/// Runs `run`: the migrators, then how many times the migration ran and
+/// how many advisory locks of the database are still held, e.g. `1: ok, 2:
+/// ok, 3: ok; the migration ran 1×; advisory locks left: 0`.
+async fn migrate(spec: &ConnectSpec, run: &MigrateRun) -> Result<String, DriverError> {
+    let side = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_lazy_with(connect_options(spec, &format!("{}-observer", spec.application_name)));
+    let mut words = Vec::new();
+    let mut threads = Vec::new();
+    // Each migrator starts once the one before it has reached the lock:
+    // it waits on it or runs the migration (seen from the server), or has
+    // finished, or 2 s have passed. So their order, and which server
+    // connection each statement meets behind a pooler, is the same from
+    // run to run. They overlap: the others start while the first migrates.
+    for n in 1..=run.runners {
+        let kill = (n == 1 && run.kill_first).then(tokio::sync::oneshot::channel);
+        let (tx, rx) = match kill {
+            Some((tx, rx)) => (Some(tx), Some(rx)),
+            None => (None, None),
+        };
+        let t = spawn_migrator(spec, n, run, rx);
+        let name = format!("{}-migrator-{n}", spec.application_name);
+        let bound = if tx.is_some() { Duration::from_millis(run.give_up_ms.max(10_000)) } else { Duration::from_secs(2) };
+        let deadline = Instant::now() + bound;
+        let mut seen = false;
+        while Instant::now() < deadline && !t.is_finished() && n < run.runners + u32::from(tx.is_some()) {
+            if reached_lock(&side, &name, tx.is_some()).await? {
+                seen = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        match tx {
+            Some(tx) => {
+                let _ = tx.send(());
+                let (ended, _) = tokio::task::spawn_blocking(move || t.join())
+                    .await
+                    .map_err(|e| DriverError::Client(e.to_string()))?
+                    .map_err(|_| DriverError::Client("migrator 1 panicked".into()))?;
+                let word = match ended {
+                    Ended::Killed if seen => "killed mid-migration".to_owned(),
+                    Ended::Killed => "killed before its migration ran".to_owned(),
+                    other => other.word(),
+                };
+                words.push(format!("1: {word}"));
+            }
+            None => threads.push((n, t)),
+        }
+    }
+    for (n, t) in threads {
+        let (ended, _) = tokio::task::spawn_blocking(move || t.join())
+            .await
+            .map_err(|e| DriverError::Client(e.to_string()))?
+            .map_err(|_| DriverError::Client(format!("migrator {n} panicked")))?;
+        words.push(format!("{n}: {}", ended.word()));
+    }
+    let applied = match sqlx08::raw_sql("select count(*) from locklab_migration_runs")
+        .fetch_one(&side)
+        .await
+    {
+        Ok(row) => row.try_get::<i64, _>(0).map_err(sqlx_error)?,
+        Err(sqlx08::Error::Database(db)) if db.code().as_deref() == Some("42P01") => 0,
+        Err(e) => return Err(sqlx_error(e)),
+    };
+    // What the migrators left locked in the database, whoever holds it
+    // (behind a pooler: a server connection the pooler keeps).
+    let left = sqlx08::raw_sql(
+        "select count(*) from pg_locks where locktype = 'advisory' and granted \
+         and database = (select oid from pg_database where datname = current_database())",
+    )
+    .fetch_one(&side)
+    .await
+    .map_err(sqlx_error)?
+    .try_get::<i64, _>(0)
+    .map_err(sqlx_error)?;
+    side.close().await;
+    Ok(format!(
+        "{}; the migration ran {applied}×; advisory locks left: {left}",
+        words.join(", ")
+    ))
+}
