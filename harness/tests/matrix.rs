@@ -83,12 +83,13 @@ fn main() {
         );
         let kind = c.kind.clone();
         let backend = c.backend;
+        let turn = c.turn;
         trials.push(match c.driver {
             Some(id) => Trial::test(name.clone(), move || {
                 timed(&name, &kind, backend, || cell(backend, &s, id))
             }),
             None => Trial::test(name.clone(), move || {
-                timed(&name, &kind, backend, || all_drivers(backend, &s))
+                timed(&name, &kind, backend, || all_drivers(backend, &s, turn))
             }),
         });
     }
@@ -260,10 +261,16 @@ fn one_cell(text: &str, scenario: &str, driver: &str) -> Option<Baseline> {
 }
 
 /// Every driver's cell of `s` at once on `backend` (the fault server for a
-/// scenario that needs it), each checked as [`cell`] checks one.
-fn all_drivers(backend: Backend, s: &Scenario) -> Result<(), Failed> {
+/// scenario that needs it), each checked as [`cell`] checks one; of the
+/// pooler columns that take turns, those whose turn `turn` is
+/// ([`plan::in_turn`]).
+fn all_drivers(backend: Backend, s: &Scenario, turn: usize) -> Result<(), Failed> {
     let server = server_for(backend);
-    let drivers = locklab_drivers::registry();
+    let turns = plan::turns();
+    let drivers: Vec<_> = locklab_drivers::registry()
+        .into_iter()
+        .filter(|d| plan::in_turn(&turns, d.info().id, turn))
+        .collect();
     // A cluster per cell (restart): four at a time, each starts and stops
     // one. On the fault server: four, so that a cell reaches its partition
     // well within the 2 s of `idle_session_timeout-2s` (more at once, under

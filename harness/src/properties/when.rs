@@ -24,6 +24,10 @@ pub struct When {
     /// A `bool`, `int`/`number` or `text` value equal to this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub is: Option<Scalar>,
+    /// A `text` value (a lock library's or the migrator's report, e.g.
+    /// `the migration ran 1×`) containing this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contains: Option<String>,
     /// A lock snapshot (`observe`): whether a matching lock was granted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held: Option<bool>,
@@ -114,6 +118,10 @@ impl When {
             (Scalar::Text(t), other) => *t == other.to_string(),
             _ => false,
         });
+        let contains_ok = self
+            .contains
+            .as_deref()
+            .is_none_or(|want| matches!(v, Value::Text(x) if x.contains(want)));
         let locks = v.locks();
         let held_ok = self.held.is_none_or(|h| locks.is_some_and(|l| l.held == h));
         let holder_ok = self
@@ -153,6 +161,7 @@ impl When {
             && kind_ok
             && variant_ok
             && is_ok
+            && contains_ok
             && held_ok
             && holder_ok
             && state_ok

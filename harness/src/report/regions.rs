@@ -17,29 +17,64 @@ pub struct Region {
     pub file: &'static str,
     /// The region's name in its markers.
     pub name: &'static str,
-    /// Which part of the verdicts ([`VerdictView::markdown`]'s `section`).
-    section: &'static str,
+    /// What goes in it.
+    content: Content,
     /// The path of `reports/matrix.md` from the file, for evidence links.
     link: &'static str,
     /// The heading level the region's headings start below.
     heading: &'static str,
 }
 
+/// What a region holds.
+enum Content {
+    /// A part of the verdicts ([`VerdictView::markdown`]'s `section`).
+    Verdicts(&'static str),
+    /// The readings of these scenario files (by file name), one table each
+    /// ([`readings_markdown`]).
+    Readings(&'static [&'static str]),
+}
+
+/// The user reports re-enacted (`scenarios/report-*.yaml`), in the
+/// chapter's order.
+const USER_REPORTS: &[&str] = &[
+    "report-rails-32622",
+    "report-authentik-23876",
+    "report-flyway-2895",
+    "report-airflow-helm-529",
+    "report-prisma-12999",
+    "report-mockforge-968",
+    "report-oban-52",
+];
+
 /// The regions this repository has.
 pub const REGIONS: &[Region] = &[
     Region {
         file: "README.md",
         name: "findings",
-        section: "findings",
+        content: Content::Verdicts("findings"),
         link: "reports/matrix.md",
         heading: "##",
     },
     Region {
         file: "docs/src/findings.md",
         name: "cards",
-        section: "cards",
+        content: Content::Verdicts("cards"),
         link: "../../reports/matrix.md",
         heading: "#",
+    },
+    Region {
+        file: "docs/src/lock-libraries.md",
+        name: "library-readings",
+        content: Content::Readings(&["lock-library-release", "migrator-concurrent"]),
+        link: "../../reports/matrix.md",
+        heading: "##",
+    },
+    Region {
+        file: "docs/src/lock-libraries.md",
+        name: "report-readings",
+        content: Content::Readings(USER_REPORTS),
+        link: "../../reports/matrix.md",
+        heading: "##",
     },
 ];
 
@@ -57,7 +92,10 @@ impl Region {
     /// # Errors
     /// A template error (a bug).
     pub fn render(&self, report: &Report) -> Result<String> {
-        VerdictView::of(report).markdown(self.section, self.link, self.heading)
+        match self.content {
+            Content::Verdicts(section) => VerdictView::of(report).markdown(section, self.link, self.heading),
+            Content::Readings(families) => Ok(readings_markdown(report, families, self.heading)),
+        }
     }
 
     /// `text` with this region's content replaced by `content`.
@@ -90,6 +128,73 @@ impl Region {
         let j = text.find(&e)?;
         (i <= j).then(|| text[i..j].trim())
     }
+}
+
+/// For each scenario file of `families` (by name), a heading, its source,
+/// and a table of its readings: one row per distinct set of readings (and
+/// status), with the columns that read it; `n/a` columns are listed under
+/// the table. Read from `report`'s cells, never by hand.
+fn readings_markdown(report: &Report, families: &[&str], heading: &str) -> String {
+    use std::fmt::Write as _;
+    let cell = |s: &str| s.replace('|', "\\|").replace('\n', " ");
+    let mut out = String::new();
+    for family in families {
+        let instances: Vec<&super::ScenarioInfo> = report.scenarios.iter().filter(|s| s.family == *family).collect();
+        let Some(first) = instances.first() else {
+            let _ = writeln!(out, "{heading}# {family}\n\n(not in this report)\n");
+            continue;
+        };
+        let _ = writeln!(out, "{heading}# {family}\n");
+        if let Some(src) = &first.source {
+            let _ = writeln!(out, "Source: {}\n", cell(src));
+        }
+        for s in &instances {
+            if instances.len() > 1 {
+                let params: Vec<String> = s.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let _ = writeln!(out, "{heading}## {}\n", params.join(", "));
+            }
+            let mut rows: Vec<(Vec<String>, Vec<&str>)> = Vec::new();
+            let mut not_applicable = Vec::new();
+            for d in &report.drivers {
+                let Some(r) = report.runs.iter().find(|r| r.scenario == s.name && r.driver == d.id) else {
+                    continue;
+                };
+                let status = r.status();
+                if status == crate::outcome::Status::NotApplicable {
+                    not_applicable.push(d.id.as_str());
+                    continue;
+                }
+                let mut key = vec![status.to_string()];
+                for name in &s.observations {
+                    key.push(
+                        r.observations
+                            .iter()
+                            .find(|o| &o.name == name)
+                            .map_or_else(|| "—".to_owned(), |o| o.value.to_string()),
+                    );
+                }
+                match rows.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, cols)) => cols.push(d.id.as_str()),
+                    None => rows.push((key, vec![d.id.as_str()])),
+                }
+            }
+            let _ = writeln!(out, "| columns | outcome | {} |", s.observations.iter().map(|o| format!("`{o}`")).collect::<Vec<_>>().join(" | "));
+            let _ = writeln!(out, "| --- | --- |{}", " --- |".repeat(s.observations.len()));
+            for (key, cols) in &rows {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} |",
+                    cols.join(", "),
+                    key.iter().map(|v| cell(v)).collect::<Vec<_>>().join(" | ")
+                );
+            }
+            if !not_applicable.is_empty() {
+                let _ = writeln!(out, "\nn/a: {}.", not_applicable.join(", "));
+            }
+            let _ = writeln!(out);
+        }
+    }
+    out
 }
 
 /// Rewrites every region under `root` whose content differs from what

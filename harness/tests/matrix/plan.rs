@@ -3,9 +3,14 @@
 //!
 //! - every cell once, on the main backend: a PostgreSQL 17 container when a
 //!   Docker engine answers, the local cluster otherwise; except that of the
-//!   columns behind one pooler in one mode (`pgagroal-session` and
-//!   `pgagroal-session+deadpool`), which differ only in the client in
-//!   front of the pooler, a scenario runs through one, each in turn;
+//!   columns behind one pooler in one mode (`pgbouncer-session` and
+//!   `pgbouncer-session+deadpool`), which differ only in the client in
+//!   front of the pooler, and of all the columns of a pooler whose readings
+//!   vary by nature (pgagroal, Odyssey: their cells compare by status
+//!   alone), a scenario runs through one, each in turn ([`turns`]; the
+//!   all-driver fault trials too); and a user's report re-enacted
+//!   (`report-*`) runs through the poolers and through one other column per
+//!   family, in turn;
 //! - except cells whose kind fixes their server, on the local cluster: a
 //!   scenario that restarts the server (a cluster of its own per cell), one
 //!   with a `network: namespace` actor (the fault server), a race (`trials`:
@@ -32,8 +37,12 @@ use locklab_drivers::Driver;
 pub struct PlannedCell {
     /// Index into the scenarios.
     pub scenario: usize,
-    /// The driver; `None`: every driver of the scenario at once.
+    /// The driver; `None`: every driver of the scenario at once (of the
+    /// pooler columns taking turns, the one whose turn `turn` is: [`turns`]).
     pub driver: Option<&'static str>,
+    /// Whose turn it is among the pooler columns that take turns, for an
+    /// all-driver trial ([`in_turn`]).
+    pub turn: usize,
     /// Where it runs.
     pub backend: Backend,
     /// `SCENARIO KIND × COLUMN KIND` (`race × pooler`), for the timing summary.
@@ -83,6 +92,39 @@ fn scenario_kind(s: &Scenario) -> &'static str {
     }
 }
 
+/// The pooler columns that take turns in `cargo test`, each with its
+/// place in its group and the group's size: the columns behind one pooler
+/// in one mode, which differ only in the client in front of it
+/// (tokio-postgres without a pool, or deadpool-postgres; the client layer
+/// is measured by its own columns); and for a pooler whose readings vary by
+/// nature (pgagroal, Odyssey: `PoolerKind::readings_vary`, whose cells
+/// compare with the baseline by status alone), all its columns, both modes,
+/// as one group. A scenario runs through one column of a group, each in turn.
+pub fn turns() -> BTreeMap<&'static str, (usize, usize)> {
+    let mut groups: BTreeMap<String, Vec<&'static str>> = BTreeMap::new();
+    for d in locklab_drivers::registry() {
+        let i = d.info();
+        if let Some(p) = i.pooler {
+            let key = if p.kind.readings_vary() {
+                format!("{:?}", p.kind)
+            } else {
+                format!("{p:?}")
+            };
+            groups.entry(key).or_default().push(i.id);
+        }
+    }
+    groups
+        .values()
+        .flat_map(|ids| ids.iter().enumerate().map(|(n, id)| (*id, (n, ids.len()))))
+        .collect()
+}
+
+/// Whether column `id` runs in an all-driver trial of turn `turn`: a
+/// column that takes turns ([`turns`]) only on its own.
+pub fn in_turn(turns: &BTreeMap<&'static str, (usize, usize)>, id: &str, turn: usize) -> bool {
+    turns.get(id).is_none_or(|(n, of)| turn % of == *n)
+}
+
 /// A driver's family: `pooler`, `protocol` (a pool in an adapter process)
 /// or `in-process` (a Rust pool in the test process).
 pub fn family(id: &str) -> &'static str {
@@ -120,23 +162,23 @@ impl Plan {
             })
             .collect();
         let families: BTreeMap<&str, &str> = ids.iter().map(|id| (*id, family(id))).collect();
-        // Columns behind the same pooler in the same mode, which differ only
-        // in the client in front of it (tokio-postgres without a pool, or
-        // deadpool-postgres): a scenario runs through one of them, each in
-        // turn (the client layer is measured by its own columns).
-        let mut twins: std::collections::HashMap<locklab_drivers::Pooler, Vec<&'static str>> = Default::default();
-        for d in locklab_drivers::registry() {
-            let i = d.info();
-            if let Some(p) = i.pooler {
-                twins.entry(p).or_default().push(i.id);
-            }
-        }
-        let turn_of: BTreeMap<&str, (usize, usize)> = twins
-            .values()
-            .flat_map(|ids| ids.iter().enumerate().map(|(n, id)| (*id, (n, ids.len()))))
-            .collect();
+        let turn_of = turns();
         let kind = |s: &Scenario, driver: Option<&str>| {
             format!("{} × {}", scenario_kind(s), driver.map_or("all", |d| families[d]))
+        };
+        // A user's report re-enacted (`report-*`): through the poolers (the
+        // report is about them; twins in turn) and one other column of
+        // each family in turn.
+        let others: BTreeMap<&str, Vec<&'static str>> = ["in-process", "protocol"]
+            .into_iter()
+            .map(|fam| (fam, ids.iter().copied().filter(|id| families[id] == fam).collect()))
+            .collect();
+        let report_sample = |i: usize, s: &Scenario, id: &str| {
+            if !s.family.starts_with("report-") || families[id] == "pooler" {
+                return true;
+            }
+            let fam = &others[families[id]];
+            fam.iter().position(|x| *x == id) == Some(i % fam.len())
         };
         let mut singles = Vec::new();
         // Diagonal order: the trials that run at the same time are different
@@ -154,6 +196,9 @@ impl Plan {
                 {
                     continue;
                 }
+                if !report_sample(i, s, id) {
+                    continue;
+                }
                 let backend = if fixed_server(s) || in_container[id] {
                     Backend::Local
                 } else {
@@ -162,6 +207,7 @@ impl Plan {
                 singles.push(PlannedCell {
                     scenario: i,
                     driver: Some(id),
+                    turn: i,
                     backend,
                     kind: kind(s, Some(id)),
                 });
@@ -201,6 +247,7 @@ impl Plan {
                 singles.push(PlannedCell {
                     scenario: best,
                     driver: Some(id),
+                    turn: best,
                     backend: other,
                     kind: kind(&scenarios[best], Some(id)),
                 });
@@ -219,6 +266,7 @@ impl Plan {
             .map(|(i, s)| PlannedCell {
                 scenario: i,
                 driver: None,
+                turn: i,
                 backend: if fixed_server(s) { Backend::Local } else { main },
                 kind: kind(s, None),
             })
