@@ -224,6 +224,16 @@ impl LibraryPool {
         r
     }
 
+    /// Waits (at most 10 s) until a connection a handle gave back is in
+    /// the pool again (idle), or closed: the pool had `idle` idle
+    /// connections and `size` in all before.
+    async fn returned(&self, idle: usize, size: u32) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.pool.num_idle() <= idle && self.pool.size() >= size && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     async fn provider(&self, library: Library) -> Result<PostgresLockProvider, DriverError> {
         PostgresLockProvider::builder()
             .pool(self.pool.clone())
@@ -309,7 +319,9 @@ impl LibraryPool {
                         library.as_str()
                     )));
                 };
+                let (idle, size) = (self.pool.num_idle(), self.pool.size());
                 handle.release().await.map_err(lock_error)?;
+                self.returned(idle, size).await;
                 Ok("released".into())
             }
             (_, LibraryCall::DropHandle { key }) => {
@@ -319,7 +331,9 @@ impl LibraryPool {
                         library.as_str()
                     )));
                 };
+                let (idle, size) = (self.pool.num_idle(), self.pool.size());
                 drop(held);
+                self.returned(idle, size).await;
                 Ok("dropped".into())
             }
         }

@@ -258,7 +258,8 @@ pub fn compare(
 /// counts compare by [`share_changes`]. A cell whose readings vary by
 /// nature (`varies`: its column's [`BaselineDriver::readings_vary`], behind
 /// pgagroal or Odyssey, where which server connection a client gets varies;
-/// or a cell the baseline records as `unstable`, its repeats disagreeing)
+/// or its scenario's, [`BaselineCell::readings_vary`], on both sides; or a
+/// cell the baseline records as `unstable`, its repeats disagreeing)
 /// compares by its status alone: a run that fails, or is `n/a` where the
 /// baseline's was not (or the other way round), is a change; its readings'
 /// differences are information lines. (`varies` needs both columns to vary:

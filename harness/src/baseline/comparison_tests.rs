@@ -284,3 +284,29 @@ fn new_and_missing_cells_are_differences() {
         "{text:?}"
     );
 }
+
+/// A cell of a scenario whose readings vary by nature (`readings_vary:` in
+/// the file) compares by status alone on both sides; a cell of another
+/// scenario in the same column still compares every reading.
+#[test]
+fn a_scenario_whose_readings_vary_compares_by_status_alone() {
+    let mut before = cell("migrator", "pgbouncer-transaction", "1: ok", 1.0);
+    before.readings_vary = true;
+    let mut after = cell("migrator", "pgbouncer-transaction", "1: failed", 1.0);
+    after.readings_vary = true;
+    let c = compare(
+        &baseline(vec![before], "1", "x"),
+        &baseline(vec![after], "1", "x"),
+        Tolerance::default(),
+        &|_| true,
+    );
+    assert!(c.is_clean(), "{:?}", c.diffs);
+    assert!(c.notes[0].changes[0].contains("not compared"), "{:?}", c.notes);
+    let c = compare(
+        &baseline(vec![cell("other", "pgbouncer-transaction", "1: ok", 1.0)], "1", "x"),
+        &baseline(vec![cell("other", "pgbouncer-transaction", "1: failed", 1.0)], "1", "x"),
+        Tolerance::default(),
+        &|_| true,
+    );
+    assert!(!c.is_clean(), "a scenario without readings_vary compares its readings");
+}

@@ -247,9 +247,10 @@ fn server_label(report: &Report) -> String {
     format!("{} ({})", short_version(&server.version), server.backend)
 }
 
-/// The runs that failed, or were unstable over the repeats in a column whose
-/// readings do not vary by nature (behind pgagroal or Odyssey an unstable
-/// cell is what the column does: `BaselineDriver::readings_vary`).
+/// The runs that failed, or were unstable over the repeats in a column or a
+/// scenario whose readings do not vary by nature (behind pgagroal or Odyssey,
+/// or in a scenario with `readings_vary:`, an unstable cell is what it does:
+/// `BaselineDriver::readings_vary`, `RunResult::readings_vary`).
 fn failed_runs<'a>(report: &'a Report, fresh: &Baseline) -> Vec<&'a RunResult> {
     let varies = |r: &RunResult| {
         r.outcome().status == locklab::outcome::Status::Unstable

@@ -9,8 +9,9 @@ use locklab::report::Report;
 pub use locklab_core::output::emit;
 
 /// 0 when every run of `report` passed, or was unstable over its repeats in
-/// a column whose readings vary by nature (behind pgagroal or Odyssey:
-/// `PoolerKind::readings_vary`), else 1.
+/// a column or a scenario whose readings vary by nature (behind pgagroal or
+/// Odyssey: `PoolerKind::readings_vary`; a scenario's `readings_vary:`),
+/// else 1.
 pub fn exit_for(report: &Report) -> ExitCode {
     if report.runs.iter().all(|r| r.passed() || varies_by_nature(report, r)) {
         ExitCode::SUCCESS
@@ -19,8 +20,9 @@ pub fn exit_for(report: &Report) -> ExitCode {
     }
 }
 
-/// Whether run `r` of `report` was unstable in a column whose readings vary
-/// by nature (`PoolerKind::readings_vary`).
+/// Whether run `r` of `report` was unstable in a column or a scenario whose
+/// readings vary by nature (`PoolerKind::readings_vary`, a scenario's
+/// `readings_vary:`).
 pub fn varies_by_nature(report: &Report, r: &RunResult) -> bool {
     r.status() == locklab::outcome::Status::Unstable
         && (r.readings_vary || report.drivers.iter().any(|d| d.id == r.driver && d.readings_vary()))

@@ -19,7 +19,15 @@ impl Validator<'_> {
         let state = walk.state[actor];
         match declared.connection {
             Connection::Finishes => walk.state[actor] = Conn::Ready,
-            Connection::Nothing => {}
+            // (A step on the actor's pool, not its connection, still runs on
+            // the side its kind says.)
+            Connection::Nothing => {
+                if let Side::Pool(why) = declared.side
+                    && walk.actors[actor].via == Via::Direct
+                {
+                    self.err(pos, format!("step {n}: {}", why.replace("{actor}", &an)));
+                }
+            }
             Connection::DropsBackground => match state {
                 Conn::Busy(b) => {
                     walk.background.insert(b, Some(ABANDONED));
