@@ -359,6 +359,7 @@ pub struct MigrateRaw {
     pub migration_ms: u64,
     /// Kill the first migrator while its migration runs, before the others start.
     #[serde(default)]
+    #[schemars(with = "Option<OrParam<bool>>")]
     pub kill_first: bool,
     /// Each migrator gives up after this many ms (its future dropped, the
     /// process gone); below the step's deadline.
