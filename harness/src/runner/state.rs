@@ -325,7 +325,7 @@ impl<'a> Run<'a> {
                 end,
                 client_timeout_ms,
             } => self.guard(step, *actor, *key, *end, *client_timeout_ms).await,
-            StepKind::Library(l) => self.library(step, l, pool).await,
+            StepKind::Library(l) => self.library(step, l, pool, monitor).await,
             StepKind::Fault { actor, fault } => self.fault(step, *actor, *fault, pool, monitor).await,
             StepKind::Granted { observer, target } => self.granted(step, *observer, *target).await,
             StepKind::Restart { observer, immediate } => self.restart(step, *observer, *immediate, monitor).await,
