@@ -170,7 +170,7 @@ fn readings_markdown(report: &Report, families: &[&str], heading: &str) -> Strin
                         r.observations
                             .iter()
                             .find(|o| &o.name == name)
-                            .map_or_else(|| "—".to_owned(), |o| o.value.to_string()),
+                            .map_or_else(|| "—".to_owned(), |o| crate::outcome::Reading::of(&o.value, &o.notices).to_string()),
                     );
                 }
                 match rows.iter_mut().find(|(k, _)| *k == key) {

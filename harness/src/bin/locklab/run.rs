@@ -74,8 +74,9 @@ pub fn summary(report: &locklab::report::Report) -> String {
         .count();
     if varying > 0 {
         lines.push(format!(
-            "({varying} of the unstable cells are behind pgagroal or Odyssey, where which server connection a client \
-             gets varies by nature: they do not fail the run, and compare with the baseline by status alone)"
+            "({varying} of the unstable cells vary by nature: behind pgagroal or Odyssey, where which server \
+             connection a client gets varies, or in a scenario with `readings_vary`; they do not fail the run, and \
+             compare with the baseline by status alone)"
         ));
     }
     lines.join("\n") + "\n"
