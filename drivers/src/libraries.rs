@@ -409,6 +409,11 @@ impl Ended {
     }
 }
 
+/// The `application_name` of migrator `n`'s connections.
+fn migrator_name(n: u32) -> String {
+    format!("locklab-migrator-{n}")
+}
+
 /// One migrator on a thread and runtime of its own: a process of its own
 /// as far as the server and a pooler can tell. `kill` drops its runtime
 /// with the migration in flight.
@@ -418,7 +423,9 @@ fn spawn_migrator(
     run: &MigrateRun,
     kill: Option<tokio::sync::oneshot::Receiver<()>>,
 ) -> std::thread::JoinHandle<(Ended, Duration)> {
-    let options = connect_options(spec, &format!("{}-migrator-{n}", spec.application_name));
+    // (A short name: `application_name` is cut at 63 bytes, and the run's
+    // own name can be long; the run's database tells its migrators apart.)
+    let options = connect_options(spec, &migrator_name(n));
     let give_up = Duration::from_millis(run.give_up_ms);
     let ms = run.migration_ms;
     std::thread::spawn(move || {
@@ -487,7 +494,7 @@ async fn reached_lock(side: &PgPool, name: &str, migrating: bool) -> Result<bool
     // prepared statement does not outlive its Sync.)
     let sql = format!(
         "select count(*) from pg_stat_activity a where a.application_name = '{name}' \
-         and ({waiting} or (a.state = 'active' and a.query like 'select pg_sleep(%) /* locklab-migration */%'))"
+         and a.datname = current_database() and ({waiting} or (a.state = 'active' and a.query like 'select pg_sleep(%) /* locklab-migration */%'))"
     );
     let row = sqlx08::raw_sql(&sql).fetch_one(side)
     .await
@@ -516,7 +523,7 @@ async fn migrate(spec: &ConnectSpec, run: &MigrateRun) -> Result<String, DriverE
             None => (None, None),
         };
         let t = spawn_migrator(spec, n, run, rx);
-        let name = format!("{}-migrator-{n}", spec.application_name);
+        let name = migrator_name(n);
         let bound = if tx.is_some() { Duration::from_millis(run.give_up_ms.max(10_000)) } else { Duration::from_secs(2) };
         let deadline = Instant::now() + bound;
         let mut seen = false;

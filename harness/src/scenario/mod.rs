@@ -146,7 +146,8 @@ impl Scenario {
     /// `update`, `comment`, …; `for update` counts too). Such a cell gets a
     /// database of its own, created for it and dropped after it; the others
     /// may run in one an earlier cell left clean (see the runner's phase 1).
-    /// Errs on the side of `true`: a word in a string literal counts.
+    /// A `library: sqlx-migrator` step counts too (it makes tables). Errs on
+    /// the side of `true`: a word in a string literal counts.
     pub fn may_change_the_database(&self) -> bool {
         static WORDS: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
         let words = WORDS.get_or_init(|| {
@@ -164,6 +165,11 @@ impl Scenario {
                 _ => None,
             }))
             .any(|sql| words.is_match(sql))
+            // sqlx's migrator makes its table and the migration's.
+            || self.steps.iter().any(|st| {
+                matches!(&st.kind, StepKind::Library(l)
+                    if matches!(l.call, locklab_drivers::libraries::LibraryCall::Migrate(_)))
+            })
     }
 
     /// `file:line:column` of `pos` in this scenario's file.
