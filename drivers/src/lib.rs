@@ -364,11 +364,7 @@ pub trait Pool: Send + Sync {
     /// [`DriverError::Unsupported`] (the default) where the library does
     /// not apply: it takes a sqlx 0.8 `PgPool`; the library's or the
     /// server's error otherwise.
-    async fn library(
-        &self,
-        library: libraries::Library,
-        call: &libraries::LibraryCall,
-    ) -> Result<String, DriverError> {
+    async fn library(&self, library: libraries::Library, call: &libraries::LibraryCall) -> Result<String, DriverError> {
         let _ = call;
         Err(DriverError::Unsupported(format!(
             "{} takes a sqlx 0.8 PgPool",

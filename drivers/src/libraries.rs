@@ -489,16 +489,18 @@ fn short(s: &str) -> String {
 /// answer stays false and the caller's bound applies.
 async fn reached_lock(side: &PgPool, name: &str, migrating: bool) -> Result<bool, DriverError> {
     let name = name.replace('\'', "''");
-    let waiting = if migrating { "false" } else { "a.wait_event_type = 'Lock'" };
+    let waiting = if migrating {
+        "false"
+    } else {
+        "a.wait_event_type = 'Lock'"
+    };
     // (Simple query protocol: behind transaction pooling an unnamed
     // prepared statement does not outlive its Sync.)
     let sql = format!(
         "select count(*) from pg_stat_activity a where a.application_name = '{name}' \
          and a.datname = current_database() and ({waiting} or (a.state = 'active' and a.query like 'select pg_sleep(%) /* locklab-migration */%'))"
     );
-    let row = sqlx08::raw_sql(&sql).fetch_one(side)
-    .await
-    .map_err(sqlx_error)?;
+    let row = sqlx08::raw_sql(&sql).fetch_one(side).await.map_err(sqlx_error)?;
     Ok(row.try_get::<i64, _>(0).map_err(sqlx_error)? > 0)
 }
 
@@ -524,7 +526,11 @@ async fn migrate(spec: &ConnectSpec, run: &MigrateRun) -> Result<String, DriverE
         };
         let t = spawn_migrator(spec, n, run, rx);
         let name = migrator_name(n);
-        let bound = if tx.is_some() { Duration::from_millis(run.give_up_ms.max(10_000)) } else { Duration::from_secs(2) };
+        let bound = if tx.is_some() {
+            Duration::from_millis(run.give_up_ms.max(10_000))
+        } else {
+            Duration::from_secs(2)
+        };
         let deadline = Instant::now() + bound;
         let mut seen = false;
         while Instant::now() < deadline && !t.is_finished() && n < run.runners + u32::from(tx.is_some()) {

@@ -166,19 +166,25 @@ fn readings_markdown(report: &Report, families: &[&str], heading: &str) -> Strin
                 }
                 let mut key = vec![status.to_string()];
                 for name in &s.observations {
-                    key.push(
-                        r.observations
-                            .iter()
-                            .find(|o| &o.name == name)
-                            .map_or_else(|| "—".to_owned(), |o| crate::outcome::Reading::of(&o.value, &o.notices).to_string()),
-                    );
+                    key.push(r.observations.iter().find(|o| &o.name == name).map_or_else(
+                        || "—".to_owned(),
+                        |o| crate::outcome::Reading::of(&o.value, &o.notices).to_string(),
+                    ));
                 }
                 match rows.iter_mut().find(|(k, _)| *k == key) {
                     Some((_, cols)) => cols.push(d.id.as_str()),
                     None => rows.push((key, vec![d.id.as_str()])),
                 }
             }
-            let _ = writeln!(out, "| columns | outcome | {} |", s.observations.iter().map(|o| format!("`{o}`")).collect::<Vec<_>>().join(" | "));
+            let _ = writeln!(
+                out,
+                "| columns | outcome | {} |",
+                s.observations
+                    .iter()
+                    .map(|o| format!("`{o}`"))
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            );
             let _ = writeln!(out, "| --- | --- |{}", " --- |".repeat(s.observations.len()));
             for (key, cols) in &rows {
                 let _ = writeln!(

@@ -54,9 +54,15 @@ impl Run<'_> {
     async fn name_library_backends(&mut self, actor: usize, monitor: &mut DirectConn) {
         let sql = "select pid from pg_stat_activity where datname = current_database() \
                    and backend_type = 'client backend' and pid <> pg_backend_pid()";
-        let Ok(rows) = monitor.simple_query(sql).await else { return };
+        let Ok(rows) = monitor.simple_query(sql).await else {
+            return;
+        };
         let known: std::collections::HashSet<i32> = self.pids.values().copied().collect();
-        for pid in rows.rows.iter().filter_map(|r| r.first()?.as_deref()?.parse::<i32>().ok()) {
+        for pid in rows
+            .rows
+            .iter()
+            .filter_map(|r| r.first()?.as_deref()?.parse::<i32>().ok())
+        {
             if !known.contains(&pid) && !self.last_user.contains_key(&pid) {
                 self.last_user.insert(pid, actor);
             }

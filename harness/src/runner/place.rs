@@ -51,7 +51,9 @@ pub(super) fn not_applicable(scenario: &Scenario, info: &DriverInfo) -> Option<N
         .any(|s| matches!(s.kind, crate::scenario::StepKind::Library(_)))
         && !locklab_drivers::libraries::apply_to(info)
     {
-        return Some(NotRun::NotApplicable(locklab_drivers::libraries::NOT_APPLICABLE.to_owned()));
+        return Some(NotRun::NotApplicable(
+            locklab_drivers::libraries::NOT_APPLICABLE.to_owned(),
+        ));
     }
     if info.pooler.is_some() && scenario.pool_settings.list.iter().any(|(k, _)| k != "application_name") {
         return Some(NotRun::SettingsCannotPass);

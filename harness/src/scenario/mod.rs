@@ -28,7 +28,8 @@ pub use locklab_core::FileError as ScenarioError;
 /// A position in a scenario file (1-based line and column).
 pub use locklab_core::Pos;
 pub use raw::{
-    Action, Bounds, GuardEndRaw, LibraryCallRaw, MigrateRaw, Network, ObserveKind, OnTimeout, Process, RowsExpect, Scalar, Via, When, json_schema,
+    Action, Bounds, GuardEndRaw, LibraryCallRaw, MigrateRaw, Network, ObserveKind, OnTimeout, Process, RowsExpect,
+    Scalar, Via, When, json_schema,
 };
 pub use step::{
     AwaitStep, ClientBound, LibraryStep, ObserveExpect, ObserveStep, SqlExpect, SqlStep, Step, StepKind, Transaction,

@@ -27,7 +27,10 @@ pub(super) enum Parsed {
     Restart(bool),
     Await(usize),
     Guard(i64, GuardEndRaw),
-    Library(locklab_drivers::libraries::Library, locklab_drivers::libraries::LibraryCall),
+    Library(
+        locklab_drivers::libraries::Library,
+        locklab_drivers::libraries::LibraryCall,
+    ),
     Order(Vec<usize>),
 }
 
@@ -284,10 +287,16 @@ impl Validator<'_> {
         // The fields of one kind's own.
         let observe = kind == Kind::Observe;
         if s.key.is_some() && !observe && kind != Kind::Library {
-            self.err(pos, format!("step {n}: 'key' only applies to 'observe' and 'library' steps"));
+            self.err(
+                pos,
+                format!("step {n}: 'key' only applies to 'observe' and 'library' steps"),
+            );
         }
         if (s.call.is_some() || s.migrate.is_some()) && kind != Kind::Library {
-            self.err(pos, format!("step {n}: 'call' and 'migrate' only apply to 'library' steps"));
+            self.err(
+                pos,
+                format!("step {n}: 'call' and 'migrate' only apply to 'library' steps"),
+            );
         }
         if s.settle && !observe {
             self.err(pos, format!("step {n}: 'settle' only applies to 'observe' steps"));
@@ -576,7 +585,9 @@ fn typed(
             end,
             client_timeout_ms: bound.map(|b| b.ms),
         },
-        Parsed::Library(library, call) => StepKind::Library(crate::scenario::step::LibraryStep { actor, library, call }),
+        Parsed::Library(library, call) => {
+            StepKind::Library(crate::scenario::step::LibraryStep { actor, library, call })
+        }
         Parsed::Order(steps) => StepKind::Order { steps },
     }
 }
@@ -597,14 +608,25 @@ impl Validator<'_> {
         use locklab_drivers::libraries::{Library, LibraryCall, MigrateRun};
         if library == Library::SqlxMigrator {
             let Some(m) = s.migrate else {
-                self.err(pos, format!("step {n}: 'library: sqlx-migrator' needs 'migrate: {{ runners, migration_ms, give_up_ms }}'"));
+                self.err(
+                    pos,
+                    format!(
+                        "step {n}: 'library: sqlx-migrator' needs 'migrate: {{ runners, migration_ms, give_up_ms }}'"
+                    ),
+                );
                 return None;
             };
             if s.call.is_some() || s.key.is_some() {
-                self.err(pos, format!("step {n}: 'library: sqlx-migrator' takes 'migrate', not 'call' or 'key'"));
+                self.err(
+                    pos,
+                    format!("step {n}: 'library: sqlx-migrator' takes 'migrate', not 'call' or 'key'"),
+                );
             }
             if !(1..=8).contains(&m.runners) {
-                self.err(pos, format!("step {n}: 'migrate.runners' must be between 1 and 8, got {}", m.runners));
+                self.err(
+                    pos,
+                    format!("step {n}: 'migrate.runners' must be between 1 and 8, got {}", m.runners),
+                );
             }
             if m.kill_first && m.runners < 2 {
                 self.err(pos, format!("step {n}: 'migrate.kill_first' needs at least 2 runners (the first is killed, the others run after)"));
@@ -613,7 +635,13 @@ impl Validator<'_> {
                 self.err(pos, format!("step {n}: 'migrate.give_up_ms' must be between 1 and the step's deadline ({deadline_ms} ms) minus 1, got {}", m.give_up_ms));
             }
             if m.migration_ms > 60_000 {
-                self.err(pos, format!("step {n}: 'migrate.migration_ms' must be at most 60000, got {}", m.migration_ms));
+                self.err(
+                    pos,
+                    format!(
+                        "step {n}: 'migrate.migration_ms' must be at most 60000, got {}",
+                        m.migration_ms
+                    ),
+                );
             }
             return Some(LibraryCall::Migrate(MigrateRun {
                 runners: m.runners,
@@ -623,20 +651,35 @@ impl Validator<'_> {
             }));
         }
         if s.migrate.is_some() {
-            self.err(pos, format!("step {n}: 'migrate' goes with 'library: sqlx-migrator' only"));
+            self.err(
+                pos,
+                format!("step {n}: 'migrate' goes with 'library: sqlx-migrator' only"),
+            );
         }
         let Some(call) = s.call else {
-            self.err(pos, format!("step {n}: 'library: {}' needs 'call: acquire | try_acquire | release | drop_handle'", library.as_str()));
+            self.err(
+                pos,
+                format!(
+                    "step {n}: 'library: {}' needs 'call: acquire | try_acquire | release | drop_handle'",
+                    library.as_str()
+                ),
+            );
             return None;
         };
         let key = match s.key {
             Some(AdvisoryKey::Big(k)) => k,
             Some(AdvisoryKey::Pair(..)) => {
-                self.err(pos, format!("step {n}: a lock library's 'key' is one bigint, not two integers"));
+                self.err(
+                    pos,
+                    format!("step {n}: a lock library's 'key' is one bigint, not two integers"),
+                );
                 return None;
             }
             None => {
-                self.err(pos, format!("step {n}: 'library: {}' needs a bigint 'key'", library.as_str()));
+                self.err(
+                    pos,
+                    format!("step {n}: 'library: {}' needs a bigint 'key'", library.as_str()),
+                );
                 return None;
             }
         };
