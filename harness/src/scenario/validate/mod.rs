@@ -6,6 +6,7 @@
 
 mod conn;
 mod expect;
+mod library;
 mod refs;
 mod step;
 mod trials;
