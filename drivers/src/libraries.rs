@@ -66,18 +66,6 @@ impl Library {
             Library::SqlxMigrator => "sqlx-migrator",
         }
     }
-
-    /// The crate and the version resolved in the workspace's `Cargo.lock`,
-    /// e.g. `prax-sqlx 0.12.5`, for the report.
-    pub fn crate_version(self) -> String {
-        let name = match self {
-            Library::DistributedLockPostgres | Library::DistributedLockPostgresXact => "distributed-lock-postgres",
-            Library::PraxSqlx => "prax-sqlx",
-            Library::SqlxMigrator => "sqlx",
-        };
-        let prefix = if self == Library::SqlxMigrator { "0.8" } else { "" };
-        format!("{name} {}", crate::crate_version_matching(name, prefix))
-    }
 }
 
 /// What a `library` step asks the library to do. A key is an i64 (a
