@@ -8,6 +8,7 @@
 /// name in `Cargo.toml` (`deadpool_postgres`, or `deadpool_postgres013` for
 /// the renamed 0.13), `$version` the version prefix its columns report, and
 /// `$prefix` its columns' ids before `-fast`, `-verified`, ….
+#[macro_export]
 macro_rules! deadpool_driver {
     ($module:ident, $dp:ident, $version:literal, $prefix:literal) => {
         // Not every configuration has a column in every release line.
@@ -17,8 +18,8 @@ macro_rules! deadpool_driver {
             use tokio_postgres::NoTls;
             use $dp::{Manager, ManagerConfig, Object, RecyclingMethod};
 
-            use crate::direct::{ClientGuard, DropReturns};
-            use crate::{
+            use $crate::try_kit::{ClientGuard, DropReturns};
+            use $crate::{
                 Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions,
                 crate_version_matching,
             };
@@ -72,11 +73,15 @@ macro_rules! deadpool_driver {
 
             struct DeadpoolPool($dp::Pool);
 
-            impl ClientGuard for Object {
+            /// A checked-out `Object` (a type of this module, so that the
+            /// trait can be implemented wherever the macro is invoked).
+            struct Guard(Object);
+
+            impl ClientGuard for Guard {
                 // Dropping an Object puts it back into the pool's slots synchronously;
                 // recycling happens on the next checkout (deadpool src/managed/mod.rs).
                 fn client(&self) -> &tokio_postgres::Client {
-                    self
+                    &self.0
                 }
             }
 
@@ -90,7 +95,9 @@ macro_rules! deadpool_driver {
             #[async_trait]
             impl Pool for DeadpoolPool {
                 async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError> {
-                    Ok(Box::new(DropReturns(self.0.get().await.map_err(pool_error)?)))
+                    Ok(Box::new(DropReturns(Guard(
+                        self.0.get().await.map_err(pool_error)?,
+                    ))))
                 }
 
                 async fn close(&self) {
@@ -132,7 +139,27 @@ macro_rules! deadpool_driver {
     };
 }
 
+// Also in the kit `locklab try` builds from: the pooler columns' client.
 deadpool_driver!(current, deadpool_postgres, "0.14", "deadpool");
+#[cfg(feature = "columns")]
 deadpool_driver!(v013, deadpool_postgres013, "0.13", "deadpool-0.13");
 
 pub use current::Deadpool;
+
+/// How `locklab try` builds this file for another version of deadpool-postgres ([`crate::try_kit`]).
+pub(crate) const FAMILY: crate::try_kit::Family = {
+    use crate::try_kit::{Dep, Family};
+    Family {
+        crate_name: "deadpool-postgres",
+        aliases: &[],
+        file: "drivers/src/deadpool_pg.rs",
+        deps: &[Dep::tried("deadpool-postgres", "deadpool_postgres")],
+        module: |_| "locklab_drivers::deadpool_driver!(tried, deadpool_postgres, \"\", \"deadpool\");".to_owned(),
+        columns: &[
+            ("deadpool-fast", "tried::Deadpool::fast()"),
+            ("deadpool-verified", "tried::Deadpool::verified()"),
+            ("deadpool-clean", "tried::Deadpool::clean()"),
+            ("deadpool-custom", "tried::Deadpool::custom_unlock_all()"),
+        ],
+    }
+};

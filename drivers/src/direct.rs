@@ -13,7 +13,7 @@ use crate::{
 };
 
 /// A [`Canceller`] from a tokio-postgres cancel token (`CancelToken::cancel_query`).
-pub(crate) fn token_canceller(token: tokio_postgres::CancelToken) -> Canceller {
+pub fn token_canceller(token: tokio_postgres::CancelToken) -> Canceller {
     Box::new(move || Box::pin(async move { token.cancel_query(NoTls).await.map_err(DriverError::from) }))
 }
 
@@ -195,14 +195,14 @@ impl Conn for DirectConn {
 }
 
 /// A pooled tokio-postgres client (deadpool's `Object`, bb8's `PooledConnection`).
-pub(crate) trait ClientGuard: Send + 'static {
+pub trait ClientGuard: Send + 'static {
     /// The client behind the guard.
     fn client(&self) -> &Client;
 }
 
 /// A checked-out pooled client whose return to its pool happens synchronously
-/// when the guard is dropped, as in application code.
-pub(crate) struct DropReturns<G>(pub(crate) G);
+/// when the guard is dropped, as in application code: `DropReturns(guard)`.
+pub struct DropReturns<G>(pub G);
 
 #[async_trait]
 impl<G: ClientGuard> Conn for DropReturns<G> {

@@ -21,6 +21,7 @@ mod mobc_pg;
 mod pgbouncer;
 mod r2d2_pg;
 mod sqlx_pg;
+pub mod try_kit;
 mod versions;
 
 use std::fmt;
@@ -31,11 +32,13 @@ pub use direct::{CONNECT_TIMEOUT, DirectConn, simple_query_rows};
 pub use locklab_core::{ConnectSpec, with_sources};
 pub use pgbouncer::{Pooler, PoolerKind, PoolerMode};
 /// sqlx 0.8's `PgPool` as a column (the crate renamed `sqlx08` here), as [`SqlxPgPool`].
+#[cfg(feature = "columns")]
 pub use sqlx_pg::v08::SqlxPgPool as Sqlx08PgPool;
 /// sqlx 0.9's `PgPool` as a column, with [`SqlxPgPool::configured`] for a
 /// configuration of your own (a project testing its own pool settings).
+#[cfg(feature = "columns")]
 pub use sqlx_pg::v09::SqlxPgPool;
-pub use versions::{crate_version, crate_version_matching};
+pub use versions::{crate_version, crate_version_matching, use_lockfile};
 
 /// Pool sizing requested by a scenario.
 #[derive(Clone, Copy, Debug)]
@@ -427,9 +430,11 @@ pub trait Driver: Send + Sync {
 /// Rust driver is one line here; adding an out-of-process one is an entry
 /// in that file.
 pub fn registry() -> Vec<Box<dyn Driver>> {
-    let mut all: Vec<Box<dyn Driver>> = vec![
-        Box::new(direct::TokioPostgresDirect),
-        Box::new(deadpool_pg::Deadpool::fast()),
+    #[cfg_attr(not(feature = "columns"), allow(unused_mut))]
+    let mut all: Vec<Box<dyn Driver>> = vec![Box::new(direct::TokioPostgresDirect)];
+    #[cfg(feature = "columns")]
+    all.extend([
+        Box::new(deadpool_pg::Deadpool::fast()) as Box<dyn Driver>,
         Box::new(deadpool_pg::Deadpool::verified()),
         Box::new(deadpool_pg::Deadpool::clean()),
         Box::new(deadpool_pg::Deadpool::custom_unlock_all()),
@@ -443,7 +448,7 @@ pub fn registry() -> Vec<Box<dyn Driver>> {
         Box::new(mobc_pg::MobcPostgres),
         Box::new(r2d2_pg::R2d2Postgres),
         Box::new(diesel_async_pg::DieselAsyncDeadpool),
-    ];
+    ]);
     all.extend(pgbouncer::columns());
     all.extend(external::declared().into_iter().map(|d| Box::new(d) as Box<dyn Driver>));
     all.extend(external::user_columns());

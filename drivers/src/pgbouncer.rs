@@ -271,7 +271,7 @@ impl ViaPooler {
 
 /// The client's pool, the pooler it goes through, and the lock libraries
 /// on a sqlx 0.8 pool of their own through that pooler.
-struct BouncedPool(Box<dyn Pool>, Pooler, crate::libraries::LibraryPool);
+struct BouncedPool(Box<dyn Pool>, Pooler, Option<crate::libraries::LibraryPool>);
 
 struct BouncedConn(Box<dyn Conn>, Pooler);
 
@@ -328,11 +328,19 @@ impl Pool for BouncedPool {
         library: crate::libraries::Library,
         call: &crate::libraries::LibraryCall,
     ) -> Result<String, DriverError> {
-        self.2.call(library, call).await
+        match &self.2 {
+            Some(l) => l.call(library, call).await,
+            None => Err(DriverError::Unsupported(format!(
+                "{} takes a sqlx 0.8 PgPool",
+                library.as_str()
+            ))),
+        }
     }
 
     async fn close(&self) {
-        self.2.close(true).await;
+        if let Some(l) = &self.2 {
+            l.close(true).await;
+        }
         self.0.close().await;
     }
 }

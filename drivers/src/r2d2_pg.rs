@@ -15,181 +15,216 @@
 //! its end and only then releases the connection. The connection sits behind a
 //! mutex, so the next call on it waits for the abandoned one.
 
-use std::sync::{Arc, Mutex};
+/// The module of one r2d2_postgres version: `$r2p` is the crate's name
+/// (r2d2 and postgres through its re-exports `$r2p::r2d2`,
+/// `$r2p::postgres`), `$version` the version prefix its column reports
+/// (`""`: the only one in the build), `$id` the column's id. Invoked once
+/// here, and by `locklab try` for another version.
+#[macro_export]
+macro_rules! r2d2_driver {
+    ($module:ident, $r2p:ident, $version:literal, $id:literal) => {
+        #[allow(dead_code)]
+        pub(crate) mod $module {
+            use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
-use postgres::NoTls;
-use r2d2::PooledConnection;
-use r2d2_postgres::PostgresConnectionManager;
+            use async_trait::async_trait;
+            use $r2p::PostgresConnectionManager;
+            use $r2p::postgres::NoTls;
+            use $r2p::r2d2::PooledConnection;
 
-use crate::{
-    Canceller, Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, Returned, Rows,
-    crate_version,
-};
+            use $crate::{
+                Canceller, Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, Returned,
+                Rows, crate_version_matching,
+            };
 
-type Manager = PostgresConnectionManager<NoTls>;
-type Shared = Arc<Mutex<PooledConnection<Manager>>>;
+            type Manager = PostgresConnectionManager<NoTls>;
+            type Shared = Arc<Mutex<PooledConnection<Manager>>>;
 
-/// r2d2 + r2d2_postgres with the builder's defaults apart from the size.
-pub struct R2d2Postgres;
+            /// r2d2 + r2d2_postgres with the builder's defaults apart from the size.
+            pub struct R2d2Postgres;
 
-struct R2d2Pool(Option<r2d2::Pool<Manager>>);
+            struct R2d2Pool(Option<$r2p::r2d2::Pool<Manager>>);
 
-struct R2d2Conn(Option<Shared>);
+            struct R2d2Conn(Option<Shared>);
 
-/// Drops `value` on a thread of its own (see the module docs).
-fn drop_off_runtime<T: Send + 'static>(value: T) {
-    if std::thread::Builder::new()
-        .name("locklab-r2d2-drop".into())
-        .spawn(move || drop(value))
-        .is_err()
-    {
-        tracing::warn!("r2d2: cannot start a thread to drop a connection; leaking it");
-    }
-}
-
-impl Drop for R2d2Conn {
-    fn drop(&mut self) {
-        if let Some(shared) = self.0.take() {
-            drop_off_runtime(shared);
-        }
-    }
-}
-
-impl Drop for R2d2Pool {
-    fn drop(&mut self) {
-        if let Some(pool) = self.0.take() {
-            drop_off_runtime(pool);
-        }
-    }
-}
-
-impl R2d2Conn {
-    fn shared(&self) -> Result<Shared, DriverError> {
-        self.0
-            .clone()
-            .ok_or_else(|| DriverError::Client("r2d2 connection already given back".into()))
-    }
-}
-
-fn join_error(e: tokio::task::JoinError) -> DriverError {
-    DriverError::Client(format!("blocking task failed: {e}"))
-}
-
-fn query(client: &mut postgres::Client, sql: &str) -> Result<Rows, DriverError> {
-    let mut out = Rows::default();
-    for msg in client.simple_query(sql)? {
-        match msg {
-            postgres::SimpleQueryMessage::RowDescription(cols) => {
-                out.columns = cols.iter().map(|c| c.name().to_owned()).collect();
+            /// Drops `value` on a thread of its own (see the module docs).
+            fn drop_off_runtime<T: Send + 'static>(value: T) {
+                if std::thread::Builder::new()
+                    .name("locklab-r2d2-drop".into())
+                    .spawn(move || drop(value))
+                    .is_err()
+                {
+                    tracing::warn!("r2d2: cannot start a thread to drop a connection; leaking it");
+                }
             }
-            postgres::SimpleQueryMessage::Row(row) => {
-                out.rows
-                    .push((0..row.len()).map(|i| row.get(i).map(str::to_owned)).collect());
+
+            impl Drop for R2d2Conn {
+                fn drop(&mut self) {
+                    if let Some(shared) = self.0.take() {
+                        drop_off_runtime(shared);
+                    }
+                }
             }
-            _ => {}
-        }
-    }
-    Ok(out)
-}
 
-#[async_trait]
-impl Conn for R2d2Conn {
-    async fn simple_query(&mut self, sql: &str) -> Result<Rows, DriverError> {
-        let shared = self.shared()?;
-        let sql = sql.to_owned();
-        tokio::task::spawn_blocking(move || {
-            let mut guard = shared
-                .lock()
-                .map_err(|_| DriverError::Client("r2d2 connection poisoned by a panic".into()))?;
-            query(&mut guard, &sql)
-        })
-        .await
-        .map_err(join_error)?
-    }
+            impl Drop for R2d2Pool {
+                fn drop(&mut self) {
+                    if let Some(pool) = self.0.take() {
+                        drop_off_runtime(pool);
+                    }
+                }
+            }
 
-    async fn give_back(self: Box<Self>) -> Returned {
-        // The last owner drops the PooledConnection, which puts it back
-        // synchronously (a broken one is closed): on a blocking thread here, or
-        // in a blocking call still running on it.
-        let mut this = self;
-        if let Some(shared) = this.0.take() {
-            let _ = tokio::task::spawn_blocking(move || drop(shared)).await;
-        }
-        Returned::ToPool
-    }
+            impl R2d2Conn {
+                fn shared(&self) -> Result<Shared, DriverError> {
+                    self.0
+                        .clone()
+                        .ok_or_else(|| DriverError::Client("r2d2 connection already given back".into()))
+                }
+            }
 
-    fn canceller(&self) -> Option<Canceller> {
-        // The token must be taken before a statement holds the mutex.
-        let token = self.0.as_ref()?.try_lock().ok()?.cancel_token();
-        Some(Box::new(move || {
-            Box::pin(async move {
-                tokio::task::spawn_blocking(move || token.cancel_query(NoTls).map_err(DriverError::from))
+            fn join_error(e: tokio::task::JoinError) -> DriverError {
+                DriverError::Client(format!("blocking task failed: {e}"))
+            }
+
+            fn query(client: &mut $r2p::postgres::Client, sql: &str) -> Result<Rows, DriverError> {
+                let mut out = Rows::default();
+                for msg in client.simple_query(sql)? {
+                    match msg {
+                        $r2p::postgres::SimpleQueryMessage::RowDescription(cols) => {
+                            out.columns = cols.iter().map(|c| c.name().to_owned()).collect();
+                        }
+                        $r2p::postgres::SimpleQueryMessage::Row(row) => {
+                            out.rows
+                                .push((0..row.len()).map(|i| row.get(i).map(str::to_owned)).collect());
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(out)
+            }
+
+            #[async_trait]
+            impl Conn for R2d2Conn {
+                async fn simple_query(&mut self, sql: &str) -> Result<Rows, DriverError> {
+                    let shared = self.shared()?;
+                    let sql = sql.to_owned();
+                    tokio::task::spawn_blocking(move || {
+                        let mut guard = shared
+                            .lock()
+                            .map_err(|_| DriverError::Client("r2d2 connection poisoned by a panic".into()))?;
+                        query(&mut guard, &sql)
+                    })
                     .await
                     .map_err(join_error)?
-            })
-        }))
-    }
+                }
+
+                async fn give_back(self: Box<Self>) -> Returned {
+                    // The last owner drops the PooledConnection, which puts it back
+                    // synchronously (a broken one is closed): on a blocking thread here, or
+                    // in a blocking call still running on it.
+                    let mut this = self;
+                    if let Some(shared) = this.0.take() {
+                        let _ = tokio::task::spawn_blocking(move || drop(shared)).await;
+                    }
+                    Returned::ToPool
+                }
+
+                fn canceller(&self) -> Option<Canceller> {
+                    // The token must be taken before a statement holds the mutex.
+                    let token = self.0.as_ref()?.try_lock().ok()?.cancel_token();
+                    Some(Box::new(move || {
+                        Box::pin(async move {
+                            tokio::task::spawn_blocking(move || token.cancel_query(NoTls).map_err(DriverError::from))
+                                .await
+                                .map_err(join_error)?
+                        })
+                    }))
+                }
+            }
+
+            #[async_trait]
+            impl Pool for R2d2Pool {
+                async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError> {
+                    let pool = self
+                        .0
+                        .clone()
+                        .ok_or_else(|| DriverError::Client("r2d2 pool closed".into()))?;
+                    let conn = tokio::task::spawn_blocking(move || pool.get())
+                        .await
+                        .map_err(join_error)?
+                        .map_err(|e| DriverError::Client(format!("r2d2: {e}")))?;
+                    Ok(Box::new(R2d2Conn(Some(Arc::new(Mutex::new(conn))))))
+                }
+
+                async fn close(&self) {}
+            }
+
+            #[async_trait]
+            impl Driver for R2d2Postgres {
+                fn info(&self) -> DriverInfo {
+                    DriverInfo {
+                        id: $id,
+                        crate_name: "r2d2_postgres",
+                        crate_version: format!(
+                            "{} (r2d2 {})",
+                            crate_version_matching("r2d2_postgres", $version),
+                            crate_version_matching("r2d2", "")
+                        ),
+                        configuration: "Builder defaults (test_on_check_out = true), via spawn_blocking",
+                        kind: DriverKind::Pooled,
+                        pooler: None,
+                    }
+                }
+
+                async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
+                    let mut config = $r2p::postgres::Config::new();
+                    config
+                        .host(&spec.host)
+                        .port(spec.port)
+                        .user(&spec.user)
+                        .dbname(&spec.dbname)
+                        .application_name(&spec.application_name)
+                        .connect_timeout(std::time::Duration::from_secs(10));
+                    if let Some(p) = &spec.password {
+                        config.password(p);
+                    }
+                    if !spec.options.is_empty() {
+                        config.options(&spec.options_string());
+                    }
+                    let manager = PostgresConnectionManager::new(config, NoTls);
+                    let (max, timeout) = (opts.max_size, opts.checkout_timeout);
+                    // build_unchecked: no connection is opened before the first checkout,
+                    // like the other pools here.
+                    let pool = tokio::task::spawn_blocking(move || {
+                        $r2p::r2d2::Pool::builder()
+                            .max_size(max)
+                            .min_idle(Some(0))
+                            .connection_timeout(timeout)
+                            .build_unchecked(manager)
+                    })
+                    .await
+                    .map_err(join_error)?;
+                    Ok(Box::new(R2d2Pool(Some(pool))))
+                }
+            }
+        }
+    };
 }
 
-#[async_trait]
-impl Pool for R2d2Pool {
-    async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError> {
-        let pool = self
-            .0
-            .clone()
-            .ok_or_else(|| DriverError::Client("r2d2 pool closed".into()))?;
-        let conn = tokio::task::spawn_blocking(move || pool.get())
-            .await
-            .map_err(join_error)?
-            .map_err(|e| DriverError::Client(format!("r2d2: {e}")))?;
-        Ok(Box::new(R2d2Conn(Some(Arc::new(Mutex::new(conn))))))
-    }
+#[cfg(feature = "columns")]
+r2d2_driver!(current, r2d2_postgres, "", "r2d2");
+#[cfg(feature = "columns")]
+pub use current::R2d2Postgres;
 
-    async fn close(&self) {}
-}
-
-#[async_trait]
-impl Driver for R2d2Postgres {
-    fn info(&self) -> DriverInfo {
-        DriverInfo {
-            id: "r2d2",
-            crate_name: "r2d2_postgres",
-            crate_version: format!("{} (r2d2 {})", crate_version("r2d2_postgres"), crate_version("r2d2")),
-            configuration: "Builder defaults (test_on_check_out = true), via spawn_blocking",
-            kind: DriverKind::Pooled,
-            pooler: None,
-        }
+/// How `locklab try` builds this file for another version of r2d2_postgres ([`crate::try_kit`]).
+pub(crate) const FAMILY: crate::try_kit::Family = {
+    use crate::try_kit::{Dep, Family};
+    Family {
+        crate_name: "r2d2_postgres",
+        aliases: &["r2d2-postgres"],
+        file: "drivers/src/r2d2_pg.rs",
+        deps: &[Dep::tried("r2d2_postgres", "r2d2_postgres")],
+        module: |_| "locklab_drivers::r2d2_driver!(tried, r2d2_postgres, \"\", \"r2d2\");".to_owned(),
+        columns: &[("r2d2", "tried::R2d2Postgres")],
     }
-
-    async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
-        let mut config = postgres::Config::new();
-        config
-            .host(&spec.host)
-            .port(spec.port)
-            .user(&spec.user)
-            .dbname(&spec.dbname)
-            .application_name(&spec.application_name)
-            .connect_timeout(std::time::Duration::from_secs(10));
-        if let Some(p) = &spec.password {
-            config.password(p);
-        }
-        if !spec.options.is_empty() {
-            config.options(&spec.options_string());
-        }
-        let manager = PostgresConnectionManager::new(config, NoTls);
-        let (max, timeout) = (opts.max_size, opts.checkout_timeout);
-        // build_unchecked: no connection is opened before the first checkout,
-        // like the other pools here.
-        let pool = tokio::task::spawn_blocking(move || {
-            r2d2::Pool::builder()
-                .max_size(max)
-                .min_idle(Some(0))
-                .connection_timeout(timeout)
-                .build_unchecked(manager)
-        })
-        .await
-        .map_err(join_error)?;
-        Ok(Box::new(R2d2Pool(Some(pool))))
-    }
-}
+};

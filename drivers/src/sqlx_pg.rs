@@ -16,6 +16,7 @@
 /// 0.9; in 0.8 `raw_sql` does not compile in the hook's closure, so `query`),
 /// and `$libraries` the function that puts the lock libraries on the
 /// column's pool (they take a sqlx 0.8 `PgPool`: [`crate::libraries`]).
+#[macro_export]
 macro_rules! sqlx_driver {
     ($module:ident, $sqlx:ident, $version:literal, $defaults_id:literal, $after_release_id:literal,
      |$statement:ident| $raw_sql:expr, $hook_fn:ident, $libraries:path) => {
@@ -28,7 +29,7 @@ macro_rules! sqlx_driver {
             use $sqlx::postgres::{PgAdvisoryLock, PgAdvisoryLockKey, PgConnectOptions, PgPoolOptions};
             use $sqlx::{Column, Either, Postgres, Row, ValueRef};
 
-            use crate::{
+            use $crate::{
                 Conn, ConnectSpec, DbError, Driver, DriverError, DriverInfo, DriverKind, GuardEnd, Pool, PoolOptions,
                 Returned, Rows, crate_version_matching,
             };
@@ -95,7 +96,7 @@ macro_rules! sqlx_driver {
 
             /// The pool, and the lock libraries on it where they apply
             /// (sqlx 0.8: [`crate::libraries`]).
-            struct SqlxPool($sqlx::PgPool, Option<crate::libraries::LibraryPool>);
+            struct SqlxPool($sqlx::PgPool, Option<$crate::libraries::LibraryPool>);
 
             struct SqlxConn {
                 conn: PoolConnection<Postgres>,
@@ -192,8 +193,8 @@ macro_rules! sqlx_driver {
 
                 async fn library(
                     &self,
-                    library: crate::libraries::Library,
-                    call: &crate::libraries::LibraryCall,
+                    library: $crate::libraries::Library,
+                    call: &$crate::libraries::LibraryCall,
                 ) -> Result<String, DriverError> {
                     match &self.1 {
                         Some(l) => l.call(library, call).await,
@@ -263,6 +264,7 @@ macro_rules! sqlx_driver {
     };
 }
 
+#[cfg(feature = "columns")]
 sqlx_driver!(
     v09,
     sqlx,
@@ -271,8 +273,9 @@ sqlx_driver!(
     "sqlx-after-release",
     |sql| sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned())),
     raw_sql,
-    crate::libraries::none_on_sqlx09
+    crate::libraries::none
 );
+#[cfg(feature = "columns")]
 sqlx_driver!(
     v08,
     sqlx08,
@@ -283,3 +286,41 @@ sqlx_driver!(
     query,
     crate::libraries::on_sqlx08
 );
+
+/// How `locklab try` builds this file for another version of sqlx
+/// ([`crate::try_kit`]): 0.9 and later run unprepared SQL as 0.9 does
+/// (`AssertSqlSafe`), earlier versions as 0.8 does. The lock libraries are
+/// not on a tried pool ([`crate::libraries::none`]).
+pub(crate) const FAMILY: crate::try_kit::Family = {
+    use crate::try_kit::{Dep, Family};
+    Family {
+        crate_name: "sqlx",
+        aliases: &[],
+        file: "drivers/src/sqlx_pg.rs",
+        deps: &[Dep {
+            default_features: false,
+            features: &["postgres", "runtime-tokio"],
+            ..Dep::tried("sqlx", "sqlx")
+        }],
+        module: sqlx_module,
+        columns: &[
+            ("sqlx", "tried::SqlxPgPool::defaults()"),
+            ("sqlx-after-release", "tried::SqlxPgPool::after_release_unlock_all()"),
+        ],
+    }
+};
+
+/// [`FAMILY`]'s module for sqlx `version` (`0.7.4`, `0.9.0`, …).
+fn sqlx_module(version: &str) -> String {
+    let mut parts = version.split('.').map(|p| p.parse::<u64>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    let (raw_sql, hook_fn) = if major > 0 || minor >= 9 {
+        ("sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))", "raw_sql")
+    } else {
+        ("sqlx::raw_sql(sql)", "query")
+    };
+    format!(
+        "locklab_drivers::sqlx_driver!(tried, sqlx, \"\", \"sqlx\", \"sqlx-after-release\", \
+         |sql| {raw_sql}, {hook_fn}, locklab_drivers::libraries::none);"
+    )
+}

@@ -1,15 +1,31 @@
 //! Exact crate versions, read from the `Cargo.lock` of the build: the one
 //! of the project `cargo` runs in (found from `CARGO_MANIFEST_DIR` upwards,
 //! which `cargo run` and `cargo test` set), else the locklab workspace's,
-//! embedded at build time (`build.rs`; empty for a crate built from a package).
+//! embedded at build time (`build.rs`; empty for a crate built from a package),
+//! unless the program names its own ([`use_lockfile`]).
 
 use std::path::Path;
 use std::sync::OnceLock;
 
 const EMBEDDED: &str = include_str!(concat!(env!("OUT_DIR"), "/Cargo.lock"));
 
-/// The lock file's text: the running project's, else the embedded one.
+/// A lock file given by the program itself ([`use_lockfile`]).
+static GIVEN: OnceLock<String> = OnceLock::new();
+
+/// Reads crate versions from `text`, a `Cargo.lock`, from now on: a driver
+/// built outside the workspace (`locklab try`) gives its own project's,
+/// whose versions the embedded workspace lock file does not have. Has no
+/// effect once a version has been read, or when called a second time.
+pub fn use_lockfile(text: &str) {
+    let _ = GIVEN.set(text.to_owned());
+}
+
+/// The lock file's text: one given by [`use_lockfile`], else the running
+/// project's, else the embedded one.
 fn lockfile() -> String {
+    if let Some(text) = GIVEN.get() {
+        return text.clone();
+    }
     if let Some(dir) = std::env::var_os("CARGO_MANIFEST_DIR") {
         for d in Path::new(&dir).ancestors() {
             if let Ok(text) = std::fs::read_to_string(d.join("Cargo.lock")) {

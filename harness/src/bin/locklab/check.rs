@@ -159,17 +159,39 @@ fn upgrade(plan: &CheckPlan, dir: &Path, file: Option<&Path>, from: &str, to: &s
             execute(dir, &run)?
         }
     };
-    let fresh = Baseline::from_report(&report)?;
+    let source = file.map_or("this run".to_owned(), |f| f.display().to_string());
+    let (text, clean) = between_columns(&report, from, to, plan.tolerance, plan.max_lines, &source)?;
+    emit(&text)?;
+    Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// The cells of column `to` of `report` compared with those of column
+/// `from` (`check --upgrade`, `locklab try`): a line per column with its
+/// crate, version and configuration, then the diff as `check` prints a
+/// baseline's, property verdicts that changed first; and whether nothing
+/// differs and no cell of either column failed. `source` names the report
+/// in messages.
+///
+/// # Errors
+/// A column missing from the report; a report of several servers.
+pub fn between_columns(
+    report: &Report,
+    from: &str,
+    to: &str,
+    tolerance: Tolerance,
+    max_lines: Option<usize>,
+    source: &str,
+) -> Result<(String, bool)> {
+    let fresh = Baseline::from_report(report)?;
     let name = format!("{from} → {to}");
-    let missing = |id: &str| {
-        anyhow::anyhow!(
-            "column {id} is not in {}",
-            file.map_or("this run".to_owned(), |f| f.display().to_string())
-        )
-    };
+    let missing = |id: &str| anyhow::anyhow!("column {id} is not in {source}");
     let before = fresh.column(from, &name).ok_or_else(|| missing(from))?;
     let after = fresh.column(to, &name).ok_or_else(|| missing(to))?;
-    let comparison = baseline::compare(&before, &after, plan.tolerance, &|_| true);
+    let mut comparison = baseline::compare(&before, &after, tolerance, &|_| true);
+    match locklab::properties::shipped_cached() {
+        Ok(properties) => comparison.judge(properties, &before, &after),
+        Err(e) => eprintln!("locklab: note: verdicts not compared: the property files do not load:\n{e}"),
+    }
     let mut text = String::new();
     for id in [from, to] {
         if let Some(d) = report.drivers.iter().find(|d| d.id == id) {
@@ -190,7 +212,7 @@ fn upgrade(plan: &CheckPlan, dir: &Path, file: Option<&Path>, from: &str, to: &s
         &before,
         Path::new(&format!("column {from}")),
         &format!("column {to}"),
-        plan.max_lines,
+        max_lines,
     ));
     let failed: Vec<&RunResult> = report
         .runs
@@ -200,12 +222,7 @@ fn upgrade(plan: &CheckPlan, dir: &Path, file: Option<&Path>, from: &str, to: &s
     for r in &failed {
         let _ = writeln!(text, "\nfailed: {} × {}", r.scenario, r.driver);
     }
-    emit(&text)?;
-    Ok(if comparison.is_clean() && failed.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok((text, comparison.is_clean() && failed.is_empty()))
 }
 
 /// `--update --from FILE` without `--baseline`: FILE must hold the whole

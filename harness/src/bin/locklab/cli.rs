@@ -86,6 +86,12 @@ pub enum Command {
     /// Run scenarios × drivers and compare the outcomes with the committed
     /// baseline (reports/baseline.json); exit 1 with a per-cell diff on any change.
     Check(CheckArgs),
+    /// Another version of a Rust pool crate against the matrix, without
+    /// editing locklab: builds locklab's driver for CRATE@VERSION in a
+    /// scratch project (cached per crate and version), runs its columns next
+    /// to the built-in ones and prints what changed, as `check --upgrade`
+    /// does (verdicts first). Exit 1 when a cell differs.
+    Try(crate::try_cmd::TryArgs),
     /// Put the matrix.json files of `--shard 1/N` … `N/N` runs together into
     /// the report one unsharded run would have written (all N must be given).
     Merge(MergeArgs),

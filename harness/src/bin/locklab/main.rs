@@ -20,6 +20,8 @@ mod selection;
 mod servers;
 mod soak;
 mod stress;
+mod try_build;
+mod try_cmd;
 mod validate;
 mod verdict;
 
@@ -92,6 +94,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Verdict(args) => verdict::verdict(&dir, args),
         Command::Soak(args) => soak::soak(&dir, args),
         Command::Check(args) => check::check(&dir, given, args),
+        Command::Try(args) => try_cmd::try_crates(&dir, args),
         Command::Merge(args) => merge::merge(args),
         Command::Adapter(cli::AdapterCommand::Check(args)) => adapter::check(args),
         Command::Holders(args) => locklab_holders::cli::holders(args),

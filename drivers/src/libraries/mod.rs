@@ -1,0 +1,164 @@
+//! Lock libraries and a migration runner, as application code calls them:
+//! `distributed-lock-postgres` (its session-level and its transaction-level
+//! mode), `prax-sqlx`'s `AdvisoryLock`, and sqlx's migrator
+//! (`sqlx::migrate::Migrator`). All three take a sqlx 0.8 `PgPool`, so they
+//! run on the sqlx 0.8 columns (on the column's own pool) and behind every
+//! pooler (on a sqlx 0.8 pool of the scenario's size pointed at the pooler);
+//! elsewhere a `library` step records `n/a`. A scenario's `library` step
+//! reaches them through [`crate::Pool::library`].
+//!
+//! What each call sends, from the crates' source:
+//! - `distributed-lock-postgres` 0.2.0 `src/lock.rs` (`acquire_internal`):
+//!   one pooled connection; `BEGIN`, `SAVEPOINT`, `SET LOCAL lock_timeout`,
+//!   `SELECT pg_advisory_lock(key)` (`pg_advisory_xact_lock` in the
+//!   transaction-level mode), then `COMMIT` in the session-level mode; the
+//!   handle keeps the connection. `src/handle.rs`: `release()` runs
+//!   `pg_advisory_unlock` (session) or `ROLLBACK` (transaction) on it and
+//!   ignores the result; dropping the handle returns the connection to the
+//!   pool as it is.
+//! - `prax-sqlx` 0.12.5 `src/postgres.rs` (`AdvisoryLock`): `acquire(pool,
+//!   key)`, `try_acquire` and `release(pool, key)` each run one statement on
+//!   `&PgPool`, so each takes whichever connection the pool hands out;
+//!   `release` discards `pg_advisory_unlock`'s result.
+//! - sqlx-core 0.8 `src/migrate/migrator.rs` (`Migrator::run`) with
+//!   sqlx-postgres 0.8 `src/migrate.rs` (`lock`, `unlock`): one connection;
+//!   `SELECT pg_advisory_lock($1)` with a key derived from the database's
+//!   name, each migration in a transaction, then `SELECT
+//!   pg_advisory_unlock($1)`, whose result is discarded.
+
+//!
+//! The calls live in `on_sqlx08.rs` (feature `columns`); without that
+//! feature (the kit `locklab try` builds a driver from) no pool has them
+//! and [`LibraryPool`] is a stand-in that has none.
+
+#[cfg(feature = "columns")]
+mod on_sqlx08;
+
+#[cfg(feature = "columns")]
+pub use on_sqlx08::LibraryPool;
+#[cfg(feature = "columns")]
+pub(crate) use on_sqlx08::on_sqlx08;
+
+use crate::ConnectSpec;
+#[cfg(not(feature = "columns"))]
+use crate::{DriverError, PoolOptions};
+
+/// A lock library or migration runner a scenario's `library:` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Library {
+    /// `distributed-lock-postgres` 0.2 with `use_transaction(false)`: a
+    /// session-level advisory lock held on the handle's pooled connection.
+    DistributedLockPostgres,
+    /// `distributed-lock-postgres` 0.2 with `use_transaction(true)`: a
+    /// transaction-level advisory lock inside a transaction the handle keeps open.
+    DistributedLockPostgresXact,
+    /// `prax-sqlx` 0.12 `AdvisoryLock`: every call on `&PgPool`.
+    PraxSqlx,
+    /// sqlx 0.8's migrator (`Migrator::run` on a pool).
+    SqlxMigrator,
+}
+
+impl Library {
+    /// The name a scenario uses, e.g. `prax-sqlx`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Library::DistributedLockPostgres => "distributed-lock-postgres",
+            Library::DistributedLockPostgresXact => "distributed-lock-postgres-xact",
+            Library::PraxSqlx => "prax-sqlx",
+            Library::SqlxMigrator => "sqlx-migrator",
+        }
+    }
+}
+
+/// What a `library` step asks the library to do. A key is an i64 (a
+/// `distributed-lock-postgres` lock is named by the key's 16 hex digits,
+/// which that crate parses back to the same key: `src/key.rs`, `from_name`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LibraryCall {
+    /// Take the lock, waiting at most `timeout_ms` (ms; `None`: as long as
+    /// it takes) where the library has a bound (`distributed-lock-postgres`
+    /// sets `lock_timeout`); `prax-sqlx` has none.
+    Acquire {
+        /// The key.
+        key: i64,
+        /// The library's own bound, in ms.
+        timeout_ms: Option<u64>,
+    },
+    /// Take the lock if it is free, without waiting.
+    TryAcquire {
+        /// The key.
+        key: i64,
+    },
+    /// Release it as the library releases it.
+    Release {
+        /// The key.
+        key: i64,
+    },
+    /// Drop the library's handle without releasing (a `distributed-lock-postgres`
+    /// handle going out of scope); `prax-sqlx` has no handle.
+    DropHandle {
+        /// The key.
+        key: i64,
+    },
+    /// Run sqlx's migrator from several processes at once.
+    Migrate(MigrateRun),
+}
+
+/// A `call: migrate` step: `runners` migrators, each with a pool of one
+/// connection of its own (as separate processes have), run the same single
+/// migration, which takes `migration_ms` (a `pg_sleep`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigrateRun {
+    /// How many migrators (≥ 1).
+    pub runners: u32,
+    /// How long the migration runs, in ms.
+    pub migration_ms: u64,
+    /// Kill the first migrator while its migration runs, before the others
+    /// start: its runtime is dropped with the migration in flight, so its
+    /// sockets close with no Terminate message and no `ROLLBACK`, as the
+    /// kernel closes a killed process's.
+    pub kill_first: bool,
+    /// Each migrator gives up (its future dropped) after this many ms.
+    pub give_up_ms: u64,
+}
+
+/// Whether the libraries run through the column `info`: a sqlx 0.8 pool
+/// (its own), or a pooler (a sqlx 0.8 pool through it). Elsewhere a cell
+/// with a `library` step is `n/a` ([`NOT_APPLICABLE`]).
+pub fn apply_to(info: &crate::DriverInfo) -> bool {
+    info.pooler.is_some() || (info.crate_name == "sqlx" && info.crate_version.starts_with("0.8"))
+}
+
+/// Why a cell with a `library` step does not run through a column the
+/// libraries do not apply to ([`apply_to`]).
+pub const NOT_APPLICABLE: &str = "the lock libraries and sqlx's migrator take a sqlx 0.8 PgPool: they run on the sqlx 0.8 columns and behind the poolers";
+
+/// No libraries on this pool: for a sqlx pool of another version than
+/// 0.8 (the libraries take a sqlx 0.8 `PgPool`), of any type `P`.
+pub fn none<P>(_: &P, _: &ConnectSpec) -> Option<LibraryPool> {
+    None
+}
+
+/// Without the `columns` feature: no library, ever (a pool of a driver
+/// built by `locklab try` answers every `library` step `n/a`).
+#[cfg(not(feature = "columns"))]
+pub enum LibraryPool {}
+
+#[cfg(not(feature = "columns"))]
+impl LibraryPool {
+    /// Never made: see [`LibraryPool`].
+    pub fn connecting(_: &ConnectSpec, _: PoolOptions) -> Option<LibraryPool> {
+        None
+    }
+
+    /// Never called: there is no value.
+    pub async fn call(&self, _: Library, _: &LibraryCall) -> Result<String, DriverError> {
+        match *self {}
+    }
+
+    /// Never called: there is no value.
+    pub async fn close(&self, _: bool) {
+        match *self {}
+    }
+}

@@ -1,0 +1,215 @@
+//! What `locklab try CRATE@VERSION` builds another version of a Rust pool
+//! crate from: each family of Rust columns ([`Family`]) is one driver file
+//! whose module is a macro (`deadpool_driver!`, `sqlx_driver!`, …) taking
+//! the crate by name. `locklab try` writes a scratch Cargo project outside
+//! the workspace that depends on this crate without its `columns` feature
+//! (this kit: the traits, the driver protocol's adapter end), on the
+//! requested version of the pool crate, and whose `main` invokes the
+//! family's macro and serves its columns with [`serve_main`], as `locklab
+//! pool-adapter ID` serves the built-in ones (docs/src/upgrading.md).
+//!
+//! Adding a family: its driver file declares a `FAMILY` constant, listed
+//! in [`families`].
+
+use std::process::ExitCode;
+
+pub use crate::direct::{ClientGuard, DropReturns, simple_query_rows, token_canceller};
+use crate::external::HOST_COMMAND;
+use crate::{Driver, versions};
+
+/// A dependency of the scratch project, as a `[dependencies]` line says it.
+#[derive(Clone, Copy, Debug)]
+pub struct Dep {
+    /// The package on the registry, e.g. `deadpool-postgres`.
+    pub package: &'static str,
+    /// Its name in Rust (and in the scratch `Cargo.toml`), e.g. `deadpool_postgres`.
+    pub name: &'static str,
+    /// The version requirement, or `None` for the version being tried.
+    pub version: Option<&'static str>,
+    /// `default-features`.
+    pub default_features: bool,
+    /// Features to turn on.
+    pub features: &'static [&'static str],
+}
+
+impl Dep {
+    /// The crate being tried: `package` under `name`, default features.
+    pub const fn tried(package: &'static str, name: &'static str) -> Dep {
+        Dep {
+            package,
+            name,
+            version: None,
+            default_features: true,
+            features: &[],
+        }
+    }
+}
+
+/// What the driver macros use besides the pool crate, at the requirements
+/// of the workspace's `Cargo.toml` (the scratch project starts from the
+/// workspace's `Cargo.lock`, so it gets the same versions).
+pub const COMMON: &[Dep] = &[
+    Dep {
+        package: "async-trait",
+        name: "async_trait",
+        version: Some("0.1"),
+        default_features: true,
+        features: &[],
+    },
+    Dep {
+        package: "futures",
+        name: "futures",
+        version: Some("0.3"),
+        default_features: true,
+        features: &[],
+    },
+    Dep {
+        package: "tokio",
+        name: "tokio",
+        version: Some("1"),
+        default_features: true,
+        features: &["full"],
+    },
+    Dep {
+        package: "tokio-postgres",
+        name: "tokio_postgres",
+        version: Some("0.7"),
+        default_features: true,
+        features: &[],
+    },
+    Dep {
+        package: "tracing",
+        name: "tracing",
+        version: Some("0.1"),
+        default_features: true,
+        features: &[],
+    },
+];
+
+/// One family of Rust columns: the pool crate they test, the driver file
+/// they come from, and how a scratch project builds them for another
+/// version of that crate.
+#[derive(Clone, Copy, Debug)]
+pub struct Family {
+    /// The crate whose version is tried, as its columns name it
+    /// ([`crate::DriverInfo::crate_name`]), e.g. `bb8-postgres`.
+    pub crate_name: &'static str,
+    /// Other names `locklab try` takes for it, each meaning the same
+    /// version of `crate_name` (`bb8@0.8` is `bb8-postgres@0.8`, whose
+    /// versions follow bb8's).
+    pub aliases: &'static [&'static str],
+    /// The driver file, from the workspace root: what to adapt when a
+    /// version does not compile with it.
+    pub file: &'static str,
+    /// The scratch project's dependencies: the tried crate (`version:
+    /// None`) and what else the driver needs by name, beside [`COMMON`].
+    pub deps: &'static [Dep],
+    /// The Rust that defines module `tried` for `version` (the resolved
+    /// version, e.g. `0.12.2`): one invocation of the family's macro.
+    pub module: fn(version: &str) -> String,
+    /// The columns: each built-in column's id and the expression, in
+    /// module `tried`, that makes its driver.
+    pub columns: &'static [(&'static str, &'static str)],
+}
+
+/// Every family of Rust columns `locklab try` can build: one line per
+/// driver file. (tokio-postgres without a pool, and the pooler columns,
+/// are not pool crates.)
+pub fn families() -> Vec<Family> {
+    vec![
+        crate::deadpool_pg::FAMILY,
+        crate::bb8_pg::FAMILY,
+        crate::sqlx_pg::FAMILY,
+        crate::mobc_pg::FAMILY,
+        crate::r2d2_pg::FAMILY,
+        crate::diesel_async_pg::FAMILY,
+    ]
+}
+
+/// The family `name` names: its crate or one of its aliases.
+pub fn family(name: &str) -> Option<Family> {
+    families()
+        .into_iter()
+        .find(|f| f.crate_name == name || f.aliases.contains(&name))
+}
+
+/// The `main` of a driver built by `locklab try`: `PROGRAM pool-adapter
+/// ID` serves driver `ID` of `drivers` over the driver protocol until
+/// stdin ends ([`crate::external::serve`]); `PROGRAM --list` prints their
+/// ids. `lockfile` is the scratch project's `Cargo.lock`, which the
+/// columns' versions are read from ([`versions::use_lockfile`]). Exit code
+/// 2 for a missing or unknown id.
+pub fn serve_main(lockfile: &str, drivers: Vec<Box<dyn Driver>>) -> ExitCode {
+    versions::use_lockfile(lockfile);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let ids: Vec<&str> = drivers.iter().map(|d| d.info().id).collect();
+    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["--list"] => {
+            for d in &drivers {
+                let info = d.info();
+                println!("{}\t{} {}", info.id, info.crate_name, info.crate_version);
+            }
+            ExitCode::SUCCESS
+        }
+        [command, id] if *command == HOST_COMMAND => {
+            let Some(driver) = drivers.into_iter().find(|d| d.info().id == *id) else {
+                eprintln!("unknown driver '{id}'; this build has: {}", ids.join(", "));
+                return ExitCode::from(2);
+            };
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("cannot start a runtime: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            runtime.block_on(crate::external::serve(driver));
+            // A synchronous pool's blocking calls (r2d2) are not waited for.
+            runtime.shutdown_background();
+            ExitCode::SUCCESS
+        }
+        _ => {
+            eprintln!(
+                "usage: PROGRAM {HOST_COMMAND} DRIVER_ID | --list (drivers: {})",
+                ids.join(", ")
+            );
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(all(test, feature = "columns"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_column_is_a_registered_column_of_its_crate() {
+        let registry = crate::registry();
+        for f in families() {
+            assert!(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("..")
+                    .join(f.file)
+                    .is_file(),
+                "{}",
+                f.file
+            );
+            assert_eq!(
+                f.deps.iter().filter(|d| d.version.is_none()).count(),
+                1,
+                "{}",
+                f.crate_name
+            );
+            for (id, _) in f.columns {
+                let d = registry.iter().find(|d| d.info().id == *id);
+                let d = d.unwrap_or_else(|| panic!("{}: no column {id}", f.crate_name));
+                assert_eq!(d.info().crate_name, f.crate_name, "{id}");
+            }
+            assert!((f.module)("1.2.3").contains("mod tried") || (f.module)("1.2.3").contains("(tried,"));
+        }
+    }
+}

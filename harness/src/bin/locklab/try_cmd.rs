@@ -1,0 +1,198 @@
+//! `locklab try CRATE@VERSION…`: another version of a Rust pool crate,
+//! built from locklab's driver for it ([`crate::try_build`]), run through
+//! the matrix next to the built-in column of the same configuration, and
+//! compared with it as `check --upgrade` compares two columns.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use locklab::baseline::Tolerance;
+
+use crate::cli::RunArgs;
+use crate::execute::execute;
+use crate::output::emit;
+use crate::try_build::{self, Asked, BuildOptions, Built};
+
+/// `locklab try`'s arguments.
+#[derive(Args)]
+pub struct TryArgs {
+    /// The crates and versions to try: CRATE@VERSION (a requirement as
+    /// Cargo.toml takes it: `deadpool-postgres@0.12`, `sqlx@=0.7.3`),
+    /// CRATE@git+URL[#REV] or CRATE@path:DIR. CRATE is a pool crate with
+    /// Rust columns: deadpool-postgres, bb8-postgres (or bb8), sqlx,
+    /// mobc-postgres (or mobc), r2d2_postgres, diesel-async.
+    #[arg(required = true, value_name = "CRATE@VERSION")]
+    pub crates: Vec<String>,
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Where the scratch projects and their shared target directory live
+    /// (a cache: delete it to start over) [default: $XDG_CACHE_HOME/locklab/try,
+    /// else ~/.cache/locklab/try]
+    #[arg(long, env = "LOCKLAB_TRY_DIR", hide_env_values = true, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Build only, print each program and the columns file, and run nothing.
+    #[arg(long)]
+    pub build_only: bool,
+    /// Have cargo work offline: every crate must be in its cache already
+    /// (a version of the workspace's Cargo.lock, or one fetched before).
+    #[arg(long)]
+    pub offline: bool,
+    /// Print every changed cell (default: about one screen per pair of columns).
+    #[arg(long)]
+    pub full: bool,
+}
+
+/// One tried column and the built-in column it is compared with.
+struct Pair {
+    /// The built-in column (the "before").
+    builtin: String,
+    /// The tried column's id, `ID+try-VERSION` (or `+try-git-REV`, `+try-path`).
+    tried: String,
+}
+
+/// Builds every asked crate, runs the pairs of columns, prints a diff per
+/// pair. Exit 0 when no cell differs, 1 when one does or failed.
+///
+/// # Errors
+/// A bad CRATE@VERSION; a version cargo cannot resolve (the registry's
+/// answer); a driver that does not compile with it (the compiler's first
+/// error and the driver file); as [`execute`].
+pub fn try_crates(dir: &Path, args: &TryArgs) -> Result<ExitCode> {
+    let asked: Vec<Asked> = args.crates.iter().map(|c| try_build::parse(c)).collect::<Result<_>>()?;
+    let opts = BuildOptions {
+        root: args.dir.clone().unwrap_or_else(try_build::default_root),
+        offline: args.offline,
+    };
+    std::fs::create_dir_all(&opts.root).with_context(|| format!("cannot create {}", opts.root.display()))?;
+    let registry = locklab_drivers::registry();
+    let mut pairs = Vec::new();
+    let mut columns = String::new();
+    for a in &asked {
+        let built = try_build::build(a, &opts)?;
+        for (id, _) in a.family.columns {
+            let pair = pair_for(a, &built, id, &registry);
+            if !args.run.driver.is_empty()
+                && !args
+                    .run
+                    .driver
+                    .iter()
+                    .any(|d| d == &pair.builtin || d == &pair.tried || d == id)
+            {
+                continue;
+            }
+            let info = registry.iter().find(|d| d.info().id == *id).map(|d| d.info());
+            let configuration = info.map(|i| i.configuration).unwrap_or_default();
+            let _ = write!(
+                columns,
+                "- id: {}\n  package: {}\n  version: {:?}\n  configuration: {:?}\n  command: [{:?}, {:?}, {:?}]\n",
+                pair.tried,
+                a.family.crate_name,
+                built.version,
+                configuration,
+                built.program.display().to_string(),
+                locklab_drivers::external::HOST_COMMAND,
+                id
+            );
+            pairs.push(pair);
+        }
+    }
+    if pairs.is_empty() {
+        bail!(
+            "-d selects none of the tried columns; they are: {}",
+            asked
+                .iter()
+                .flat_map(|a| a.family.columns.iter().map(|(id, _)| *id))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let file = opts.root.join(format!("columns-{}.yaml", std::process::id()));
+    std::fs::write(&file, &columns).with_context(|| format!("cannot write {}", file.display()))?;
+    let added = locklab_drivers::external::add_columns_file(&file).map_err(|e| anyhow::anyhow!("{e}"));
+    // The file is read; the columns live on in this process only.
+    let kept = opts.root.join("columns.yaml");
+    let _ = std::fs::rename(&file, &kept);
+    added?;
+    if args.build_only {
+        let mut text = String::new();
+        for p in &pairs {
+            let _ = writeln!(text, "{} (compare with {})", p.tried, p.builtin);
+        }
+        let _ = writeln!(
+            text,
+            "columns file: {} (`locklab --columns {} run -d ID` runs them)",
+            kept.display(),
+            kept.display()
+        );
+        emit(&text)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut run = args.run.clone();
+    run.driver = Vec::new();
+    for p in &pairs {
+        for id in [&p.builtin, &p.tried] {
+            if !run.driver.contains(id) {
+                run.driver.push(id.clone());
+            }
+        }
+    }
+    let report = execute(dir, &run)?;
+    let max_lines = (!args.full).then_some(30);
+    let mut text = String::new();
+    let mut clean = true;
+    let mut summary = Vec::new();
+    for p in &pairs {
+        let (diff, same) = crate::check::between_columns(
+            &report,
+            &p.builtin,
+            &p.tried,
+            Tolerance::default(),
+            max_lines,
+            "this run",
+        )?;
+        clean &= same;
+        let _ = writeln!(text, "\n== {} → {}", p.builtin, p.tried);
+        text.push_str(&diff);
+        let first = diff
+            .lines()
+            .find(|l| l.starts_with("locklab check:"))
+            .unwrap_or_default();
+        summary.push(format!(
+            "  {} → {}: {}",
+            p.builtin,
+            p.tried,
+            first.trim_start_matches("locklab check: ")
+        ));
+    }
+    let _ = writeln!(
+        text,
+        "\nlocklab try: {} pair(s) of columns\n{}",
+        pairs.len(),
+        summary.join("\n")
+    );
+    emit(&text)?;
+    Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// The built-in column a tried column is compared with: the one of the
+/// same crate at the same version and configuration when the build has one
+/// (trying sqlx 0.8.6 compares with `sqlx-0.8`), else column `id` (the
+/// current version's).
+fn pair_for(asked: &Asked, built: &Built, id: &str, registry: &[Box<dyn locklab_drivers::Driver>]) -> Pair {
+    let current = registry.iter().find(|d| d.info().id == id).map(|d| d.info());
+    let same_version = current.as_ref().and_then(|cur| {
+        registry
+            .iter()
+            .map(|d| d.info())
+            .filter(|i| i.pooler.is_none() && i.crate_name == asked.family.crate_name)
+            .filter(|i| i.configuration == cur.configuration)
+            .find(|i| i.crate_version.split(' ').next() == Some(built.version.as_str()))
+    });
+    Pair {
+        builtin: same_version.map_or_else(|| id.to_owned(), |i| i.id.to_owned()),
+        tried: format!("{id}+try-{}", built.label),
+    }
+}
