@@ -44,6 +44,10 @@ check-full *args:
     cargo run --release --quiet -p locklab -- check {{args}}
     cargo run --release --quiet -p locklab -- check --backend local {{args}}
 
+# Another version of a Rust pool crate against the matrix, next to the built-in column, as check --upgrade prints it (e.g. just try deadpool-postgres@0.12; just try sqlx@0.7 -s session-lock-pool-return); builds it in ~/.cache/locklab/try, cached per crate and version.
+try *args:
+    cargo run --release --quiet -p locklab -- try {{args}}
+
 # Determinism soak: the whole matrix 50 times over (about 1 min per round; PostgreSQL 17 unless --pg says otherwise); prints each cell whose outcome differed between rounds and the count of runs and of differing cells, and exits 1 if any differed (e.g. just soak --rounds 5 -d sqlx).
 soak *args:
     cargo run --release --quiet -p locklab -- soak {{args}}

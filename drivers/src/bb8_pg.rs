@@ -66,7 +66,7 @@ macro_rules! bb8_driver {
                         crate_version: format!(
                             "{} (bb8 {})",
                             crate_version_matching("bb8-postgres", $version),
-                            crate_version_matching("bb8", $version)
+                            crate_version_matching("bb8", "")
                         ),
                         configuration: "Builder defaults (test_on_check_out = true)",
                         kind: DriverKind::Pooled,
@@ -101,7 +101,7 @@ pub(crate) const FAMILY: crate::try_kit::Family = {
         aliases: &["bb8"],
         file: "drivers/src/bb8_pg.rs",
         deps: &[Dep::tried("bb8-postgres", "bb8_postgres")],
-        module: |_| "locklab_drivers::bb8_driver!(tried, bb8_postgres, \"\", \"bb8\");".to_owned(),
+        module: |v| format!("locklab_drivers::bb8_driver!(tried, bb8_postgres, \"{v}\", \"bb8\");"),
         columns: &[("bb8", "tried::Bb8Postgres")],
     }
 };

@@ -154,7 +154,7 @@ pub(crate) const FAMILY: crate::try_kit::Family = {
         aliases: &[],
         file: "drivers/src/deadpool_pg.rs",
         deps: &[Dep::tried("deadpool-postgres", "deadpool_postgres")],
-        module: |_| "locklab_drivers::deadpool_driver!(tried, deadpool_postgres, \"\", \"deadpool\");".to_owned(),
+        module: |v| format!("locklab_drivers::deadpool_driver!(tried, deadpool_postgres, \"{v}\", \"deadpool\");"),
         columns: &[
             ("deadpool-fast", "tried::Deadpool::fast()"),
             ("deadpool-verified", "tried::Deadpool::verified()"),

@@ -254,7 +254,7 @@ pub(crate) const FAMILY: crate::try_kit::Family = {
                 features: &["postgres_backend"],
             },
         ],
-        module: |_| "locklab_drivers::diesel_async_driver!(tried, diesel_async, \"\", \"diesel-async\");".to_owned(),
+        module: |v| format!("locklab_drivers::diesel_async_driver!(tried, diesel_async, \"{v}\", \"diesel-async\");"),
         columns: &[("diesel-async", "tried::DieselAsyncDeadpool")],
     }
 };

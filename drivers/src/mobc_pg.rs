@@ -106,7 +106,7 @@ macro_rules! mobc_driver {
                         crate_version: format!(
                             "{} (mobc {})",
                             crate_version_matching("mobc-postgres", $version),
-                            crate_version_matching("mobc", $version)
+                            crate_version_matching("mobc", "")
                         ),
                         configuration: "Builder defaults (test_on_check_out = true)",
                         kind: DriverKind::Pooled,
@@ -140,7 +140,7 @@ pub(crate) const FAMILY: crate::try_kit::Family = {
         aliases: &["mobc"],
         file: "drivers/src/mobc_pg.rs",
         deps: &[Dep::tried("mobc-postgres", "mobc_postgres")],
-        module: |_| "locklab_drivers::mobc_driver!(tried, mobc_postgres, \"\", \"mobc\");".to_owned(),
+        module: |v| format!("locklab_drivers::mobc_driver!(tried, mobc_postgres, \"{v}\", \"mobc\");"),
         columns: &[("mobc", "tried::MobcPostgres")],
     }
 };

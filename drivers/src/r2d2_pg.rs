@@ -224,7 +224,7 @@ pub(crate) const FAMILY: crate::try_kit::Family = {
         aliases: &["r2d2-postgres"],
         file: "drivers/src/r2d2_pg.rs",
         deps: &[Dep::tried("r2d2_postgres", "r2d2_postgres")],
-        module: |_| "locklab_drivers::r2d2_driver!(tried, r2d2_postgres, \"\", \"r2d2\");".to_owned(),
+        module: |v| format!("locklab_drivers::r2d2_driver!(tried, r2d2_postgres, \"{v}\", \"r2d2\");"),
         columns: &[("r2d2", "tried::R2d2Postgres")],
     }
 };

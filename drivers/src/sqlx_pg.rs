@@ -320,7 +320,7 @@ fn sqlx_module(version: &str) -> String {
         ("sqlx::raw_sql(sql)", "query")
     };
     format!(
-        "locklab_drivers::sqlx_driver!(tried, sqlx, \"\", \"sqlx\", \"sqlx-after-release\", \
+        "locklab_drivers::sqlx_driver!(tried, sqlx, \"{version}\", \"sqlx\", \"sqlx-after-release\", \
          |sql| {raw_sql}, {hook_fn}, locklab_drivers::libraries::none);"
     )
 }

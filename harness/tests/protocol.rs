@@ -71,6 +71,10 @@ fn main() {
         "adapter_check_passes_the_rust_pool_adapter",
         adapter_check_passes_the_rust_pool_adapter,
     ));
+    trials.push(common::trial(
+        "try_of_a_version_in_the_build_matches_its_builtin_column",
+        try_of_a_version_in_the_build_matches_its_builtin_column,
+    ));
     for family in HOSTED_SCENARIOS {
         for driver in HOSTED_DRIVERS {
             trials.push(common::trial(
@@ -121,6 +125,72 @@ fn a_hosted_rust_pool_behaves_as_in_process(family: &str, driver: &str) {
         );
     }
 }
+
+/// `locklab try` on the version of bb8-postgres the build already has
+/// (`bb8@=VERSION`, `--offline`: no network; the crates are in cargo's
+/// cache): the driver is built from `drivers/src/bb8_pg.rs` in a scratch
+/// project outside the repository (the first time: about a minute), hosted
+/// in a process of its own, run through the scenarios next to the built-in
+/// `bb8` column on a local cluster, and compared with it as `check
+/// --upgrade` compares: no cell may differ (exit 0), and the tried column
+/// reports the version it was built with.
+fn try_of_a_version_in_the_build_matches_its_builtin_column() {
+    let version = locklab_drivers::crate_version("bb8-postgres");
+    let mut args: Vec<String> = [
+        "try",
+        &format!("bb8@={version}"),
+        "--offline",
+        "--backend",
+        "local",
+        "--full",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    for s in TRIED_SCENARIOS {
+        args.extend(["-s".to_owned(), s.to_owned()]);
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args(&args)
+        .output()
+        .expect("locklab runs");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    let tried = format!("bb8+try-{version}");
+    assert!(
+        stdout.contains(&format!("{tried}: bb8-postgres {version} (bb8 ")),
+        "the tried column's version line:\n{stdout}\n{stderr}"
+    );
+    let cells = TRIED_SCENARIOS
+        .iter()
+        .map(|s| scenario::load_file(&common::root().join(format!("scenarios/{s}.yaml"))).map_or(0, |i| i.len()))
+        .sum::<usize>();
+    assert!(
+        stdout.contains(&format!("bb8 → {tried}: 0 of {cells} cell(s) differ")),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        out.status.success(),
+        "exit {:?}:\n{stdout}\n{stderr}",
+        out.status.code()
+    );
+}
+
+/// The scenarios of the `try` test: every request of the protocol
+/// ([`HOSTED_SCENARIOS`]), a leaked lock behind a pool, a crash of the
+/// pool's process, and lock waits behind a pool's checkout.
+const TRIED_SCENARIOS: [&str; 9] = [
+    "session-lock-pool-return",
+    "xact-released-by-rollback",
+    "cancel-timeout-session-lock",
+    "cancel-drop-connection-mid-call",
+    "lock-guard-api",
+    "lock-timeout-200ms",
+    "crash-pool-with-leaked-lock",
+    "report-mockforge-968",
+    "waiters-queue-fifo",
+];
 
 fn a_broken_adapter_fails_the_cell_clearly(mode: &str) {
     let server = common::server();

@@ -36,6 +36,8 @@ struct State {
     conns: HashMap<String, (String, Shared)>,
     /// conn id → a cancel request for its statement in flight (taken before it started).
     cancellers: HashMap<String, Canceller>,
+    /// The conn ids whose connection has a cancel API (told at checkout).
+    cancellable: std::collections::HashSet<String>,
     /// request id → the request's task.
     inflight: HashMap<u64, InFlight>,
     /// conn id → the request id of its call in flight.
@@ -262,9 +264,14 @@ impl Host {
             cancel: Some(c.canceller().is_some()),
             no_cancel_reason: Some(c.no_cancel_reason().to_owned()),
         };
-        self.lock()
+        let mut state = self.lock();
+        if answer.cancel == Some(true) {
+            state.cancellable.insert(conn.clone());
+        }
+        state
             .conns
             .insert(conn, (pool, Arc::new(tokio::sync::Mutex::new(Some(c)))));
+        drop(state);
         ok(&answer)
     }
 
@@ -307,7 +314,11 @@ impl Host {
     /// `return` (within `bound`, if given): connection `id` given back.
     async fn give_back(&self, id: &str, bound: Option<Duration>) -> Handled {
         let shared = self.conn(id).map_err(|e| (e, None))?;
-        self.lock().conns.remove(id);
+        {
+            let mut state = self.lock();
+            state.conns.remove(id);
+            state.cancellable.remove(id);
+        }
         let Some(conn) = shared.lock().await.take() else {
             return Err((protocol(format!("connection '{id}' was abandoned")), None));
         };
@@ -335,14 +346,13 @@ impl Host {
         match canceller {
             Some(c) => c().await.map_err(plain)?,
             None => {
-                // Nothing in flight: nothing to cancel (docs/src/protocol.md,
-                // `cancel`), where the connection has a cancel API at all.
-                let shared = self.conn(id).map_err(|e| (e, None))?;
-                let has_api = match shared.try_lock() {
-                    Ok(guard) => guard.as_ref().is_some_and(|c| c.canceller().is_some()),
-                    Err(_) => false,
-                };
-                if !has_api {
+                // Nothing in flight (the statement has not started, or has
+                // just ended: a race the harness means to run): nothing to
+                // cancel (docs/src/protocol.md, `cancel`), where the
+                // connection has a cancel API at all. Told at checkout: the
+                // connection itself may be busy with the call's end.
+                self.conn(id).map_err(|e| (e, None))?;
+                if !self.lock().cancellable.contains(id) {
                     let why = format!("no statement with a cancel key is running on connection '{id}'");
                     return Err((failure(ErrorKind::Unsupported, why), None));
                 }
@@ -359,7 +369,11 @@ impl Host {
         if let Some(call) = call {
             self.give_up(call).await;
         }
-        let entry = self.lock().conns.remove(id);
+        let entry = {
+            let mut state = self.lock();
+            state.cancellable.remove(id);
+            state.conns.remove(id)
+        };
         if let Some((_, shared)) = entry {
             drop(shared.lock().await.take());
         }

@@ -220,7 +220,13 @@ pub fn between_columns(
         .filter(|r| !r.passed() && (r.driver == from || r.driver == to))
         .collect();
     for r in &failed {
-        let _ = writeln!(text, "\nfailed: {} × {}", r.scenario, r.driver);
+        let _ = writeln!(
+            text,
+            "\nfailed: {} × {}: {}",
+            r.scenario,
+            r.driver,
+            r.failure.as_deref().unwrap_or("unstable over its repeats")
+        );
     }
     Ok((text, comparison.is_clean() && failed.is_empty()))
 }

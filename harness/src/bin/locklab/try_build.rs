@@ -98,8 +98,6 @@ pub struct Built {
     /// A short label of the source for column ids: the version, or
     /// `git-REV`, or `path`.
     pub label: String,
-    /// The scratch project.
-    pub project: PathBuf,
 }
 
 /// How to build.
@@ -293,7 +291,6 @@ pub fn build(asked: &Asked, opts: &BuildOptions) -> Result<Built> {
         program,
         version,
         label,
-        project,
     })
 }
 
@@ -311,6 +308,9 @@ fn resolve(asked: &Asked, project: &Path, opts: &BuildOptions) -> Result<String>
         .output()
         .context("cannot run cargo (it must be on PATH, or CARGO must name it)")?;
     if !out.status.success() {
+        // Nothing was built: the scratch project of a version that does not
+        // resolve is not kept.
+        let _ = std::fs::remove_dir_all(project);
         let stderr = String::from_utf8_lossy(&out.stderr);
         let answer: Vec<&str> = stderr
             .lines()
