@@ -17,6 +17,10 @@ pub use crate::direct::{ClientGuard, DropReturns, simple_query_rows, token_cance
 use crate::external::HOST_COMMAND;
 use crate::{Driver, versions};
 
+/// What a tried column's id has between the built-in column's id and the
+/// version: `deadpool-fast+try-0.12.1`.
+pub const TRIED: &str = "+try-";
+
 /// A dependency of the scratch project, as a `[dependencies]` line says it.
 #[derive(Clone, Copy, Debug)]
 pub struct Dep {

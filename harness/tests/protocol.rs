@@ -131,9 +131,10 @@ fn a_hosted_rust_pool_behaves_as_in_process(family: &str, driver: &str) {
 /// cache): the driver is built from `drivers/src/bb8_pg.rs` in a scratch
 /// project outside the repository (the first time: about a minute), hosted
 /// in a process of its own, run through the scenarios next to the built-in
-/// `bb8` column on a local cluster, and compared with it as `check
-/// --upgrade` compares: no cell may differ (exit 0), and the tried column
-/// reports the version it was built with.
+/// `bb8` column (hosted the same way by `locklab pool-adapter bb8`) on a
+/// local cluster, and compared with it as `check --upgrade` compares: no
+/// cell may differ (exit 0), and the tried column reports the version it
+/// was built with.
 fn try_of_a_version_in_the_build_matches_its_builtin_column() {
     let version = locklab_drivers::crate_version("bb8-postgres");
     let mut args: Vec<String> = [
@@ -167,7 +168,7 @@ fn try_of_a_version_in_the_build_matches_its_builtin_column() {
         .map(|s| scenario::load_file(&common::root().join(format!("scenarios/{s}.yaml"))).map_or(0, |i| i.len()))
         .sum::<usize>();
     assert!(
-        stdout.contains(&format!("bb8 → {tried}: 0 of {cells} cell(s) differ")),
+        stdout.contains(&format!("bb8+try-built-in → {tried}: 0 of {cells} cell(s) differ")),
         "{stdout}\n{stderr}"
     );
     assert!(

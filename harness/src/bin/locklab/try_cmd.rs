@@ -47,8 +47,13 @@ pub struct TryArgs {
 
 /// One tried column and the built-in column it is compared with.
 struct Pair {
-    /// The built-in column (the "before").
+    /// The built-in column.
     builtin: String,
+    /// The built-in column hosted as the tried one is (the "before"),
+    /// `ID+try-built-in`: both pools live in a program of their own behind
+    /// the driver protocol, whose round trip moves the shares of the race
+    /// cells (a cancel request sent from the adapter lands later).
+    before: String,
     /// The tried column's id, `ID+try-VERSION` (or `+try-git-REV`, `+try-path`).
     tried: String,
 }
@@ -68,6 +73,9 @@ pub fn try_crates(dir: &Path, args: &TryArgs) -> Result<ExitCode> {
     };
     std::fs::create_dir_all(&opts.root).with_context(|| format!("cannot create {}", opts.root.display()))?;
     let registry = locklab_drivers::registry();
+    // The built-in column runs the way the tried one does, in a program of
+    // its own behind the driver protocol: `locklab pool-adapter ID`.
+    let host = std::env::current_exe().context("the path of the locklab program")?;
     let mut pairs = Vec::new();
     let mut columns = String::new();
     for a in &asked {
@@ -83,19 +91,21 @@ pub fn try_crates(dir: &Path, args: &TryArgs) -> Result<ExitCode> {
             {
                 continue;
             }
-            let info = registry.iter().find(|d| d.info().id == *id).map(|d| d.info());
-            let configuration = info.map(|i| i.configuration).unwrap_or_default();
-            let _ = write!(
-                columns,
-                "- id: {}\n  package: {}\n  version: {:?}\n  configuration: {:?}\n  command: [{:?}, {:?}, {:?}]\n",
-                pair.tried,
-                a.family.crate_name,
-                built.version,
-                configuration,
-                built.program.display().to_string(),
-                locklab_drivers::external::HOST_COMMAND,
-                id
-            );
+            let builtin_info = registry.iter().find(|d| d.info().id == pair.builtin).map(|d| d.info());
+            let configuration = builtin_info.as_ref().map(|i| i.configuration).unwrap_or_default();
+            let builtin_version = builtin_info.map(|i| i.crate_version).unwrap_or_default();
+            let entry = |column: &str, version: &str, program: &Path, serves: &str| {
+                format!(
+                    "- id: {column}\n  package: {}\n  version: {version:?}\n  configuration: {configuration:?}\n  command: [{:?}, {:?}, {serves:?}]\n",
+                    a.family.crate_name,
+                    program.display().to_string(),
+                    locklab_drivers::external::HOST_COMMAND,
+                )
+            };
+            columns.push_str(&entry(&pair.tried, &built.version, &built.program, id));
+            if !columns.contains(&format!("- id: {}\n", pair.before)) {
+                columns.push_str(&entry(&pair.before, &builtin_version, &host, &pair.builtin));
+            }
             pairs.push(pair);
         }
     }
@@ -119,7 +129,7 @@ pub fn try_crates(dir: &Path, args: &TryArgs) -> Result<ExitCode> {
     if args.build_only {
         let mut text = String::new();
         for p in &pairs {
-            let _ = writeln!(text, "{} (compare with {})", p.tried, p.builtin);
+            let _ = writeln!(text, "{} (compared with {}, which is {})", p.tried, p.before, p.builtin);
         }
         let _ = writeln!(
             text,
@@ -133,7 +143,7 @@ pub fn try_crates(dir: &Path, args: &TryArgs) -> Result<ExitCode> {
     let mut run = args.run.clone();
     run.driver = Vec::new();
     for p in &pairs {
-        for id in [&p.builtin, &p.tried] {
+        for id in [&p.before, &p.tried] {
             if !run.driver.contains(id) {
                 run.driver.push(id.clone());
             }
@@ -147,14 +157,18 @@ pub fn try_crates(dir: &Path, args: &TryArgs) -> Result<ExitCode> {
     for p in &pairs {
         let (diff, same) = crate::check::between_columns(
             &report,
-            &p.builtin,
+            &p.before,
             &p.tried,
             Tolerance::default(),
             max_lines,
             "this run",
         )?;
         clean &= same;
-        let _ = writeln!(text, "\n== {} → {}", p.builtin, p.tried);
+        let _ = writeln!(
+            text,
+            "\n== {} → {} ({} hosted as the tried column is)",
+            p.before, p.tried, p.builtin
+        );
         text.push_str(&diff);
         let first = diff
             .lines()
@@ -162,7 +176,7 @@ pub fn try_crates(dir: &Path, args: &TryArgs) -> Result<ExitCode> {
             .unwrap_or_default();
         summary.push(format!(
             "  {} → {}: {}",
-            p.builtin,
+            p.before,
             p.tried,
             first.trim_start_matches("locklab check: ")
         ));
@@ -191,8 +205,10 @@ fn pair_for(asked: &Asked, built: &Built, id: &str, registry: &[Box<dyn locklab_
             .filter(|i| i.configuration == cur.configuration)
             .find(|i| i.crate_version.split(' ').next() == Some(built.version.as_str()))
     });
+    let builtin = same_version.map_or_else(|| id.to_owned(), |i| i.id.to_owned());
     Pair {
-        builtin: same_version.map_or_else(|| id.to_owned(), |i| i.id.to_owned()),
-        tried: format!("{id}+try-{}", built.label),
+        before: format!("{builtin}{}built-in", locklab_drivers::try_kit::TRIED),
+        builtin,
+        tried: format!("{id}{}{}", locklab_drivers::try_kit::TRIED, built.label),
     }
 }
