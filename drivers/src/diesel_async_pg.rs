@@ -250,8 +250,19 @@ pub(crate) const FAMILY: crate::try_kit::Family = {
                 package: "diesel",
                 name: "diesel",
                 version: Some("2"),
+                follows: false,
                 default_features: false,
                 features: &["postgres_backend"],
+            },
+            // Its deadpool (not re-exported; the driver names `Runtime`):
+            // the version the tried diesel-async depends on.
+            Dep {
+                package: "deadpool",
+                name: "deadpool",
+                version: Some("0.13"),
+                follows: true,
+                default_features: true,
+                features: &["rt_tokio_1"],
             },
         ],
         module: |v| format!("locklab_drivers::diesel_async_driver!(tried, diesel_async, \"{v}\", \"diesel-async\");"),

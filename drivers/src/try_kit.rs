@@ -30,6 +30,10 @@ pub struct Dep {
     pub name: &'static str,
     /// The version requirement, or `None` for the version being tried.
     pub version: Option<&'static str>,
+    /// Take the version the tried crate depends on (resolved first): a
+    /// crate whose types the driver names but the tried crate does not
+    /// re-export (diesel-async's deadpool). `version` is then a fallback.
+    pub follows: bool,
     /// `default-features`.
     pub default_features: bool,
     /// Features to turn on.
@@ -43,6 +47,7 @@ impl Dep {
             package,
             name,
             version: None,
+            follows: false,
             default_features: true,
             features: &[],
         }
@@ -57,6 +62,7 @@ pub const COMMON: &[Dep] = &[
         package: "async-trait",
         name: "async_trait",
         version: Some("0.1"),
+        follows: false,
         default_features: true,
         features: &[],
     },
@@ -64,6 +70,7 @@ pub const COMMON: &[Dep] = &[
         package: "futures",
         name: "futures",
         version: Some("0.3"),
+        follows: false,
         default_features: true,
         features: &[],
     },
@@ -71,6 +78,7 @@ pub const COMMON: &[Dep] = &[
         package: "tokio",
         name: "tokio",
         version: Some("1"),
+        follows: false,
         default_features: true,
         features: &["full"],
     },
@@ -78,6 +86,7 @@ pub const COMMON: &[Dep] = &[
         package: "tokio-postgres",
         name: "tokio_postgres",
         version: Some("0.7"),
+        follows: false,
         default_features: true,
         features: &[],
     },
@@ -85,6 +94,7 @@ pub const COMMON: &[Dep] = &[
         package: "tracing",
         name: "tracing",
         version: Some("0.1"),
+        follows: false,
         default_features: true,
         features: &[],
     },

@@ -150,9 +150,10 @@ fn cargo() -> Command {
 }
 
 /// One `[dependencies]` line.
-fn dep_line(d: &Dep, source: &Source) -> String {
+fn dep_line(d: &Dep, source: &Source, pin: Option<&str>) -> String {
     let mut fields = vec![format!("package = \"{}\"", d.package)];
     match (d.version, source) {
+        _ if pin.is_some() => fields.push(format!("version = \"={}\"", pin.unwrap_or_default())),
         (Some(v), _) => fields.push(format!("version = \"{v}\"")),
         (None, Source::Version(v)) => fields.push(format!("version = \"{v}\"")),
         (None, Source::Git { url, rev }) => {
@@ -233,28 +234,6 @@ pub fn build(asked: &Asked, opts: &BuildOptions) -> Result<Built> {
     let project = opts.root.join(&name);
     std::fs::create_dir_all(project.join("src")).with_context(|| format!("cannot create {}", project.display()))?;
     let f = &asked.family;
-    let mut manifest = format!(
-        "# Written by `locklab try {}`: a scratch project, rewritten on every run.\n\
-         [package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2024\"\npublish = false\n\n\
-         [workspace]\n\n[dependencies]\n",
-        asked.text
-    );
-    let _ = writeln!(
-        manifest,
-        "locklab-drivers = {{ path = {:?}, default-features = false }}",
-        kit.display().to_string()
-    );
-    for d in f.deps {
-        manifest.push_str(&dep_line(d, &asked.source));
-    }
-    for d in COMMON {
-        if !f.deps.iter().any(|x| x.name == d.name) {
-            manifest.push_str(&dep_line(d, &asked.source));
-        }
-    }
-    manifest.push('\n');
-    manifest.push_str(&profiles(&workspace));
-    write_if_changed(&project.join("Cargo.toml"), &manifest)?;
     // Start from the workspace's lock file: the same versions of everything
     // else (and nothing to fetch for them).
     let lock = project.join("Cargo.lock");
@@ -266,7 +245,31 @@ pub fn build(asked: &Asked, opts: &BuildOptions) -> Result<Built> {
     if !main.exists() {
         std::fs::write(&main, "fn main() {}\n")?;
     }
-    let version = resolve(asked, &project, opts)?;
+    // A dependency that follows the tried crate is pinned to the version it
+    // depends on, found by resolving without it first; the pins are kept,
+    // so that the manifest is the same from run to run.
+    let pins_file = project.join("follows.txt");
+    let mut pins: Vec<(String, String)> = std::fs::read_to_string(&pins_file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(a, b)| (a.to_owned(), b.to_owned())))
+        .collect();
+    let mut version;
+    let mut rounds = 0;
+    loop {
+        let text = manifest(asked, &name, &kit, &workspace, &pins);
+        write_if_changed(&project.join("Cargo.toml"), &text)?;
+        let meta;
+        (version, meta) = resolve(asked, &project, opts)?;
+        let wanted = followed(f, &meta);
+        rounds += 1;
+        if wanted == pins || rounds > 2 {
+            break;
+        }
+        pins = wanted;
+        let text: String = pins.iter().map(|(p, v)| format!("{p}={v}\n")).collect();
+        write_if_changed(&pins_file, &text)?;
+    }
     let mut source = format!(
         "//! Written by `locklab try {}`: {} {version} built with {} ({}).\n\n{}\n\n\
          fn main() -> std::process::ExitCode {{\n    locklab_drivers::try_kit::serve_main(\n        include_str!(\"../Cargo.lock\"),\n        vec![\n",
@@ -294,9 +297,81 @@ pub fn build(asked: &Asked, opts: &BuildOptions) -> Result<Built> {
     })
 }
 
+/// The scratch project's `Cargo.toml`: the kit, the family's dependencies
+/// (those that follow the tried crate at their pinned version, or left out
+/// until one is known), what the driver macros use, the workspace's profiles.
+fn manifest(asked: &Asked, name: &str, kit: &Path, workspace: &Path, pins: &[(String, String)]) -> String {
+    let f = &asked.family;
+    let mut manifest = format!(
+        "# Written by `locklab try {}`: a scratch project, rewritten on every run.\n\
+         [package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2024\"\npublish = false\n\n\
+         [workspace]\n\n[dependencies]\n",
+        asked.text
+    );
+    let _ = writeln!(
+        manifest,
+        "locklab-drivers = {{ path = {:?}, default-features = false }}",
+        kit.display().to_string()
+    );
+    for d in f.deps {
+        let pin = pins.iter().find(|(p, _)| p == d.package).map(|(_, v)| v.as_str());
+        if d.follows && pin.is_none() {
+            continue;
+        }
+        manifest.push_str(&dep_line(d, &asked.source, pin));
+    }
+    for d in COMMON {
+        if !f.deps.iter().any(|x| x.name == d.name) {
+            manifest.push_str(&dep_line(d, &asked.source, None));
+        }
+    }
+    manifest.push('\n');
+    manifest.push_str(&profiles(workspace));
+    manifest
+}
+
+/// The versions the tried crate depends on of the family's dependencies
+/// that follow it (`Dep::follows`), from `cargo metadata`'s answer.
+fn followed(f: &Family, meta: &serde_json::Value) -> Vec<(String, String)> {
+    let packages = meta["packages"].as_array().cloned().unwrap_or_default();
+    let tried_name = f
+        .deps
+        .iter()
+        .find(|d| d.version.is_none())
+        .map_or(f.crate_name, |d| d.package);
+    let nodes = meta["resolve"]["nodes"].as_array().cloned().unwrap_or_default();
+    let id_of = |name: &str| {
+        packages
+            .iter()
+            .filter(|p| p["name"] == name)
+            .filter_map(|p| p["id"].as_str().map(str::to_owned))
+            .collect::<Vec<_>>()
+    };
+    let tried_ids = id_of(tried_name);
+    let mut out = Vec::new();
+    for d in f.deps.iter().filter(|d| d.follows) {
+        let version = nodes
+            .iter()
+            .filter(|n| n["id"].as_str().is_some_and(|id| tried_ids.iter().any(|t| t == id)))
+            .filter_map(|n| n["dependencies"].as_array())
+            .flatten()
+            .filter_map(|dep| dep.as_str())
+            .find_map(|dep| {
+                packages
+                    .iter()
+                    .find(|p| p["id"] == dep && p["name"] == d.package)
+                    .and_then(|p| p["version"].as_str())
+            });
+        if let Some(v) = version {
+            out.push((d.package.to_owned(), v.to_owned()));
+        }
+    }
+    out
+}
+
 /// The version cargo resolves for the tried crate (`cargo metadata`,
 /// which fetches the index as needed and writes the lock file).
-fn resolve(asked: &Asked, project: &Path, opts: &BuildOptions) -> Result<String> {
+fn resolve(asked: &Asked, project: &Path, opts: &BuildOptions) -> Result<(String, serde_json::Value)> {
     let mut c = cargo();
     c.args(["metadata", "--format-version", "1", "--manifest-path"])
         .arg(project.join("Cargo.toml"));
@@ -338,7 +413,7 @@ fn resolve(asked: &Asked, project: &Path, opts: &BuildOptions) -> Result<String>
         .and_then(|deps| deps.iter().find(|d| d["name"] == tried))
         .and_then(|d| d["pkg"].as_str())
         .unwrap_or_default();
-    meta["packages"]
+    let version = meta["packages"]
         .as_array()
         .and_then(|ps| ps.iter().find(|p| p["id"] == id))
         .and_then(|p| p["version"].as_str())
@@ -348,7 +423,8 @@ fn resolve(asked: &Asked, project: &Path, opts: &BuildOptions) -> Result<String>
                 "{}: cargo resolved it, but its version is not in cargo metadata's answer",
                 asked.text
             )
-        })
+        })?;
+    Ok((version, meta))
 }
 
 /// `cargo build` of the scratch project: the program, or the compiler's
