@@ -170,21 +170,7 @@ pub fn serve_main(lockfile: &str, drivers: Vec<Box<dyn Driver>>) -> ExitCode {
                 eprintln!("unknown driver '{id}'; this build has: {}", ids.join(", "));
                 return ExitCode::from(2);
             };
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("cannot start a runtime: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            runtime.block_on(crate::external::serve(driver));
-            // A synchronous pool's blocking calls (r2d2) are not waited for.
-            runtime.shutdown_background();
-            ExitCode::SUCCESS
+            serve_blocking(driver, "PROGRAM")
         }
         _ => {
             eprintln!(
@@ -194,6 +180,29 @@ pub fn serve_main(lockfile: &str, drivers: Vec<Box<dyn Driver>>) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Serves `driver` over stdin/stdout ([`crate::external::serve`]) on a
+/// runtime of two worker threads until stdin ends: the body of a
+/// `pool-adapter` program (`locklab pool-adapter ID`, or a program `locklab
+/// try` built). Exit code 2 when no runtime can be started (`program` names
+/// the program in the message).
+pub fn serve_blocking(driver: Box<dyn Driver>, program: &str) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("{program}: cannot start a runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    runtime.block_on(crate::external::serve(driver));
+    // A synchronous pool's blocking calls (r2d2) are not waited for.
+    runtime.shutdown_background();
+    ExitCode::SUCCESS
 }
 
 #[cfg(all(test, feature = "columns"))]

@@ -190,7 +190,8 @@ pub struct AnswerError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
-    /// The server's error (`sqlstate` set).
+    /// The server's error (`sqlstate` set, unless the library does not
+    /// pass it on: diesel-async for most codes).
     Db,
     /// The library failed without a server error.
     Client,
@@ -337,6 +338,12 @@ impl Answer {
                     message: e.message,
                 }),
                 (ErrorKind::Unsupported, None) => DriverError::Unsupported(e.message),
+                // A server error whose code the library dropped (diesel-async),
+                // as the in-process driver reports it.
+                (ErrorKind::Db, None) => DriverError::Db(DbError {
+                    sqlstate: String::new(),
+                    message: e.message,
+                }),
                 (_, None) => DriverError::Client(e.message),
             });
         }

@@ -30,19 +30,5 @@ pub fn host_main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("locklab {COMMAND}: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    runtime.block_on(locklab_drivers::external::serve(driver));
-    // A synchronous pool's blocking calls (r2d2) are not waited for.
-    runtime.shutdown_background();
-    ExitCode::SUCCESS
+    locklab_drivers::try_kit::serve_blocking(driver, &format!("locklab {COMMAND}"))
 }
