@@ -287,7 +287,10 @@ pub fn build(asked: &Asked, opts: &BuildOptions) -> Result<Built> {
     let program = compile(asked, &project, &name, &version, opts)?;
     let label = match &asked.source {
         Source::Version(_) => version.clone(),
-        Source::Git { rev, .. } => format!("git-{}", rev.as_deref().map_or("head", |r| &r[..r.len().min(12)])),
+        Source::Git { rev, .. } => format!(
+            "git-{}",
+            slug(&rev.as_deref().unwrap_or("head").chars().take(12).collect::<String>())
+        ),
         Source::Path(_) => "path".to_owned(),
     };
     Ok(Built {
