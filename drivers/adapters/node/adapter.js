@@ -152,6 +152,24 @@ function opOpenPool(req) {
   return {}
 }
 
+/**
+ * Runs `f` once `ms` have elapsed, never before: a libuv timer counts from
+ * the event loop's cached time, which may lag the clock by a millisecond,
+ * so `setTimeout(f, 300)` can fire after 299 ms (seen: a checkout bound
+ * given up "after 299 ms, before its bound of 300 ms"). Re-armed for the
+ * rest when it fires early; the live timer is kept in `state.timer`.
+ */
+function atLeast(ms, f, state) {
+  const start = performance.now()
+  const arm = (wait) =>
+    setTimeout(() => {
+      const left = ms - (performance.now() - start)
+      if (left > 0) state.timer = arm(Math.ceil(left))
+      else f()
+    }, wait)
+  return arm(ms)
+}
+
 async function opCheckout(req, state) {
   const p = poolOf(req.pool)
   if (p.pool.options.connectionTimeoutMillis !== req.checkout_timeout_ms) {
@@ -161,7 +179,7 @@ async function opCheckout(req, state) {
   }
   const pending = p.pool.connect()
   if (req.timeout_ms != null) {
-    state.timer = setTimeout(() => state.answer({ ok: { gave_up: true } }), req.timeout_ms)
+    state.timer = atLeast(req.timeout_ms, () => state.answer({ ok: { gave_up: true } }), state)
   }
   let client
   try {
