@@ -395,8 +395,9 @@ fn resolve(asked: &Asked, project: &Path, opts: &BuildOptions) -> Result<(String
             .filter(|l| !l.trim_start().starts_with("Updating") && !l.trim_start().starts_with("Locking"))
             .collect();
         bail!(
-            "{}: cargo cannot resolve it:\n{}",
+            "{}: cargo cannot resolve {} (the crate locklab's columns test) there:\n{}",
             asked.text,
+            asked.family.crate_name,
             answer.join("\n").trim_end()
         );
     }

@@ -140,6 +140,11 @@ pub fn try_crates(dir: &Path, args: &TryArgs) -> Result<ExitCode> {
         emit(&text)?;
         return Ok(ExitCode::SUCCESS);
     }
+    eprintln!(
+        "locklab try: the columns are in {} (`locklab --columns {} run -d ID` runs one again without building)",
+        kept.display(),
+        kept.display()
+    );
     let mut run = args.run.clone();
     run.driver = Vec::new();
     for p in &pairs {
