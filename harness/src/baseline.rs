@@ -28,7 +28,7 @@ use anyhow::{Context, Result, bail};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
-pub use self::comparison::{CellDiff, Comparison, compare, short_version};
+pub use self::comparison::{CellDiff, Comparison, Shares, compare, compare_with, short_version};
 pub use crate::compare::Tolerance;
 use crate::outcome::{LocksLeft, Outcome, Reading, Recorded, RunResult, Seen};
 use crate::report::Report;

@@ -33,8 +33,8 @@ pub struct Comparison {
     /// Cells that differ, in the fresh run's order (new and missing cells included).
     pub diffs: Vec<CellDiff>,
     /// Information, not differences: race cells whose shares the rule would
-    /// call changed but whose runs' CPU pressure is not comparable
-    /// ([`shares::comparable`]).
+    /// call changed but whose runs do not compare: CPU pressure too far
+    /// apart ([`shares::comparable`]), or [`Shares::Information`].
     pub notes: Vec<CellDiff>,
     /// Properties whose verdict changed, one line each
     /// ([`Comparison::judge`]): printed first, above the value changes.
@@ -144,8 +144,8 @@ impl Comparison {
         }
         let _ = writeln!(
             out,
-            "\ninformation, not differences: {} race cell(s) whose shares moved, measured under CPU pressure \
-             too far from the baseline's to compare (docs: \"The race rule\")",
+            "\ninformation, not differences: {} race cell(s) whose shares moved, in runs whose shares do not \
+             compare (docs: \"The race rule\"; the reason ends each line)",
             self.notes.len()
         );
         for n in &self.notes {
@@ -160,15 +160,41 @@ pub fn short_version(version: &str) -> String {
     version.split_whitespace().take(2).collect::<Vec<_>>().join(" ")
 }
 
+/// How a comparison treats a race row's shares that moved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shares {
+    /// By the race rule ([`shares`]): a change counts when the two runs'
+    /// CPU pressure is comparable ([`shares::comparable`]), and is
+    /// information otherwise. `locklab check`, `soak`, `check --upgrade`.
+    ByPressure,
+    /// Always information, never a difference, for the reason given (a
+    /// sentence ending the information line): runs made under conditions
+    /// CPU pressure does not tell apart, such as `cargo test`'s.
+    Information(&'static str),
+}
+
 /// Compares a fresh run with `baseline`. Values must be equal; p50 times
-/// must be within `tolerance`. A fresh cell missing from the baseline is a
-/// difference, and so is a baseline cell missing from the run for which
-/// `expected` is true (a run of a selection expects only the cells of its
-/// scenarios and drivers; a full run, every cell).
+/// must be within `tolerance`; race shares compare by the race rule
+/// ([`Shares::ByPressure`]; [`compare_with`] for another treatment). A
+/// fresh cell missing from the baseline is a difference, and so is a
+/// baseline cell missing from the run for which `expected` is true (a run
+/// of a selection expects only the cells of its scenarios and drivers; a
+/// full run, every cell).
 pub fn compare(
     baseline: &Baseline,
     fresh: &Baseline,
     tolerance: Tolerance,
+    expected: &dyn Fn(&BaselineCell) -> bool,
+) -> Comparison {
+    compare_with(baseline, fresh, tolerance, Shares::ByPressure, expected)
+}
+
+/// [`compare`], with race shares treated as `rule` says.
+pub fn compare_with(
+    baseline: &Baseline,
+    fresh: &Baseline,
+    tolerance: Tolerance,
+    rule: Shares,
     expected: &dyn Fn(&BaselineCell) -> bool,
 ) -> Comparison {
     let driver_note = |id: &str| {
@@ -206,7 +232,7 @@ pub fn compare(
                     .iter()
                     .all(|d| d.is_some_and(|d| d.readings_vary))
                     || (before.readings_vary && after.readings_vary);
-                let (changes, info) = cell_changes(before, after, tolerance, baseline.race_rows, varies);
+                let (changes, info) = cell_changes(before, after, tolerance, baseline.race_rows, varies, rule);
                 if !info.is_empty() {
                     notes.push(CellDiff {
                         scenario: after.scenario.clone(),
@@ -264,12 +290,14 @@ pub fn compare(
 /// baseline's was not (or the other way round), is a change; its readings'
 /// differences are information lines. (`varies` needs both columns to vary:
 /// `check --upgrade` from PgBouncer to pgagroal compares every reading.)
+/// Moved shares count as `rule` says.
 fn cell_changes(
     before: &BaselineCell,
     after: &BaselineCell,
     tolerance: Tolerance,
     race_rows: u64,
     varies: bool,
+    rule: Shares,
 ) -> (Vec<String>, Vec<String>) {
     if varies || before.status == crate::outcome::Status::Unstable {
         let (b, a) = (before.outcome(), after.outcome());
@@ -318,7 +346,11 @@ fn cell_changes(
     if moved.is_empty() {
         return (changes, Vec::new());
     }
-    if shares::comparable(before.pressure.as_ref(), after.pressure.as_ref()) {
+    if let Shares::Information(why) = rule {
+        let mut info = moved;
+        info.push(why.to_owned());
+        (changes, info)
+    } else if shares::comparable(before.pressure.as_ref(), after.pressure.as_ref()) {
         changes.extend(moved);
         (changes, Vec::new())
     } else {

@@ -100,18 +100,31 @@ fn races_compare_by_their_counts_under_comparable_pressure() {
     // first trial's SQLSTATE; which values are possible is not decided here.
     let mut first_failed = race(&[("true", 12)], 12, 0.3);
     first_failed.observations.get_mut("held").unwrap().sqlstate = Some("55P03".into());
-    assert_eq!(cell_changes(&full, &first_failed, t, 900, false), (vec![], vec![]));
+    assert_eq!(
+        cell_changes(&full, &first_failed, t, 900, false, Shares::ByPressure),
+        (vec![], vec![])
+    );
     // A reading the baseline never saw, in half of 12 trials, is a
     // change of share (whether it is possible at all is the runner's).
-    let (new_value, _) = cell_changes(&full, &race(&[("true", 6), ("57014", 6)], 12, 0.3), t, 900, false);
+    let (new_value, _) = cell_changes(
+        &full,
+        &race(&[("true", 6), ("57014", 6)], 12, 0.3),
+        t,
+        900,
+        false,
+        Shares::ByPressure,
+    );
     assert_eq!(new_value.len(), 1, "{new_value:?}");
     assert!(new_value[0].starts_with("`held` share of `57014`: 0 % of 1000 → 50 % of 12 (Fisher p = "));
     // Drift of 2.5 points in 1,000 trials is noise.
     let again = race(&[("55P03", 475), ("true", 500), ("timeout-then-grant", 25)], 1000, 0.3);
-    assert_eq!(cell_changes(&full, &again, t, 900, false), (vec![], vec![]));
+    assert_eq!(
+        cell_changes(&full, &again, t, 900, false, Shares::ByPressure),
+        (vec![], vec![])
+    );
     // 50 % → 10 % is a change at equal pressure…
     let shifted = race(&[("55P03", 100), ("true", 900)], 1000, 0.35);
-    let (changes, info) = cell_changes(&full, &shifted, t, 900, false);
+    let (changes, info) = cell_changes(&full, &shifted, t, 900, false, Shares::ByPressure);
     assert!(info.is_empty());
     assert_eq!(changes.len(), 3, "{changes:?}");
     assert!(
@@ -120,10 +133,22 @@ fn races_compare_by_their_counts_under_comparable_pressure() {
     );
     // … and information only when the pressures are apart.
     let loaded = race(&[("55P03", 100), ("true", 900)], 1000, 0.6);
-    let (changes, info) = cell_changes(&full, &loaded, t, 900, false);
+    let (changes, info) = cell_changes(&full, &loaded, t, 900, false, Shares::ByPressure);
     assert!(changes.is_empty(), "{changes:?}");
     assert_eq!(info.len(), 4, "{info:?}");
     assert!(info[3].starts_with("CPU pressure 30 % (load 1.0 on 2 CPUs) in the baseline, CPU pressure 60 %"));
+    // Shares a caller says do not compare are information at any pressure,
+    // with its reason; a change that is not a share still counts.
+    let why = "the reason";
+    let (changes, info) = cell_changes(&full, &shifted, t, 900, false, Shares::Information(why));
+    assert!(changes.is_empty(), "{changes:?}");
+    assert_eq!(info.len(), 4, "{info:?}");
+    assert!(info[0].starts_with("`held` share of `55P03`: 50 % of 1000 → 10 % of 1000 (Fisher p = "));
+    assert_eq!(info[3], why);
+    let mut failed = shifted.clone();
+    failed.status = crate::outcome::Status::Fail;
+    let (changes, _) = cell_changes(&full, &failed, t, 900, false, Shares::Information(why));
+    assert_eq!(changes.len(), 1, "{changes:?}");
 }
 
 #[test]
@@ -147,7 +172,14 @@ fn a_rewrite_keeps_the_readings_the_previous_baseline_knew() {
     // Kept at 0, they are no change against the run that missed them.
     let run = race(&[("true", 998), ("42P01", 2)], 1000, 0.3);
     assert_eq!(
-        cell_changes(&fresh.cells[0], &run, Tolerance::default(), 1, false),
+        cell_changes(
+            &fresh.cells[0],
+            &run,
+            Tolerance::default(),
+            1,
+            false,
+            Shares::ByPressure
+        ),
         (vec![], vec![])
     );
     // Once kept, a second rewrite adds nothing.
