@@ -373,11 +373,22 @@ fn followed(f: &Family, meta: &serde_json::Value) -> Vec<(String, String)> {
 }
 
 /// The version cargo resolves for the tried crate (`cargo metadata`,
-/// which fetches the index as needed and writes the lock file).
+/// which fetches the index as needed and writes the lock file). Filtered
+/// to the host platform: unfiltered, cargo downloads every package of the
+/// lock file, those of other targets too (js-sys, android_system_properties),
+/// which a machine that only built locklab does not have (`--offline` then
+/// fails: CI on 2026-12-04).
 fn resolve(asked: &Asked, project: &Path, opts: &BuildOptions) -> Result<(String, serde_json::Value)> {
     let mut c = cargo();
-    c.args(["metadata", "--format-version", "1", "--manifest-path"])
-        .arg(project.join("Cargo.toml"));
+    c.args([
+        "metadata",
+        "--format-version",
+        "1",
+        "--filter-platform",
+        "host-tuple",
+        "--manifest-path",
+    ])
+    .arg(project.join("Cargo.toml"));
     if opts.offline {
         c.arg("--offline");
     }
