@@ -165,7 +165,8 @@ pub fn short_version(version: &str) -> String {
 pub enum Shares {
     /// By the race rule ([`shares`]): a change counts when the two runs'
     /// CPU pressure is comparable ([`shares::comparable`]), and is
-    /// information otherwise. `locklab check`, `soak`, `check --upgrade`.
+    /// information otherwise. `locklab check`, `soak`, `check --upgrade`,
+    /// `try`.
     ByPressure,
     /// Always information, never a difference, for the reason given (a
     /// sentence ending the information line): runs made under conditions
