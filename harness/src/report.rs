@@ -414,17 +414,26 @@ impl Report {
             properties: Vec::new(),
             verdicts: Vec::new(),
         }
-        .judged()
+        .judged_with(scenarios)
     }
 
     /// With [`Report::properties`] and [`Report::verdicts`] evaluated anew
     /// from its runs by the shipped properties (`properties/`). When they
     /// cannot be read (an invalid property file: `locklab validate` names
     /// it), a note on stderr, and no verdicts.
-    pub fn judged(mut self) -> Report {
-        match crate::properties::shipped_cached() {
+    pub fn judged(self) -> Report {
+        self.judged_with(&[])
+    }
+
+    /// [`Report::judged`], with the shipped properties loaded against the
+    /// shipped scenarios and `scenarios` (the run's own, e.g. `--scenarios
+    /// DIR`): a run's own scenario that records a witness a property
+    /// selects (`witness: unlock`) decides it, without a property file
+    /// naming it.
+    pub fn judged_with(mut self, scenarios: &[Scenario]) -> Report {
+        match crate::properties::for_scenarios(scenarios) {
             Ok(properties) => {
-                self.verdicts = crate::properties::evaluate_report(properties, &self);
+                self.verdicts = crate::properties::evaluate_report(&properties, &self);
                 self.properties = properties.to_vec();
             }
             Err(e) => {

@@ -422,8 +422,9 @@ fn judge(required: &[Property], results: &[RunResult]) -> Vec<Unmet> {
         if deciding.decided_by.is_empty() {
             continue;
         }
+        let column = crate::properties::Column::unknown(&driver);
         let verdicts =
-            crate::properties::evaluate(std::slice::from_ref(&deciding), &cells, std::slice::from_ref(&driver));
+            crate::properties::evaluate(std::slice::from_ref(&deciding), &cells, std::slice::from_ref(&column));
         let Some(column) = verdicts.first().and_then(|v| v.of(&driver)) else {
             continue;
         };

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use locklab::baseline::{Baseline, BaselineCell};
 use locklab::outcome::{Reading, Seen, Value};
-use locklab::properties::{self, Mark, Property, Scope};
+use locklab::properties::{self, Column, Mark, Property, Scope};
 use locklab::scenario::{self, Scenario};
 use rstest::rstest;
 
@@ -36,17 +36,21 @@ fn shipped() -> &'static [Property] {
     })
 }
 
+/// The committed report.
+fn committed_report() -> &'static locklab::report::Report {
+    static R: OnceLock<locklab::report::Report> = OnceLock::new();
+    R.get_or_init(|| locklab::report::load(&root().join("reports/matrix.json")).unwrap())
+}
+
 /// The committed report's cells, as the baseline keeps them.
 fn committed() -> &'static Baseline {
     static B: OnceLock<Baseline> = OnceLock::new();
-    B.get_or_init(|| {
-        let report = locklab::report::load(&root().join("reports/matrix.json")).unwrap();
-        Baseline::from_report(&report).unwrap()
-    })
+    B.get_or_init(|| Baseline::from_report(committed_report()).unwrap())
 }
 
-fn drivers() -> Vec<String> {
-    committed().drivers.keys().cloned().collect()
+/// The committed report's columns, with whether each is pooled and its pooler's mode.
+fn drivers() -> Vec<Column> {
+    committed_report().drivers.iter().map(Column::of).collect()
 }
 
 #[test]
@@ -387,4 +391,100 @@ fn check_shows_the_verdict_change_first() {
         .find("`held_after_return`: not held → held by worker (idle)")
         .unwrap_or_else(|| panic!("no value line:\n{stdout}"));
     assert!(verdict < value, "the verdict comes first:\n{stdout}");
+}
+
+/// Issue 52: every unsafe property declares every dimension (the loader
+/// refuses one that does not: `undeclared-dimension.yaml`), and on the
+/// committed report each of its column verdicts says what it was tried
+/// across; a verdict with an untried value of a dimension that applies is
+/// never ✓ (it is ◐ "holds where tried"), in the verdicts and in the
+/// Markdown the report shows.
+#[test]
+fn an_untried_dimension_is_never_shown_as_holds() {
+    let verdicts = properties::evaluate(shipped(), &committed().cells, &drivers());
+    let mut partly = 0;
+    for p in verdicts.iter().filter(|p| p.severity == properties::Severity::Unsafe) {
+        let declared = shipped().iter().find(|q| q.id == p.id).unwrap();
+        assert_eq!(
+            declared.dimensions.len(),
+            properties::Dimension::ALL.len(),
+            "{} declares {:?}",
+            p.id,
+            declared.dimensions
+        );
+        for c in &p.columns {
+            if matches!(c.verdict, Mark::Holds | Mark::Violated | Mark::HoldsWhereTried) {
+                assert!(c.coverage.is_some(), "{} × {}: no coverage", p.id, c.driver);
+            }
+            let untried = c.coverage.as_ref().is_some_and(properties::Coverage::has_untried);
+            assert!(
+                !(untried && c.verdict == Mark::Holds),
+                "{} × {} reads holds with {}",
+                p.id,
+                c.driver,
+                c.coverage.as_ref().unwrap().untried_text()
+            );
+            if c.verdict == Mark::HoldsWhereTried {
+                assert!(
+                    untried,
+                    "{} × {}: holds where tried, with nothing untried",
+                    p.id, c.driver
+                );
+                partly += 1;
+            }
+        }
+    }
+    // The rendered grid marks them so: as many ◐ links as such verdicts.
+    let md = std::fs::read_to_string(root().join("reports/matrix.md")).unwrap();
+    let grid = md
+        .split("### Properties × columns")
+        .nth(1)
+        .unwrap()
+        .split("### A card per column")
+        .next()
+        .unwrap();
+    let all_partly = verdicts
+        .iter()
+        .filter(|p| p.scope == Scope::Column)
+        .flat_map(|p| &p.columns)
+        .filter(|c| c.verdict == Mark::HoldsWhereTried)
+        .count();
+    assert_eq!(
+        grid.matches("[◐]").count(),
+        all_partly,
+        "reports/matrix.md is stale: just report --from"
+    );
+    assert!(partly > 0 || all_partly == 0);
+}
+
+/// Issue 52: on the committed report, every card's "Do:" for an unsafe
+/// violation is a remedy proven in the same report (a column of the same pool
+/// or pooler that follows it and holds the property, or a cell of the same
+/// column), and names what proves it.
+#[test]
+fn every_unsafe_violation_on_a_card_names_the_cell_that_proves_its_advice() {
+    let report = committed_report();
+    let view = locklab::report::verdicts::VerdictView::of(report);
+    let mut unproven = Vec::new();
+    let mut proven = 0;
+    for s in &view.servers {
+        for card in &s.cards {
+            for line in card
+                .lines
+                .iter()
+                .filter(|l| l.verdict == "violated" && l.severity == "unsafe")
+            {
+                match &line.proven {
+                    Some(p) => {
+                        proven += 1;
+                        assert!(report.drivers.iter().any(|d| d.id == p.column), "{p:?}");
+                        assert!(!p.proof.is_empty());
+                    }
+                    None => unproven.push(format!("{} × {}", line.id, card.driver)),
+                }
+            }
+        }
+    }
+    assert!(unproven.is_empty(), "no proven remedy:\n{}", unproven.join("\n"));
+    assert!(proven > 0);
 }

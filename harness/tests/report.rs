@@ -22,6 +22,7 @@ use libtest_mimic::Trial;
 use locklab::baseline::{self, Baseline, Tolerance};
 use locklab::browser::{self, Availability};
 use locklab::outcome::RunResult;
+use locklab::properties::Mark;
 use locklab::report::{Format, Report};
 use locklab::scenario::{self, Scenario};
 use locklab::shard::Shard;
@@ -68,6 +69,10 @@ fn main() {
         common::trial(
             "without_docker_pooler_columns_are_not_applicable",
             without_docker_pooler_columns_are_not_applicable,
+        ),
+        common::trial(
+            "a_scenario_no_property_names_decides_the_unlock_property_as_a_witness",
+            a_scenario_no_property_names_decides_the_unlock_property_as_a_witness,
         ),
     ];
     let needs_chromium = |t: &Trial| BROWSER_TESTS.contains(&t.name());
@@ -715,4 +720,82 @@ fn shown(observation: &serde_json::Value) -> String {
         .unwrap()
         .seen()
         .to_string()
+}
+
+/// Issue 52: a scenario written for this test, which no property file names
+/// (harness/tests/fixtures/witness/unlock-after-return.yaml: lock, return,
+/// another request holds a connection, checkout, unlock), decides
+/// `unlock-reaches-the-session` for a column through its recorded unlock,
+/// with `properties/` untouched. deadpool-fast hands the job's later
+/// checkout another connection: measured, not assumed, the verdict with
+/// the fixture is read against the one without it, and it may only move
+/// towards violated by the fixture's own cell.
+fn a_scenario_no_property_names_decides_the_unlock_property_as_a_witness() {
+    const PROPERTY: &str = "unlock-reaches-the-session";
+    const FIXTURE: &str = "unlock-after-return";
+    let properties_dir = root().join("properties");
+    for entry in std::fs::read_dir(&properties_dir).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        assert!(!text.contains(FIXTURE), "a property file names the fixture");
+    }
+    let own = scenario::load_dir(&root().join("harness/tests/fixtures/witness")).unwrap();
+    let shipped: Vec<Scenario> = scenarios()
+        .iter()
+        .filter(|s| s.family == "session-unlock-interleaved")
+        .cloned()
+        .collect();
+    let drivers = vec![locklab_drivers::find("deadpool-fast").unwrap()];
+    let servers = std::slice::from_ref(server());
+    let mut both = shipped.clone();
+    both.extend(own.iter().cloned());
+    let runs = common::block_on_multi(locklab::matrix::run_all(
+        servers,
+        &both,
+        &drivers,
+        locklab::matrix::DEFAULT_JOBS,
+        1,
+        |_, _| {},
+    ));
+    let fixture_cell = runs.iter().find(|r| r.scenario == FIXTURE).expect("the fixture ran");
+    assert!(fixture_cell.failure.is_none(), "{:?}", fixture_cell.failure);
+    let verdict_of = |report: &Report| {
+        report.verdicts[0]
+            .properties
+            .iter()
+            .find(|p| p.id == PROPERTY)
+            .and_then(|p| p.of("deadpool-fast"))
+            .cloned()
+            .expect("a verdict of deadpool-fast")
+    };
+    let without_runs: Vec<_> = runs.iter().filter(|r| r.scenario != FIXTURE).cloned().collect();
+    let without = verdict_of(&Report::new(servers, &shipped, &drivers, without_runs, 0.0));
+    let with = verdict_of(&Report::new(servers, &both, &drivers, runs.clone(), 0.0));
+    // The fixture's unlock is a witness: it is evidence of the property.
+    let from_fixture: Vec<_> = with.evidence.iter().filter(|e| e.scenario == FIXTURE).collect();
+    assert_eq!(from_fixture.len(), 1, "{:?}", with.evidence);
+    assert_eq!(from_fixture[0].record.as_deref(), Some("job_unlock"));
+    assert!(without.evidence.iter().all(|e| e.scenario != FIXTURE));
+    // The premise: deadpool-postgres's RecyclingMethod::Fast does not reset
+    // a returned connection (its docs: "only run Client::is_closed()"), and
+    // the request's transaction keeps the job's first connection busy, so
+    // the unlock runs on another one. Read from the cell, not assumed.
+    let unlock = fixture_cell
+        .observations
+        .iter()
+        .find(|o| o.name == "job_unlock")
+        .unwrap();
+    let held = fixture_cell
+        .observations
+        .iter()
+        .find(|o| o.name == "after_job_unlock")
+        .unwrap();
+    assert!(
+        unlock.reading().to_string() == "false" && held.reading().to_string().starts_with("held"),
+        "deadpool-fast no longer orphans the lock in this case (unlock {}, then {}): pick a column that does",
+        unlock.reading(),
+        held.reading()
+    );
+    assert_eq!(from_fixture[0].reads, Mark::Violated, "{:?}", from_fixture[0]);
+    assert_ne!(without.verdict, Mark::Violated, "{without:?}");
+    assert_eq!(with.verdict, Mark::Violated, "{with:?}");
 }

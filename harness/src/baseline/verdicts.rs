@@ -14,7 +14,13 @@ impl Comparison {
     /// cells (the race rule: a run with fewer or luckier trials can only say
     /// "not contradicted"); else it is a note.
     pub fn judge(&mut self, properties: &[crate::properties::Property], baseline: &Baseline, fresh: &Baseline) {
-        let drivers: Vec<String> = fresh.drivers.keys().cloned().collect();
+        // A baseline does not keep whether a column is pooled: both sides
+        // are judged with the same facts, so no change comes from them.
+        let drivers: Vec<crate::properties::Column> = fresh
+            .drivers
+            .keys()
+            .map(|d| crate::properties::Column::unknown(d))
+            .collect();
         let ran: std::collections::HashSet<(&str, &str)> = fresh
             .cells
             .iter()
@@ -115,6 +121,9 @@ mod tests {
             severity: Severity::Unsafe,
             scope: Scope::Column,
             advice: "a".into(),
+            remedies: Vec::new(),
+            dimensions: Vec::new(),
+            witnesses: Vec::new(),
             decided_by: vec![Decider {
                 scenario: "s".into(),
                 record: Some("invariant i".into()),
@@ -122,6 +131,8 @@ mod tests {
                     rule(Verdict::Holds, Reads::Holds),
                     rule(Verdict::Violated, Reads::Violated),
                 ],
+                witness: None,
+                coordinates: Default::default(),
             }],
             file: "p.yaml".into(),
         }

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::dimensions::{Column, Coordinates, Coverage};
 use super::{Decider, Property, Reads, Scope, Severity};
 use crate::baseline::{BaselineCell, BaselineObservation};
 use crate::outcome::{Reading, Seen, Status};
@@ -13,7 +14,7 @@ use crate::report::Report;
 
 /// A verdict: how a column (or, for a server property, the server through a
 /// column) fares against a property. Serialised `holds`, `violated`, `n/a`,
-/// `undecided`.
+/// `undecided`, `holds where tried`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Mark {
     /// Every deciding reading says it holds.
@@ -28,6 +29,11 @@ pub enum Mark {
     /// A deciding cell failed, or a reading no rule of the property reads.
     #[serde(rename = "undecided")]
     Undecided,
+    /// Every deciding reading holds, but a value of a dimension the property
+    /// declares and the column has was not tried ([`ColumnVerdict::coverage`]
+    /// says which): never shown as ✓.
+    #[serde(rename = "holds where tried")]
+    HoldsWhereTried,
 }
 
 impl Mark {
@@ -38,16 +44,18 @@ impl Mark {
             Mark::Violated => "violated",
             Mark::NotApplicable => "n/a",
             Mark::Undecided => "undecided",
+            Mark::HoldsWhereTried => "holds where tried",
         }
     }
 
-    /// The mark the report shows: ✓, ✗, –, ?.
+    /// The mark the report shows: ✓, ✗, –, ?, ◐.
     pub fn symbol(self) -> &'static str {
         match self {
             Mark::Holds => "✓",
             Mark::Violated => "✗",
             Mark::NotApplicable => "–",
             Mark::Undecided => "?",
+            Mark::HoldsWhereTried => "◐",
         }
     }
 
@@ -94,6 +102,9 @@ pub struct Evidence {
     /// significant digits): e.g. how long after a crash the lock was released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ms: Option<f64>,
+    /// Where the cell stands in the dimensions (pool size, hand-back, give-up).
+    #[serde(default, skip_serializing_if = "Coordinates::is_empty")]
+    pub at: Coordinates,
 }
 
 /// A property's verdict for one column.
@@ -109,6 +120,10 @@ pub struct ColumnVerdict {
     pub reasons: Vec<String>,
     /// Each deciding cell, in the property's order.
     pub evidence: Vec<Evidence>,
+    /// What the verdict was tried across, for a property that declares its
+    /// dimensions (`None` for one that does not, and for n/a).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<Coverage>,
 }
 
 /// A property's verdicts over the columns of one server.
@@ -147,7 +162,7 @@ pub struct ServerVerdicts {
 
 /// Each property's verdict per column of `drivers`, from the cells of one
 /// server.
-pub fn evaluate(properties: &[Property], cells: &[BaselineCell], drivers: &[String]) -> Vec<PropertyVerdicts> {
+pub fn evaluate(properties: &[Property], cells: &[BaselineCell], drivers: &[Column]) -> Vec<PropertyVerdicts> {
     let mut by_driver: HashMap<&str, Vec<&BaselineCell>> = HashMap::new();
     for c in cells {
         by_driver.entry(c.driver.as_str()).or_default().push(c);
@@ -160,7 +175,7 @@ pub fn evaluate(properties: &[Property], cells: &[BaselineCell], drivers: &[Stri
             scope: p.scope,
             columns: drivers
                 .iter()
-                .map(|d| column(p, by_driver.get(d.as_str()).map_or(&[][..], Vec::as_slice), d))
+                .map(|d| column(p, by_driver.get(d.id.as_str()).map_or(&[][..], Vec::as_slice), d))
                 .collect(),
         })
         .collect()
@@ -169,7 +184,7 @@ pub fn evaluate(properties: &[Property], cells: &[BaselineCell], drivers: &[Stri
 /// The verdicts of every server of `report` (its runs as the baseline keeps
 /// them), with `properties`.
 pub fn evaluate_report(properties: &[Property], report: &Report) -> Vec<ServerVerdicts> {
-    let drivers: Vec<String> = report.drivers.iter().map(|d| d.id.clone()).collect();
+    let drivers: Vec<Column> = report.drivers.iter().map(Column::of).collect();
     report
         .servers
         .iter()
@@ -188,14 +203,17 @@ pub fn evaluate_report(properties: &[Property], report: &Report) -> Vec<ServerVe
         .collect()
 }
 
-fn column(p: &Property, cells: &[&BaselineCell], driver: &str) -> ColumnVerdict {
+fn column(p: &Property, cells: &[&BaselineCell], driver: &Column) -> ColumnVerdict {
     let mut evidence = Vec::new();
+    let mut witnessed = Vec::new();
     let mut reasons: Vec<String> = Vec::new();
     for d in &p.decided_by {
         for cell in cells.iter().filter(|c| d.covers(&c.scenario)) {
-            let Some(e) = read_cell(d, cell) else {
+            let Some(mut e) = read_cell(d, cell) else {
                 continue;
             };
+            e.at = d.coordinates.get(&cell.scenario).cloned().unwrap_or_default();
+            witnessed.push(d.witness.is_some());
             if matches!(e.reads, Mark::NotApplicable | Mark::Undecided) {
                 let why = e.says.clone().unwrap_or_else(|| e.reading.clone());
                 if !reasons.contains(&why) {
@@ -207,10 +225,13 @@ fn column(p: &Property, cells: &[&BaselineCell], driver: &str) -> ColumnVerdict 
     }
     // A cell that says n/a through one of its records (no guard API, no
     // cancel request sent) does not decide the property through the others.
+    // A witness's n/a is about its own step (an unlock of a key never
+    // taken): the cell's other witnesses still decide.
     let not_applicable: Vec<String> = evidence
         .iter()
-        .filter(|e| e.reads == Mark::NotApplicable)
-        .map(|e| e.scenario.clone())
+        .zip(&witnessed)
+        .filter(|(e, w)| e.reads == Mark::NotApplicable && !**w)
+        .map(|(e, _)| e.scenario.clone())
         .collect();
     for e in &mut evidence {
         if not_applicable.contains(&e.scenario) {
@@ -233,17 +254,51 @@ fn column(p: &Property, cells: &[&BaselineCell], driver: &str) -> ColumnVerdict 
     if matches!(verdict, Mark::Violated | Mark::Holds) {
         reasons.clear();
     }
+    let coverage = (!p.dimensions.is_empty() && verdict != Mark::NotApplicable).then(|| {
+        let decided: Vec<&Coordinates> = evidence
+            .iter()
+            .filter(|e| matches!(e.reads, Mark::Holds | Mark::Violated))
+            .map(|e| &e.at)
+            .collect();
+        let not_decided: Vec<&Coordinates> = evidence
+            .iter()
+            .filter(|e| e.reads == Mark::NotApplicable)
+            .map(|e| &e.at)
+            .collect();
+        Coverage::of(&p.dimensions, driver, &decided, &not_decided)
+    });
+    let verdict = match &coverage {
+        Some(c) if verdict == Mark::Holds && c.has_untried() => {
+            reasons.push(format!("not tried: {}", c.untried_text()));
+            Mark::HoldsWhereTried
+        }
+        _ => verdict,
+    };
     ColumnVerdict {
-        driver: driver.to_owned(),
+        driver: driver.id.clone(),
         verdict,
         reasons,
         evidence,
+        coverage,
     }
 }
 
-/// The first rule of `d` that matches `reading`.
-fn rule_for<'a>(d: &'a Decider, reading: &Reading) -> Option<&'a super::ReadingRule> {
-    d.readings.iter().find(|r| r.when.matches(reading))
+/// The first rule of `d` that matches `reading` (and, for a witness, its
+/// meaning and `held_after`: the paired observation's `held`).
+fn rule_for<'a>(d: &'a Decider, reading: &Reading, held_after: Option<bool>) -> Option<&'a super::ReadingRule> {
+    d.readings
+        .iter()
+        .find(|r| r.when.matches(reading) && r.when.matches_witness(d.witness.as_ref(), held_after))
+}
+
+/// For a witness decider: whether the key was held at the paired
+/// observation of `cell`.
+fn held_after(d: &Decider, cell: &BaselineCell) -> Option<bool> {
+    let record = d.witness.as_ref()?.held_after.as_ref()?;
+    match &cell.observations.get(record)?.seen {
+        Seen::Value(r) => r.value.locks().map(|l| l.held),
+        _ => None,
+    }
 }
 
 /// What `cell` says through `d`; `None` for a record a deviating cell did
@@ -258,6 +313,7 @@ fn read_cell(d: &Decider, cell: &BaselineCell) -> Option<Evidence> {
         advice: None,
         trials: None,
         ms: None,
+        at: Coordinates::default(),
     };
     match cell.status {
         Status::Fail | Status::Unstable => {
@@ -303,8 +359,12 @@ fn read_cell(d: &Decider, cell: &BaselineCell) -> Option<Evidence> {
                 e.reading = o.seen.to_string();
                 return Some(e);
             };
-            e.reading = r.to_string();
-            match rule_for(d, r) {
+            let held = held_after(d, cell);
+            e.reading = match (&d.witness, held) {
+                (Some(_), Some(h)) => format!("{r}, then {}", if h { "still held" } else { "not held" }),
+                _ => r.to_string(),
+            };
+            match rule_for(d, r, held) {
                 Some(rule) => {
                     e.reads = Mark::of(rule.reads);
                     e.says.clone_from(&rule.says);
@@ -345,7 +405,7 @@ fn read_race(d: &Decider, e: &mut Evidence, counts: &[(Reading, u64)], n: u64) {
     let mut says = Vec::new();
     let mut advice = None;
     for (r, c) in counts {
-        match rule_for(d, r) {
+        match rule_for(d, r, None) {
             Some(rule) => match rule.reads {
                 Reads::Violated => {
                     violated += c;

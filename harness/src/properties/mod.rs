@@ -37,16 +37,22 @@
 //! decides nothing through its other records. A race row reads as violated
 //! when any of its trials did (with the count), as holds when none did.
 
+pub mod dimensions;
 mod evaluate;
 mod load;
+pub mod remedies;
 mod when;
+pub mod witness;
 
+pub use dimensions::{Applies, Column, Coordinates, Coverage, Dimension, DimensionCoverage};
 pub use evaluate::{
     ColumnVerdict, Evidence, Mark, PropertyVerdicts, ServerVerdicts, TrialCount, VerdictChange, changes, evaluate,
     evaluate_report,
 };
+pub use remedies::{Proof, Proven, Remedy};
+pub use witness::{Meaning, Taken, Witness, WitnessKind};
 
-pub use load::{json_schema, load_dir, load_file, shipped, shipped_cached, shipped_dir};
+pub use load::{for_scenarios, json_schema, load_dir, load_file, shipped, shipped_cached, shipped_dir};
 pub use when::{KINDS, When};
 
 use std::path::PathBuf;
@@ -133,7 +139,9 @@ pub struct ReadingRule {
 }
 
 /// One deciding observation: a scenario's cells (every parameter set of a
-/// file, or one) and a record of them, or the cells' status.
+/// file, or one) and a record of them, or the cells' status. A decider the
+/// property file writes as `witness: KIND` is one per witness of that kind
+/// in the scenarios the property was loaded with ([`witness::of_scenario`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Decider {
     /// A scenario file's name (every parameter set) or one run's name (`NAME[k=v]`).
@@ -142,6 +150,13 @@ pub struct Decider {
     pub record: Option<String>,
     /// The reading rules, first match wins.
     pub readings: Vec<ReadingRule>,
+    /// For a decider selected by witness: what the step meant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub witness: Option<Meaning>,
+    /// Where each of its scenario instances stands in the dimensions
+    /// (instance name → coordinates), read from the scenarios at load.
+    #[serde(skip)]
+    pub coordinates: std::collections::BTreeMap<String, Coordinates>,
 }
 
 impl Decider {
@@ -166,8 +181,19 @@ pub struct Property {
     pub severity: Severity,
     /// Whom it judges.
     pub scope: Scope,
-    /// What a user whose column violates it should do.
+    /// What a user whose column violates it should do, in words (the
+    /// finding's; a card shows the first proven [`Remedy`]).
     pub advice: String,
+    /// Ways out of a violation, each with what proves it in a report.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remedies: Vec<Remedy>,
+    /// How it treats each dimension that can break it (every dimension, for
+    /// an unsafe property).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dimensions: Vec<(Dimension, Applies)>,
+    /// The witness kinds it selects (`decided_by: - witness: KIND`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub witnesses: Vec<WitnessKind>,
     /// The deciding observations.
     pub decided_by: Vec<Decider>,
     /// The file, relative to the workspace when inside it.

@@ -61,6 +61,19 @@ pub struct When {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
     pub status: Option<Status>,
+    /// A witness (`witness: unlock`): whether the actor held the key it
+    /// unlocked (`taken`) or not (`not_taken`: false by design).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<super::Taken>,
+    /// A witness: whether the actor gave its connection back between taking
+    /// the key and unlocking it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub across_return: Option<bool>,
+    /// A witness: whether the key was still held at the next observation of
+    /// it after the unlock (a witness without such an observation matches no
+    /// rule that gives this).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_after: Option<bool>,
 }
 
 /// How one trial came out for an invariant (the schema's view of
@@ -170,6 +183,23 @@ impl When {
             && cancel_ok
             && invariant_ok
             && notice_ok
+    }
+
+    /// Whether the fields that read a witness's meaning match `meaning` and
+    /// `held_after` (the paired observation's `held`, when there is one);
+    /// true when the rule gives none of them.
+    pub fn matches_witness(&self, meaning: Option<&super::Meaning>, held_after: Option<bool>) -> bool {
+        let lock_ok = self.lock.is_none_or(|l| meaning.is_some_and(|m| m.lock == l));
+        let across_ok = self
+            .across_return
+            .is_none_or(|a| meaning.is_some_and(|m| m.across_return == a));
+        let held_ok = self.held_after.is_none_or(|h| held_after == Some(h));
+        lock_ok && across_ok && held_ok
+    }
+
+    /// Whether it gives a field that reads a witness's meaning.
+    pub fn reads_witness(&self) -> bool {
+        self.lock.is_some() || self.across_return.is_some() || self.held_after.is_some()
     }
 
     /// Whether a record-less rule matches a cell of this status.

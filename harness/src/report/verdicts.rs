@@ -11,7 +11,9 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::{DriverColumn, Report};
-use crate::properties::{ColumnVerdict, Evidence, Mark, Property, PropertyVerdicts, Scope, Severity};
+use crate::baseline::BaselineCell;
+use crate::properties::remedies::{Context, first_proven};
+use crate::properties::{ColumnVerdict, Evidence, Mark, Property, PropertyVerdicts, Proven, Scope, Severity};
 
 /// The verdicts of a report, ready for a template.
 #[derive(Serialize)]
@@ -82,6 +84,8 @@ pub struct PropertyRow {
     pub file: String,
     /// Columns where it holds.
     pub holds: usize,
+    /// Columns where it holds where tried (a dimension value left untried).
+    pub partly: usize,
     /// Columns that violate it.
     pub violated: usize,
     /// Columns where it does not apply.
@@ -133,12 +137,17 @@ pub struct Card {
     pub informational_count: usize,
     /// Properties that hold.
     pub holds_count: usize,
+    /// Properties that hold where tried.
+    pub partly_count: usize,
     /// Properties that do not apply.
     pub na_count: usize,
     /// One line per violated (by severity) or undecided property.
     pub lines: Vec<CardLine>,
-    /// The properties that hold: `id` and the first fact (`id: fact`).
+    /// The properties that hold: `id` and the first fact (`id: fact`), and
+    /// what they were tried across.
     pub holds: Vec<String>,
+    /// The properties that hold where tried: `id (not tried: …)`.
+    pub partly: Vec<String>,
     /// The properties that do not apply: `id (why)`.
     pub not_applicable: Vec<String>,
 }
@@ -156,9 +165,15 @@ pub struct CardLine {
     pub severity: &'static str,
     /// The facts, from the deciding cells (violating ones first).
     pub facts: Vec<Fact>,
-    /// For a violation: the property's advice, then the readings' own; for
-    /// another verdict, the readings' own (what holds can still need care).
+    /// For a violation: the property's advice when no remedy is proven for
+    /// the column, then the readings' own; for another verdict, the
+    /// readings' own (what holds can still need care).
     pub advice: Vec<String>,
+    /// For a violation: the first remedy proven for this column, with what
+    /// proves it.
+    pub proven: Option<Proven>,
+    /// What the verdict was tried across (its coverage), empty without one.
+    pub across: String,
     /// For n/a and undecided: why.
     pub reasons: Vec<String>,
 }
@@ -186,7 +201,18 @@ fn class(m: Mark) -> &'static str {
         Mark::Violated => "violated",
         Mark::NotApplicable => "na",
         Mark::Undecided => "undecided",
+        Mark::HoldsWhereTried => "partly",
     }
+}
+
+/// The cells of server `server` of `report`, as the verdicts read them.
+fn cells_of(report: &Report, server: &str) -> Vec<BaselineCell> {
+    report
+        .runs
+        .iter()
+        .filter(|r| r.server == server)
+        .map(BaselineCell::of)
+        .collect()
 }
 
 /// The fact an evidence states: the rule's words (or the reading), and for
@@ -250,6 +276,12 @@ impl VerdictView {
                     .unwrap_or_else(|| sv.server.clone());
                 let column_props: Vec<&PropertyVerdicts> =
                     sv.properties.iter().filter(|p| p.scope == Scope::Column).collect();
+                let cells = cells_of(report, &sv.server);
+                let ctx = Context {
+                    verdicts: &sv.properties,
+                    columns: &report.drivers,
+                    cells: &cells,
+                };
                 ServerView {
                     id: sv.server.clone(),
                     version,
@@ -265,7 +297,11 @@ impl VerdictView {
                         .map(|(n, p)| property_row(n + 1, p, info.get(p.id.as_str()).copied()))
                         .collect(),
                     grid: report.drivers.iter().map(|d| grid_row(d, &column_props)).collect(),
-                    cards: report.drivers.iter().map(|d| card(d, &column_props, &info)).collect(),
+                    cards: report
+                        .drivers
+                        .iter()
+                        .map(|d| card(d, &column_props, &info, &ctx))
+                        .collect(),
                 }
             })
             .collect();
@@ -421,6 +457,7 @@ fn property_row(n: usize, p: &PropertyVerdicts, info: Option<&Property>) -> Prop
         source: info.map(|i| i.source.clone()).unwrap_or_default(),
         file: info.map(|i| i.file.display().to_string()).unwrap_or_default(),
         holds: p.count(Mark::Holds),
+        partly: p.count(Mark::HoldsWhereTried),
         violated: p.count(Mark::Violated),
         na: p.count(Mark::NotApplicable),
         undecided: p.count(Mark::Undecided),
@@ -459,6 +496,13 @@ fn grid_row(d: &DriverColumn, props: &[&PropertyVerdicts]) -> GridRow {
                                 e.reads.as_str()
                             )
                         })
+                        .chain(v.coverage.iter().map(|c| format!("tried across: {}", c.tried_text())))
+                        .chain(
+                            v.coverage
+                                .iter()
+                                .filter(|c| c.has_untried())
+                                .map(|c| format!("not tried: {}", c.untried_text())),
+                        )
                         .collect::<Vec<_>>()
                         .join("\n"),
                     family: v
@@ -481,17 +525,21 @@ fn grid_row(d: &DriverColumn, props: &[&PropertyVerdicts]) -> GridRow {
 }
 
 /// Column `d`'s card.
-fn card(d: &DriverColumn, props: &[&PropertyVerdicts], info: &BTreeMap<&str, &Property>) -> Card {
+fn card(d: &DriverColumn, props: &[&PropertyVerdicts], info: &BTreeMap<&str, &Property>, ctx: &Context<'_>) -> Card {
     let mut lines: Vec<(u8, Severity, CardLine)> = Vec::new();
     for p in props {
         let Some(v) = p.of(&d.id) else {
             continue;
         };
         let mut advice = Vec::new();
+        let mut proven = None;
         if v.verdict == Mark::Violated
             && let Some(i) = info.get(p.id.as_str())
         {
-            advice.push(i.advice.clone());
+            proven = first_proven(&i.remedies, &p.id, d, ctx);
+            if proven.is_none() {
+                advice.push(i.advice.clone());
+            }
         }
         // The readings' own advice: for a violation, or for what holds
         // (asyncpg's reset ends a lock one meant to keep).
@@ -505,8 +553,9 @@ fn card(d: &DriverColumn, props: &[&PropertyVerdicts], info: &BTreeMap<&str, &Pr
         let order = match v.verdict {
             Mark::Violated => 0,
             Mark::Undecided => 1,
-            Mark::Holds => 2,
-            Mark::NotApplicable => 3,
+            Mark::HoldsWhereTried => 2,
+            Mark::Holds => 3,
+            Mark::NotApplicable => 4,
         };
         lines.push((
             order,
@@ -518,6 +567,8 @@ fn card(d: &DriverColumn, props: &[&PropertyVerdicts], info: &BTreeMap<&str, &Pr
                 severity: p.severity.as_str(),
                 facts: facts(v),
                 advice,
+                proven,
+                across: v.coverage.as_ref().map(|c| c.tried_text()).unwrap_or_default(),
                 reasons: v.reasons.clone(),
             },
         ));
@@ -529,13 +580,19 @@ fn card(d: &DriverColumn, props: &[&PropertyVerdicts], info: &BTreeMap<&str, &Pr
         .map(|(_, _, l)| {
             let fact = l.facts.first().map(|f| f.text.as_str()).into_iter();
             let advice = l.advice.iter().map(|a| format!("do: {a}"));
-            let said: Vec<String> = fact.map(str::to_owned).chain(advice).collect();
+            let across = (!l.across.is_empty()).then(|| format!("tried across: {}", l.across));
+            let said: Vec<String> = fact.map(str::to_owned).chain(across).chain(advice).collect();
             if said.is_empty() {
                 l.id.clone()
             } else {
                 format!("{} ({})", l.id, said.join("; "))
             }
         })
+        .collect();
+    let partly = lines
+        .iter()
+        .filter(|(_, _, l)| l.verdict == Mark::HoldsWhereTried.as_str())
+        .map(|(_, _, l)| format!("{} (holds across {}; {})", l.id, l.across, l.reasons.join("; ")))
         .collect();
     let not_applicable = lines
         .iter()
@@ -556,6 +613,7 @@ fn card(d: &DriverColumn, props: &[&PropertyVerdicts], info: &BTreeMap<&str, &Pr
         surprising_count: count("violated", Some("surprising")),
         informational_count: count("violated", Some("informational")),
         holds_count: count("holds", None),
+        partly_count: count(Mark::HoldsWhereTried.as_str(), None),
         na_count: count("n/a", None),
         lines: lines
             .into_iter()
@@ -563,6 +621,7 @@ fn card(d: &DriverColumn, props: &[&PropertyVerdicts], info: &BTreeMap<&str, &Pr
             .filter(|l| matches!(l.verdict, "violated" | "undecided"))
             .collect(),
         holds,
+        partly,
         not_applicable,
     }
 }

@@ -193,6 +193,12 @@ pub struct VerdictArgs {
     /// Print the verdicts as JSON (matrix.json's `properties` and `verdicts`) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Print, per property and selected column, what decided the verdict:
+    /// the values of each dimension it was tried in (pool size, hand-back,
+    /// give-up, pooler mode), those not tried, and the deciding cells with
+    /// where each stands, instead of the cards.
+    #[arg(long, conflicts_with = "json")]
+    pub coverage: bool,
 }
 
 /// `locklab merge`'s arguments.

@@ -105,7 +105,9 @@ pub fn verdict(dir: &Path, args: &VerdictArgs) -> Result<ExitCode> {
             }
         }
     }
-    if args.json {
+    if args.coverage {
+        emit(&coverage(&report, drivers))?;
+    } else if args.json {
         emit(&format!(
             "{}\n",
             serde_json::to_string_pretty(&serde_json::json!({
@@ -125,4 +127,82 @@ pub fn verdict(dir: &Path, args: &VerdictArgs) -> Result<ExitCode> {
         eprintln!("locklab verdict: every required property holds (or does not apply) in the selected column(s)");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `verdict --coverage`: per property (column scope) and selected column,
+/// the verdict, what it was tried across and not, and each deciding cell
+/// with its reading and where it stands.
+fn coverage(report: &locklab::report::Report, drivers: &[String]) -> String {
+    let selected = |driver: &str| drivers.is_empty() || drivers.iter().any(|d| d == driver);
+    let mut out = String::new();
+    for server in &report.verdicts {
+        let _ = writeln!(out, "# What each verdict was tried across ({})\n", server.server);
+        for p in server.properties.iter() {
+            let declared = report.properties.iter().find(|q| q.id == p.id);
+            let _ = writeln!(
+                out,
+                "## {} ({}, {})\n",
+                p.id,
+                p.severity.as_str(),
+                match p.scope {
+                    Scope::Column => "a column property",
+                    Scope::Server => "a server property",
+                }
+            );
+            if let Some(d) = declared {
+                for (dim, applies) in &d.dimensions {
+                    if let locklab::properties::Applies::DoesNotApply(why) = applies {
+                        let _ = writeln!(out, "- {}: does not apply: {why}", dim.as_str());
+                    }
+                }
+                if !d.witnesses.is_empty() {
+                    let kinds: Vec<&str> = d.witnesses.iter().map(|k| k.as_str()).collect();
+                    let _ = writeln!(out, "- decided by every recorded witness of: {}", kinds.join(", "));
+                }
+            }
+            let _ = writeln!(
+                out,
+                "\n| column | verdict | tried across | not tried | deciding cells |\n|---|---|---|---|---|"
+            );
+            for c in p.columns.iter().filter(|c| selected(&c.driver)) {
+                let cov = c.coverage.as_ref();
+                let cells: Vec<String> = c
+                    .evidence
+                    .iter()
+                    .map(|e| {
+                        let mut at = Vec::new();
+                        if let Some(n) = e.at.pool_size {
+                            at.push(format!("pool {n}"));
+                        }
+                        at.extend(e.at.hand_back.iter().cloned());
+                        at.extend(e.at.give_up.iter().cloned());
+                        format!(
+                            "`{}` · `{}`: {} ({}{})",
+                            e.scenario,
+                            e.record.as_deref().unwrap_or("status"),
+                            e.reading,
+                            e.reads.as_str(),
+                            if at.is_empty() {
+                                String::new()
+                            } else {
+                                format!("; {}", at.join(", "))
+                            }
+                        )
+                    })
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "| `{}` | {} {} | {} | {} | {} |",
+                    c.driver,
+                    c.verdict.symbol(),
+                    c.verdict.as_str(),
+                    cov.map(|c| c.tried_text()).unwrap_or_default(),
+                    cov.map(|c| c.untried_text()).unwrap_or_default(),
+                    cells.join("<br>").replace('|', "\\|")
+                );
+            }
+            out.push('\n');
+        }
+    }
+    out
 }

@@ -33,10 +33,15 @@ fn property(s: &str, record: Option<&str>, readings: Vec<ReadingRule>) -> Proper
         severity: Severity::Unsafe,
         scope: Scope::Column,
         advice: "a".into(),
+        remedies: Vec::new(),
+        dimensions: Vec::new(),
+        witnesses: Vec::new(),
         decided_by: vec![Decider {
             scenario: s.into(),
             record: record.map(str::to_owned),
             readings,
+            witness: None,
+            coordinates: Default::default(),
         }],
         file: "p.yaml".into(),
     }
@@ -78,7 +83,13 @@ fn cell(scenario: &str, status: Status, observations: Vec<(&str, BaselineObserva
 }
 
 fn verdict(p: &Property, cells: &[BaselineCell]) -> ColumnVerdict {
-    evaluate(std::slice::from_ref(p), cells, &["d".to_owned()])[0].columns[0].clone()
+    evaluate(
+        std::slice::from_ref(p),
+        cells,
+        &[crate::properties::Column::unknown("d")],
+    )[0]
+    .columns[0]
+        .clone()
 }
 
 #[test]
@@ -137,6 +148,8 @@ fn not_applicable_and_its_reasons() {
                 Reads::NotApplicable,
             )
         }],
+        witness: None,
+        coordinates: Default::default(),
     });
     let v = verdict(
         &gated,
@@ -255,12 +268,12 @@ fn changes_name_the_property_column_and_cell() {
     let before = evaluate(
         std::slice::from_ref(&p),
         &[cell("s", Status::Pass, vec![("x", obs(Value::Bool(true)))])],
-        &["d".to_owned()],
+        &[crate::properties::Column::unknown("d")],
     );
     let after = evaluate(
         std::slice::from_ref(&p),
         &[cell("s", Status::Pass, vec![("x", obs(Value::Bool(false)))])],
-        &["d".to_owned()],
+        &[crate::properties::Column::unknown("d")],
     );
     assert!(changes(&before, &before).is_empty());
     let c = changes(&before, &after);

@@ -1,0 +1,390 @@
+//! Dimensions: the ways of running a case that can break a property (pool
+//! size, which connection a later checkout gets, how a lock call is given
+//! up, the pooler's mode), where each deciding cell stands in them
+//! ([`Coordinates`], read from its scenario and its column), and what a
+//! column's verdict was tried across ([`Coverage`]).
+//!
+//! An unsafe property declares every dimension: it applies, or why it does
+//! not. A column whose cells hold the property but leave a value of a
+//! dimension that applies to it untried reads "holds where tried"
+//! ([`super::Mark::HoldsWhereTried`]), never ✓.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::OnceLock;
+
+use regex::Regex;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::scenario::{OnTimeout, Scenario, SqlStep, StepKind, Via};
+
+/// A dimension that can break a property.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Dimension {
+    /// The pool's maximum size: 1, or 2 and more (another connection exists).
+    PoolSize,
+    /// Which connection a later checkout gets: the one given back, or another.
+    HandBack,
+    /// How the client gives up on a waiting lock call: a server-side timeout,
+    /// a dropped future, a cancel request, a dropped connection object.
+    GiveUp,
+    /// How the column reaches the server: directly, through a session-mode
+    /// or a transaction-mode pooler.
+    PoolerMode,
+}
+
+impl Dimension {
+    /// Every dimension, in the order the report states them.
+    pub const ALL: &'static [Dimension] = &[
+        Dimension::PoolSize,
+        Dimension::HandBack,
+        Dimension::GiveUp,
+        Dimension::PoolerMode,
+    ];
+
+    /// `pool_size`, … as property files name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dimension::PoolSize => "pool_size",
+            Dimension::HandBack => "hand_back",
+            Dimension::GiveUp => "give_up",
+            Dimension::PoolerMode => "pooler_mode",
+        }
+    }
+
+    /// The values a column must be tried in for this dimension, given the
+    /// column; empty when the dimension does not apply to the column (a
+    /// column without a pool has no pool size and hands nothing back).
+    fn required(self, column: &Column) -> Vec<&'static str> {
+        match self {
+            Dimension::PoolSize if column.pooled => vec![POOL_1, POOL_2],
+            Dimension::HandBack if column.pooled => vec![SAME, OTHER],
+            Dimension::PoolSize | Dimension::HandBack => Vec::new(),
+            Dimension::GiveUp => vec![SERVER_TIMEOUT, DROPPED_FUTURE, CANCEL_REQUEST, DROPPED_CONNECTION],
+            Dimension::PoolerMode => vec![column.mode()],
+        }
+    }
+}
+
+const POOL_1: &str = "pool size 1";
+const POOL_2: &str = "pool size ≥ 2";
+const SAME: &str = "same connection";
+const OTHER: &str = "other connection";
+const EITHER: &str = "either connection (the pool's order decides)";
+const SERVER_TIMEOUT: &str = "server-side timeout";
+const DROPPED_FUTURE: &str = "dropped future";
+const CANCEL_REQUEST: &str = "cancel request";
+const DROPPED_CONNECTION: &str = "dropped connection object";
+
+/// What a column is, as far as the dimensions go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Column {
+    /// The column id.
+    pub id: String,
+    /// Whether it has a pool (or a pooler) between the code and the server;
+    /// `false` for a column that opens a connection per checkout.
+    pub pooled: bool,
+    /// The pooler's mode (`session`, `transaction`), `None` without a pooler.
+    pub pooler: Option<String>,
+}
+
+impl Column {
+    /// A column known only by its id (a baseline without column facts):
+    /// taken as pooled, without a pooler.
+    pub fn unknown(id: &str) -> Column {
+        Column {
+            id: id.to_owned(),
+            pooled: true,
+            pooler: None,
+        }
+    }
+
+    /// The column of a report.
+    pub fn of(d: &crate::report::DriverColumn) -> Column {
+        Column {
+            id: d.id.clone(),
+            pooled: d.kind != "direct",
+            pooler: d.pooler.clone(),
+        }
+    }
+
+    fn mode(&self) -> &'static str {
+        match self.pooler.as_deref() {
+            Some("transaction") => "transaction pooling",
+            Some(_) => "session pooling",
+            None => "no pooler",
+        }
+    }
+}
+
+/// How a property treats one dimension (`applies`, or `does not apply: WHY`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Applies {
+    /// The dimension can break the property: the deciding cells must cover it.
+    Applies,
+    /// It cannot, and why.
+    DoesNotApply(String),
+}
+
+/// Where one deciding cell stands, read from its scenario.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Coordinates {
+    /// The pool's maximum size, when the scenario has a pool actor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_size: Option<u32>,
+    /// What later checkouts before the reading got, as the scenario sets
+    /// them up (a pool that makes connections when asked): `same
+    /// connection` (a given-back connection is the only idle one),
+    /// `other connection` (the actor's given-back connection is checked out
+    /// by another actor, or none is idle), `either …` (several idle: the
+    /// pool's order decides).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hand_back: Vec<String>,
+    /// How a lock call was given up before the reading.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub give_up: Option<String>,
+}
+
+impl Coordinates {
+    /// Whether it says nothing (a scenario without a pool or a give-up).
+    pub fn is_empty(&self) -> bool {
+        *self == Coordinates::default()
+    }
+
+    /// The coordinates of the reading of `record` (the whole scenario for
+    /// `None`: a cell's status) in scenario `s`.
+    pub fn of(s: &Scenario, record: Option<&str>) -> Coordinates {
+        let end = record
+            .and_then(|r| s.steps.iter().position(|st| st.record.as_deref() == Some(r)))
+            .map_or(s.steps.len(), |i| i + 1);
+        let steps = &s.steps[..end];
+        let pooled = s.actors.iter().any(|a| a.via == Via::Pool);
+        Coordinates {
+            pool_size: pooled.then_some(s.pool_max_size),
+            hand_back: if pooled { hand_backs(s, end) } else { Vec::new() },
+            give_up: give_up(s, steps),
+        }
+    }
+
+    /// The values this cell stands at in `d` for `column`.
+    fn values(&self, d: Dimension, column: &Column) -> Vec<&'static str> {
+        match d {
+            Dimension::PoolSize => match self.pool_size {
+                Some(1) => vec![POOL_1],
+                Some(_) => vec![POOL_2],
+                None => Vec::new(),
+            },
+            Dimension::HandBack => self
+                .hand_back
+                .iter()
+                .filter_map(|h| [SAME, OTHER, EITHER].into_iter().find(|v| v == h))
+                .collect(),
+            Dimension::GiveUp => self
+                .give_up
+                .iter()
+                .filter_map(|g| {
+                    [SERVER_TIMEOUT, DROPPED_FUTURE, CANCEL_REQUEST, DROPPED_CONNECTION]
+                        .into_iter()
+                        .find(|v| v == g)
+                })
+                .collect(),
+            Dimension::PoolerMode => vec![column.mode()],
+        }
+    }
+}
+
+/// A symbolic pool: which connection each checkout gets, when the pool makes
+/// a connection only when none is idle.
+fn hand_backs(s: &Scenario, end: usize) -> Vec<String> {
+    let mut idle: Vec<usize> = Vec::new();
+    let mut holding: HashMap<usize, usize> = HashMap::new();
+    let mut had: HashMap<usize, usize> = HashMap::new();
+    let mut made = 0;
+    let mut out = BTreeSet::new();
+    for step in &s.steps[..end] {
+        match &step.kind {
+            StepKind::Checkout { actor, .. } => {
+                let previous = had.get(actor).copied();
+                let got = match idle.len() {
+                    0 => {
+                        made += 1;
+                        made
+                    }
+                    1 => idle.remove(0),
+                    _ => {
+                        out.insert(EITHER);
+                        idle.remove(idle.len() - 1)
+                    }
+                };
+                match previous {
+                    Some(p) if p == got => {
+                        out.insert(SAME);
+                    }
+                    Some(_) => {
+                        out.insert(OTHER);
+                    }
+                    None if had.values().any(|v| *v == got) => {
+                        out.insert(SAME);
+                    }
+                    None => {}
+                }
+                holding.insert(*actor, got);
+            }
+            StepKind::Return { actor, .. } => {
+                if let Some(c) = holding.remove(actor) {
+                    idle.push(c);
+                    had.insert(*actor, c);
+                }
+            }
+            _ => {}
+        }
+    }
+    out.into_iter().map(str::to_owned).collect()
+}
+
+fn server_timeout() -> &'static Regex {
+    static R: OnceLock<Regex> = OnceLock::new();
+    R.get_or_init(|| {
+        Regex::new(r"(?i)\b(?:lock_timeout|statement_timeout)\s*(?:=|to)\s*'?([0-9]+)").expect("a valid regex")
+    })
+}
+
+fn lock_call() -> &'static Regex {
+    static R: OnceLock<Regex> = OnceLock::new();
+    R.get_or_init(|| Regex::new(r"(?i)\bpg_(?:try_)?advisory_(?:xact_)?lock(?:_shared)?\s*\(").expect("a valid regex"))
+}
+
+/// How a lock call was given up in `steps`: a client-side bound (dropped
+/// future or cancel request), a dropped connection object (`do: abandon`), a
+/// guard acquire given up, or a server-side timeout set before a lock call.
+fn give_up(s: &Scenario, steps: &[crate::scenario::Step]) -> Option<String> {
+    let mut timeout_set = s
+        .pool_settings
+        .list
+        .iter()
+        .chain(&s.server_settings.list)
+        .any(|(name, value)| {
+            matches!(name.as_str(), "lock_timeout" | "statement_timeout") && !value.trim_start_matches('0').is_empty()
+        });
+    for step in steps {
+        match &step.kind {
+            StepKind::Sql(SqlStep { sql, bound, .. }) => {
+                if let Some(c) = server_timeout().captures(sql) {
+                    timeout_set = &c[1] != "0";
+                }
+                if !lock_call().is_match(sql) {
+                    continue;
+                }
+                if timeout_set {
+                    return Some(SERVER_TIMEOUT.to_owned());
+                }
+                match bound.map(|b| b.on_timeout) {
+                    Some(OnTimeout::Drop) => return Some(DROPPED_FUTURE.to_owned()),
+                    Some(OnTimeout::Cancel) => return Some(CANCEL_REQUEST.to_owned()),
+                    None => {}
+                }
+            }
+            StepKind::Guard {
+                client_timeout_ms: Some(_),
+                ..
+            } => return Some(DROPPED_FUTURE.to_owned()),
+            StepKind::Abandon { .. } => return Some(DROPPED_CONNECTION.to_owned()),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// What one dimension of a column's verdict was tried across.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DimensionCoverage {
+    /// The dimension (`pool_size`, …).
+    pub dimension: Dimension,
+    /// Values a deciding cell decided in (holds or violated).
+    pub tried: Vec<String>,
+    /// Values that apply to the column and no deciding cell decided in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub untried: Vec<String>,
+    /// Values whose cells all read n/a in this column (the column does not
+    /// support them, e.g. no cancel request).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_applicable: Vec<String>,
+}
+
+/// What a column's verdict was tried across: one entry per dimension the
+/// property declares as applying and the column has values in.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Coverage {
+    /// Per dimension.
+    pub dimensions: Vec<DimensionCoverage>,
+}
+
+impl Coverage {
+    /// Whether a value that applies was left untried.
+    pub fn has_untried(&self) -> bool {
+        self.dimensions.iter().any(|d| !d.untried.is_empty())
+    }
+
+    /// "pool size 1, pool size ≥ 2; same connection, other connection;
+    /// direct" — what was tried, one group per dimension.
+    pub fn tried_text(&self) -> String {
+        self.dimensions
+            .iter()
+            .filter(|d| !d.tried.is_empty())
+            .map(|d| d.tried.join(", "))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// "pool size ≥ 2; other connection" — what was not tried.
+    pub fn untried_text(&self) -> String {
+        self.dimensions
+            .iter()
+            .filter(|d| !d.untried.is_empty())
+            .map(|d| d.untried.join(", "))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// The coverage of `column` by `decided` (the coordinates of cells that
+    /// held or violated) and `not_decided` (of cells that read n/a), for the
+    /// dimensions that apply.
+    pub fn of(
+        applies: &[(Dimension, Applies)],
+        column: &Column,
+        decided: &[&Coordinates],
+        not_decided: &[&Coordinates],
+    ) -> Coverage {
+        let mut dimensions = Vec::new();
+        for (d, a) in applies {
+            if *a != Applies::Applies {
+                continue;
+            }
+            let required = d.required(column);
+            if required.is_empty() {
+                continue;
+            }
+            let tried: BTreeSet<&str> = decided.iter().flat_map(|c| c.values(*d, column)).collect();
+            let seen_na: BTreeSet<&str> = not_decided.iter().flat_map(|c| c.values(*d, column)).collect();
+            let mut cov = DimensionCoverage {
+                dimension: *d,
+                tried: tried.iter().map(|v| (*v).to_owned()).collect(),
+                untried: Vec::new(),
+                not_applicable: Vec::new(),
+            };
+            for v in required {
+                if tried.contains(v) {
+                    continue;
+                }
+                if seen_na.contains(v) {
+                    cov.not_applicable.push(v.to_owned());
+                } else {
+                    cov.untried.push(v.to_owned());
+                }
+            }
+            dimensions.push(cov);
+        }
+        Coverage { dimensions }
+    }
+}
