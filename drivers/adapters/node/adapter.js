@@ -6,7 +6,9 @@
  * object per line on stdin (requests) and stdout (answers), several requests
  * in flight at once, each answered by its `id`. Diagnostics go to stderr.
  *
- * usage: node adapter.js [NAME]     NAME: the install set, default pg-8.14
+ * usage: node adapter.js [NAME [CONFIG]]
+ *   NAME: the install set, default pg-8.14
+ *   CONFIG: defaults (default) | release-unlock-all
  *   pg is loaded from <workspace>/.cache/node/NAME/node_modules (made by
  *   install.sh NAME; LOCKLAB_NODE_MODULES overrides the directory). It is
  *   required by absolute path: pg's own require('pg-pool') etc. then resolve
@@ -22,6 +24,13 @@
  * transaction, session locks, a statement still running and all); pg sends
  * no BEGIN of its own (autocommit). Checkout is the documented
  * `const client = await pool.connect(); try { … } finally { client.release() }`.
+ *
+ * "release-unlock-all": the same, with the application's release handler
+ * running `await client.query('select pg_advisory_unlock_all()')` before
+ * `client.release()` (pg-pool has no reset hook of its own: the 'release'
+ * event fires after the client is back in the idle list, too late to clean
+ * it before the next checkout). A failed unlock releases the client with the
+ * error, so pg-pool destroys it (pg-pool index.js _release).
  *
  * Giving up on a call, node-postgres's way (nothing of the adapter's own is
  * sent to the server):
@@ -48,6 +57,11 @@ const { performance } = require('perf_hooks')
 
 const PROTOCOL = 1
 const NAME = process.argv[2] || 'pg-8.14'
+const CONFIG = process.argv[3] || 'defaults'
+if (!['defaults', 'release-unlock-all'].includes(CONFIG)) {
+  process.stderr.write(`adapter: unknown configuration '${CONFIG}' (defaults | release-unlock-all)\n`)
+  process.exit(2)
+}
 const ROOT = path.resolve(__dirname, '..', '..', '..')
 const MODULES = process.env.LOCKLAB_NODE_MODULES || path.join(ROOT, '.cache', 'node', NAME, 'node_modules')
 
@@ -247,12 +261,20 @@ function opTransaction(req, state) {
   return opQuery(req, state, req.op)
 }
 
-function opReturn(req) {
+async function opReturn(req) {
   const c = connOf(req.conn)
   const p = poolOf(c.poolId)
   conns.delete(req.conn)
+  let failed
+  if (CONFIG === 'release-unlock-all') {
+    try {
+      await c.client.query('select pg_advisory_unlock_all()')
+    } catch (e) {
+      failed = e
+    }
+  }
   // Synchronous: pg-pool has taken it back (or removed it) when this returns.
-  c.client.release()
+  c.client.release(failed)
   return { returned: p.removed.has(c.client) ? 'closed' : 'to_pool' }
 }
 

@@ -7,8 +7,9 @@ object per line on stdin (requests) and stdout (answers). Each request runs
 in a thread of its own, as in a threaded application, so several are in
 flight at once and each is answered by its `id`. Diagnostics go to stderr.
 
-usage: threaded.py LIBRARY defaults
+usage: threaded.py LIBRARY CONFIG
   LIBRARY  psycopg2 | sqlalchemy
+  CONFIG   defaults | reset-unlock-all (sqlalchemy)
 
 "Defaults", per library (the protocol asks for autocommit and at most
 `max_size` connections; the rest is the library's own):
@@ -27,6 +28,11 @@ usage: threaded.py LIBRARY defaults
   application holding an advisory lock uses: `engine.connect()` (a
   Connection), given back with `Connection.close()`; SQL through
   `exec_driver_sql`.
+- sqlalchemy reset-unlock-all: the same, with a listener of the pool's
+  `reset` event (SQLAlchemy 2.0 docs, "Reset On Return" and
+  PoolEvents.reset) running `select pg_advisory_unlock_all()` on the DBAPI
+  connection of every connection given back (not when the pool only
+  terminates it), before the default rollback.
 
 Giving up: psycopg2 blocks in a call and cannot be interrupted, so a call
 given up (`timeout_ms`, `drop`) is left running in its thread while the
@@ -206,7 +212,8 @@ class SqlalchemyLib:
 
     name = "sqlalchemy"
 
-    def __init__(self):
+    def __init__(self, config="defaults"):
+        self.config = config
         import psycopg2
         import psycopg2.extensions
         import sqlalchemy
@@ -252,6 +259,18 @@ class SqlalchemyLib:
         def text_values(dbapi_conn, _record):
             # After the dialect's own per-connection casters (UUID): text.
             install_text_casters(self.psycopg2, dbapi_conn)
+
+        if self.config == "reset-unlock-all":
+
+            @sa.event.listens_for(engine, "reset")
+            def unlock_all(dbapi_conn, _record, reset_state):
+                if reset_state.terminate_only:
+                    return
+                cur = dbapi_conn.cursor()
+                try:
+                    cur.execute("select pg_advisory_unlock_all()")
+                finally:
+                    cur.close()
 
         return engine
 
@@ -667,13 +686,15 @@ class Adapter:
 
 def main():
     libs = {"psycopg2": Psycopg2Lib, "sqlalchemy": SqlalchemyLib}
-    if len(sys.argv) != 3 or sys.argv[1] not in libs or sys.argv[2] != "defaults":
+    configs = {"psycopg2": ["defaults"], "sqlalchemy": ["defaults", "reset-unlock-all"]}
+    if len(sys.argv) != 3 or sys.argv[1] not in libs or sys.argv[2] not in configs[sys.argv[1]]:
         print(__doc__, file=sys.stderr)
         sys.exit(2)
     # Ctrl-C in the terminal reaches the whole process group: stay until the
     # harness closes our stdin, so it can still close its pools.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    Adapter(libs[sys.argv[1]]()).serve()
+    lib = SqlalchemyLib(sys.argv[2]) if sys.argv[1] == "sqlalchemy" else libs[sys.argv[1]]()
+    Adapter(lib).serve()
 
 
 if __name__ == "__main__":

@@ -327,22 +327,22 @@ impl Coverage {
     }
 
     /// "pool size 1, pool size ≥ 2; same connection, other connection;
-    /// direct" — what was tried, one group per dimension.
+    /// no pooler" — what was tried, one group per dimension.
     pub fn tried_text(&self) -> String {
-        self.dimensions
-            .iter()
-            .filter(|d| !d.tried.is_empty())
-            .map(|d| d.tried.join(", "))
-            .collect::<Vec<_>>()
-            .join("; ")
+        self.text(|d| &d.tried)
     }
 
     /// "pool size ≥ 2; other connection" — what was not tried.
     pub fn untried_text(&self) -> String {
+        self.text(|d| &d.untried)
+    }
+
+    fn text(&self, values: impl Fn(&DimensionCoverage) -> &Vec<String>) -> String {
         self.dimensions
             .iter()
-            .filter(|d| !d.untried.is_empty())
-            .map(|d| d.untried.join(", "))
+            .map(values)
+            .filter(|v| !v.is_empty())
+            .map(|v| v.join(", "))
             .collect::<Vec<_>>()
             .join("; ")
     }
@@ -386,5 +386,54 @@ impl Coverage {
             dimensions.push(cov);
         }
         Coverage { dimensions }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(name: &str, record: &str) -> Coordinates {
+        let all = crate::scenario::load_dir(&crate::server::workspace_root().join("scenarios")).unwrap();
+        let s = all.iter().find(|s| s.name == name).unwrap();
+        Coordinates::of(s, Some(record))
+    }
+
+    #[test]
+    fn the_pool_model_tells_the_same_connection_from_another() {
+        let c = at("session-lock-pool-return", "held_after_next_checkout");
+        assert_eq!((c.pool_size, c.hand_back.clone()), (Some(1), vec![SAME.to_owned()]));
+        // Before any later checkout, nothing was handed back yet.
+        assert!(at("session-lock-pool-return", "held_after_return").hand_back.is_empty());
+        // Another request gets the given-back connection; the worker another.
+        let c = at("session-lock-pool-return-other", "held_after_next_checkout");
+        assert_eq!(c.pool_size, Some(2));
+        assert_eq!(c.hand_back, vec![OTHER.to_owned(), SAME.to_owned()]);
+    }
+
+    #[test]
+    fn each_way_of_giving_up_is_read_from_the_steps() {
+        let give_up = |name: &str, record: &str| at(name, record).give_up;
+        assert_eq!(
+            give_up("cancel-timeout-session-lock[on_timeout=drop]", "lock_call").as_deref(),
+            Some(DROPPED_FUTURE)
+        );
+        assert_eq!(
+            give_up("cancel-timeout-session-lock[on_timeout=cancel]", "lock_call").as_deref(),
+            Some(CANCEL_REQUEST)
+        );
+        assert_eq!(
+            give_up("cancel-timeout-xact-lock[bound=lock_timeout]", "after_holder_released").as_deref(),
+            Some(SERVER_TIMEOUT)
+        );
+        assert_eq!(
+            give_up(
+                "cancel-drop-connection-mid-call[in=autocommit]",
+                "after_holder_released"
+            )
+            .as_deref(),
+            Some(DROPPED_CONNECTION)
+        );
+        assert_eq!(give_up("session-lock-pool-return", "held_after_return"), None);
     }
 }

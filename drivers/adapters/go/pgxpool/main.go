@@ -14,6 +14,12 @@
 // statement cache (QueryExecModeCacheStatement). The only hook is OnNotice,
 // which collects notices for the answers.
 //
+// "after-release-unlock-all" (the argument): the same, with the pool's
+// AfterRelease hook running `select pg_advisory_unlock_all()` on every
+// connection released to the pool (pgxpool.Config.AfterRelease: "called
+// after a connection is released, but before it is returned to the pool";
+// false destroys the connection: so does a failed unlock here).
+//
 // Giving up on a call is Go's way: the call runs under a context.Context,
 // with context.WithTimeout for `timeout_ms` and a cancel func for `drop`,
 // `abandon` and `close_pool`. pgx then interrupts the call itself (its
@@ -257,6 +263,14 @@ func (a *adapter) opOpenPool(c *call, r *request) (map[string]any, error) {
 		cfg.ConnConfig.RuntimeParams[kv[0]] = kv[1]
 	}
 	cfg.ConnConfig.OnNotice = a.onNotice
+	if configuration == "after-release-unlock-all" {
+		cfg.AfterRelease = func(c *pgx.Conn) bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err := c.Exec(ctx, "select pg_advisory_unlock_all()")
+			return err == nil
+		}
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		return nil, libFailure(err)
@@ -746,10 +760,17 @@ func watchParent() {
 	}
 }
 
+// The configuration asked for on the command line: "defaults" or
+// "after-release-unlock-all".
+var configuration = "defaults"
+
 func main() {
-	if len(os.Args) > 1 {
-		fmt.Fprintln(os.Stderr, "usage: pgxpool-adapter (speaks locklab's driver protocol on stdin/stdout)")
+	if len(os.Args) > 2 || (len(os.Args) == 2 && os.Args[1] != "defaults" && os.Args[1] != "after-release-unlock-all") {
+		fmt.Fprintln(os.Stderr, "usage: pgxpool-adapter [defaults | after-release-unlock-all] (speaks locklab's driver protocol on stdin/stdout)")
 		os.Exit(2)
+	}
+	if len(os.Args) == 2 {
+		configuration = os.Args[1]
 	}
 	a := newAdapter()
 	go watchParent()

@@ -282,3 +282,45 @@ fn changes_name_the_property_column_and_cell() {
     assert_eq!(c[0].cells, ["s"]);
     assert!(!c[0].race);
 }
+
+/// A property that declares pool size: a column tried at pool size 1 only
+/// holds where tried, with what was not tried; tried at both, it holds; a
+/// violation is a violation whatever was tried; a column without a pool has
+/// no pool size to try.
+#[test]
+fn an_untried_dimension_value_reads_holds_where_tried() {
+    use crate::properties::{Applies, Column, Coordinates, Dimension};
+    let mut p = bool_property();
+    p.dimensions = vec![
+        (Dimension::PoolSize, Applies::Applies),
+        (Dimension::GiveUp, Applies::DoesNotApply("nothing is given up".into())),
+    ];
+    let at = |n: u32| Coordinates {
+        pool_size: Some(n),
+        ..Coordinates::default()
+    };
+    p.decided_by[0].scenario = "s".into();
+    p.decided_by[0].coordinates = [("s[n=1]".to_owned(), at(1)), ("s[n=2]".to_owned(), at(2))].into();
+    let pooled = Column::unknown("d");
+    let judge = |cells: &[BaselineCell], column: &Column| {
+        evaluate(std::slice::from_ref(&p), cells, std::slice::from_ref(column))[0].columns[0].clone()
+    };
+    let one = cell("s[n=1]", Status::Pass, vec![("x", obs(Value::Bool(true)))]);
+    let two = cell("s[n=2]", Status::Pass, vec![("x", obs(Value::Bool(true)))]);
+    let v = judge(std::slice::from_ref(&one), &pooled);
+    assert_eq!(v.verdict, Mark::HoldsWhereTried, "{v:?}");
+    let c = v.coverage.unwrap();
+    assert_eq!(c.untried_text(), "pool size ≥ 2");
+    assert_eq!(c.tried_text(), "pool size 1");
+    let v = judge(&[one.clone(), two], &pooled);
+    assert_eq!(v.verdict, Mark::Holds, "{v:?}");
+    assert_eq!(v.coverage.unwrap().tried_text(), "pool size 1, pool size ≥ 2");
+    let broken = cell("s[n=1]", Status::Pass, vec![("x", obs(Value::Bool(false)))]);
+    assert_eq!(judge(&[broken], &pooled).verdict, Mark::Violated);
+    let direct = Column {
+        id: "d".into(),
+        pooled: false,
+        pooler: None,
+    };
+    assert_eq!(judge(&[one], &direct).verdict, Mark::Holds);
+}
