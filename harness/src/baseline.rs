@@ -95,6 +95,14 @@ pub struct BaselineDriver {
     /// status alone ([`comparison::compare`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub readings_vary: bool,
+    /// `direct` or `pooled` (absent in baselines written before it): which
+    /// dimensions of a property apply to the column
+    /// ([`crate::properties::Column`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// The pooler's mode (`session`, `transaction`), for a column behind one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pooler: Option<String>,
 }
 
 /// What one scenario × driver cell measured.
@@ -359,6 +367,8 @@ impl Baseline {
                             crate_version: d.crate_version.clone(),
                             configuration: d.configuration.clone(),
                             readings_vary: d.readings_vary(),
+                            kind: Some(d.kind.clone()),
+                            pooler: d.pooler.clone(),
                         },
                     )
                 })

@@ -418,11 +418,35 @@ impl Report {
     }
 
     /// With [`Report::properties`] and [`Report::verdicts`] evaluated anew
-    /// from its runs by the shipped properties (`properties/`). When they
-    /// cannot be read (an invalid property file: `locklab validate` names
+    /// from its runs by the shipped properties (`properties/`), loaded with
+    /// the run's own scenario files where they still are (their witnesses
+    /// decide, as in [`Report::judged_with`]). When they cannot be read (an invalid property file: `locklab validate` names
     /// it), a note on stderr, and no verdicts.
     pub fn judged(self) -> Report {
-        self.judged_with(&[])
+        // A run's own scenario files (not under the shipped `scenarios/`),
+        // read again where they still are, so that their witnesses decide.
+        let root = crate::server::workspace_root();
+        let shipped = root.join("scenarios");
+        let mut files: Vec<std::path::PathBuf> = self
+            .scenarios
+            .iter()
+            .map(|s| {
+                if s.file.is_absolute() {
+                    s.file.clone()
+                } else {
+                    root.join(&s.file)
+                }
+            })
+            .filter(|f| !f.starts_with(&shipped) && f.is_file())
+            .collect();
+        files.sort();
+        files.dedup();
+        let own: Vec<Scenario> = files
+            .iter()
+            .filter_map(|f| crate::scenario::load_file(f).ok())
+            .flatten()
+            .collect();
+        self.judged_with(&own)
     }
 
     /// [`Report::judged`], with the shipped properties loaded against the

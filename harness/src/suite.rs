@@ -300,7 +300,11 @@ impl Suite {
         let lab = Lab::start(&self.server).map_err(SuiteError::Setup)?;
         let drivers = [self.boxed()];
         let results = lab.run(&runnable, &drivers).map_err(SuiteError::Setup)?;
-        let unmet = judge(&properties, &results);
+        let unmet = judge(
+            &properties,
+            &results,
+            &crate::properties::Column::of_driver(&self.driver.info()),
+        );
         if unmet.is_empty() {
             Ok(Checked { results })
         } else {
@@ -343,7 +347,11 @@ impl Suite {
                     let results = lab
                         .run(std::slice::from_ref(&scenario), &[suite.boxed()])
                         .map_err(|e| format!("{e:#}"))?;
-                    let unmet = judge(&properties, &results);
+                    let unmet = judge(
+                        &properties,
+                        &results,
+                        &crate::properties::Column::of_driver(&suite.driver.info()),
+                    );
                     if unmet.is_empty() {
                         Ok(())
                     } else {
@@ -401,7 +409,7 @@ fn families(all: &[Scenario]) -> Vec<&str> {
 /// Every failed cell of `results` and every property of `required`
 /// violated or undecided by them (each property judged on the cells of
 /// `results` that decide it; one that none decides is skipped).
-fn judge(required: &[Property], results: &[RunResult]) -> Vec<Unmet> {
+fn judge(required: &[Property], results: &[RunResult], column: &crate::properties::Column) -> Vec<Unmet> {
     let mut unmet: Vec<Unmet> = results
         .iter()
         .filter(|r| r.status() == Status::Fail)
@@ -422,7 +430,10 @@ fn judge(required: &[Property], results: &[RunResult]) -> Vec<Unmet> {
         if deciding.decided_by.is_empty() {
             continue;
         }
-        let column = crate::properties::Column::unknown(&driver);
+        let column = crate::properties::Column {
+            id: driver.clone(),
+            ..column.clone()
+        };
         let verdicts =
             crate::properties::evaluate(std::slice::from_ref(&deciding), &cells, std::slice::from_ref(&column));
         let Some(column) = verdicts.first().and_then(|v| v.of(&driver)) else {

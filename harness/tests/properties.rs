@@ -491,4 +491,78 @@ fn every_unsafe_violation_on_a_card_names_the_cell_that_proves_its_advice() {
     }
     assert!(unproven.is_empty(), "no proven remedy:\n{}", unproven.join("\n"));
     assert!(proven > 0);
+    // Every column a remedy names is a column of the report: a typo proves nothing.
+    for p in shipped() {
+        for r in &p.remedies {
+            if let properties::Proof::Columns(ids) | properties::Proof::Instead(ids) = &r.proven_by {
+                for id in ids {
+                    assert!(
+                        report.drivers.iter().any(|d| &d.id == id),
+                        "{}: remedy names column '{id}', which the committed report does not have",
+                        p.id
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Issue 52: every recorded reading of a kind a property is about decides
+/// it. A recorded step that calls pg_advisory_unlock in a form the witness
+/// cannot read fails here, with why (it would decide nothing); every kind
+/// of witness is selected by a shipped property; and every witness of a
+/// shipped scenario, the user reports' included, is one of its deciders.
+#[test]
+fn every_recorded_witness_decides_a_property() {
+    use locklab::properties::witness::{self, WitnessKind};
+    let unread: Vec<String> = scenarios()
+        .iter()
+        .flat_map(|s| {
+            witness::unread(s)
+                .into_iter()
+                .map(move |(record, why)| format!("{} · {record}: {why}", s.name))
+        })
+        .collect();
+    assert!(
+        unread.is_empty(),
+        "recorded readings that decide nothing:\n{}",
+        unread.join("\n")
+    );
+    for kind in WitnessKind::ALL {
+        let selecting: Vec<&Property> = shipped().iter().filter(|p| p.witnesses.contains(kind)).collect();
+        assert!(
+            !selecting.is_empty(),
+            "no property selects the witness {}",
+            kind.as_str()
+        );
+        for s in scenarios() {
+            for w in witness::of_scenario(s).into_iter().filter(|w| w.meaning.kind == *kind) {
+                for p in &selecting {
+                    assert!(
+                        p.decided_by
+                            .iter()
+                            .any(|d| d.scenario == w.scenario && d.record.as_deref() == Some(w.record.as_str())),
+                        "{} · {} witnesses {} but does not decide {}",
+                        w.scenario,
+                        w.record,
+                        kind.as_str(),
+                        p.id
+                    );
+                }
+            }
+        }
+    }
+    // The user reports that record an unlock decide the unlock property.
+    let unlock = shipped().iter().find(|p| p.id == "unlock-reaches-the-session").unwrap();
+    for report in [
+        "report-mockforge-968",
+        "report-oban-52",
+        "report-rails-32622",
+        "report-authentik-23876",
+    ] {
+        assert!(
+            unlock.decided_by.iter().any(|d| d.scenario == report),
+            "{report} does not decide unlock-reaches-the-session"
+        );
+    }
 }

@@ -51,6 +51,8 @@ fn baseline(cells: Vec<BaselineCell>, version: &str, configuration: &str) -> Bas
                         crate_version: version.into(),
                         configuration: configuration.into(),
                         readings_vary: false,
+                        kind: None,
+                        pooler: None,
                     },
                 )
             })

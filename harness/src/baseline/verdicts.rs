@@ -14,12 +14,16 @@ impl Comparison {
     /// cells (the race rule: a run with fewer or luckier trials can only say
     /// "not contradicted"); else it is a note.
     pub fn judge(&mut self, properties: &[crate::properties::Property], baseline: &Baseline, fresh: &Baseline) {
-        // A baseline does not keep whether a column is pooled: both sides
-        // are judged with the same facts, so no change comes from them.
+        // The fresh run's column facts judge both sides, so no change comes
+        // from them (a baseline written before they were kept has none).
         let drivers: Vec<crate::properties::Column> = fresh
             .drivers
-            .keys()
-            .map(|d| crate::properties::Column::unknown(d))
+            .iter()
+            .map(|(id, d)| crate::properties::Column {
+                id: id.clone(),
+                pooled: d.kind.as_deref() != Some("direct"),
+                pooler: d.pooler.clone(),
+            })
             .collect();
         let ran: std::collections::HashSet<(&str, &str)> = fresh
             .cells
@@ -166,6 +170,8 @@ mod tests {
                 crate_version: "1".into(),
                 configuration: "x".into(),
                 readings_vary: false,
+                kind: None,
+                pooler: None,
             },
         );
         Baseline {

@@ -100,6 +100,15 @@ impl Column {
         }
     }
 
+    /// The column of a driver.
+    pub fn of_driver(info: &locklab_drivers::DriverInfo) -> Column {
+        Column {
+            id: info.id.to_owned(),
+            pooled: info.kind != locklab_drivers::DriverKind::Direct,
+            pooler: info.pooler_mode().map(|m| m.as_str().to_owned()),
+        }
+    }
+
     /// The column of a report.
     pub fn of(d: &crate::report::DriverColumn) -> Column {
         Column {
@@ -144,6 +153,13 @@ pub struct Coordinates {
     /// How a lock call was given up before the reading.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub give_up: Option<String>,
+    /// The recorded backend comparisons before the reading (`select
+    /// pg_backend_pid() = ${saved}`), each with whether its actor is the one
+    /// that saved the pid (and gave that connection back): what the pool
+    /// really handed out, read by [`Coordinates::measured`] in place of the
+    /// model's guess.
+    #[serde(skip)]
+    pub compared: Vec<(String, bool)>,
 }
 
 impl Coordinates {
@@ -155,16 +171,46 @@ impl Coordinates {
     /// The coordinates of the reading of `record` (the whole scenario for
     /// `None`: a cell's status) in scenario `s`.
     pub fn of(s: &Scenario, record: Option<&str>) -> Coordinates {
-        let end = record
-            .and_then(|r| s.steps.iter().position(|st| st.record.as_deref() == Some(r)))
-            .map_or(s.steps.len(), |i| i + 1);
+        let at = record.and_then(|r| s.steps.iter().position(|st| st.record.as_deref() == Some(r)));
+        let end = at.map_or(s.steps.len(), |i| i + 1);
         let steps = &s.steps[..end];
         let pooled = s.actors.iter().any(|a| a.via == Via::Pool);
+        // A pool actor's own reading: its own later checkouts are what count.
+        let actor = at
+            .and_then(|i| step_actor(&s.steps[i].kind))
+            .filter(|a| s.actors.get(*a).is_some_and(|a| a.via == Via::Pool));
         Coordinates {
             pool_size: pooled.then_some(s.pool_max_size),
-            hand_back: if pooled { hand_backs(s, end) } else { Vec::new() },
+            hand_back: if pooled { hand_backs(s, end, actor) } else { Vec::new() },
             give_up: give_up(s, steps),
+            compared: if pooled { comparisons(steps, actor) } else { Vec::new() },
         }
+    }
+
+    /// These coordinates with the hand-back the cell measured, where it
+    /// recorded a backend comparison: `true` is the given-back connection
+    /// handed out again (same), `false` by the actor that gave it back is
+    /// another connection (other). Without one, the model's guess stays.
+    pub fn measured(mut self, cell: &crate::baseline::BaselineCell) -> Coordinates {
+        let mut seen = BTreeSet::new();
+        for (record, own) in &self.compared {
+            let Some(o) = cell.observations.get(record) else {
+                continue;
+            };
+            if let crate::outcome::Seen::Value(r) = &o.seen
+                && let crate::outcome::Value::Bool(same) = r.value
+            {
+                match (same, own) {
+                    (true, _) => seen.insert(SAME),
+                    (false, true) => seen.insert(OTHER),
+                    (false, false) => false,
+                };
+            }
+        }
+        if !seen.is_empty() || self.compared.iter().any(|(r, _)| cell.observations.contains_key(r)) {
+            self.hand_back = seen.into_iter().map(str::to_owned).collect();
+        }
+        self
     }
 
     /// The values this cell stands at in `d` for `column`.
@@ -195,8 +241,11 @@ impl Coordinates {
 }
 
 /// A symbolic pool: which connection each checkout gets, when the pool makes
-/// a connection only when none is idle.
-fn hand_backs(s: &Scenario, end: usize) -> Vec<String> {
+/// a connection only when none is idle (a pool that keeps connections made
+/// in advance may differ: a recorded backend comparison then says what it
+/// did, [`Coordinates::measured`]). With `actor`, only that actor's later
+/// checkouts count.
+fn hand_backs(s: &Scenario, end: usize, actor: Option<usize>) -> Vec<String> {
     let mut idle: Vec<usize> = Vec::new();
     let mut holding: HashMap<usize, usize> = HashMap::new();
     let mut had: HashMap<usize, usize> = HashMap::new();
@@ -204,19 +253,28 @@ fn hand_backs(s: &Scenario, end: usize) -> Vec<String> {
     let mut out = BTreeSet::new();
     for step in &s.steps[..end] {
         match &step.kind {
-            StepKind::Checkout { actor, .. } => {
-                let previous = had.get(actor).copied();
+            StepKind::Checkout { actor: a, .. } => {
+                let previous = had.get(a).copied();
                 let got = match idle.len() {
+                    // The pool is full: this checkout would wait; a scenario
+                    // does not do that, and the model does not follow it.
+                    0 if holding.len() >= s.pool_max_size as usize => continue,
                     0 => {
                         made += 1;
                         made
                     }
                     1 => idle.remove(0),
                     _ => {
-                        out.insert(EITHER);
+                        if actor.is_none_or(|x| x == *a) {
+                            out.insert(EITHER);
+                        }
                         idle.remove(idle.len() - 1)
                     }
                 };
+                holding.insert(*a, got);
+                if actor.is_some_and(|x| x != *a) {
+                    continue;
+                }
                 match previous {
                     Some(p) if p == got => {
                         out.insert(SAME);
@@ -224,23 +282,67 @@ fn hand_backs(s: &Scenario, end: usize) -> Vec<String> {
                     Some(_) => {
                         out.insert(OTHER);
                     }
+                    // Another actor's given-back connection, handed on.
                     None if had.values().any(|v| *v == got) => {
                         out.insert(SAME);
                     }
                     None => {}
                 }
-                holding.insert(*actor, got);
             }
-            StepKind::Return { actor, .. } => {
-                if let Some(c) = holding.remove(actor) {
+            // A dropped connection object goes back to the pool too.
+            StepKind::Return { actor: a, .. } | StepKind::Abandon { actor: a } => {
+                if let Some(c) = holding.remove(a) {
                     idle.push(c);
-                    had.insert(*actor, c);
+                    had.insert(*a, c);
                 }
             }
             _ => {}
         }
     }
     out.into_iter().map(str::to_owned).collect()
+}
+
+fn step_actor(kind: &StepKind) -> Option<usize> {
+    match kind {
+        StepKind::Sql(SqlStep { actor, .. })
+        | StepKind::Background { actor, .. }
+        | StepKind::Checkout { actor, .. }
+        | StepKind::Return { actor, .. } => Some(*actor),
+        StepKind::Observe(o) => Some(o.observer),
+        _ => None,
+    }
+}
+
+fn backend_comparison() -> &'static Regex {
+    static R: OnceLock<Regex> = OnceLock::new();
+    R.get_or_init(|| {
+        Regex::new(r"(?i)^\s*select\s+pg_backend_pid\(\)\s*=\s*\$\{(\w+)\}\s*;?\s*$").expect("a valid regex")
+    })
+}
+
+/// The recorded `select pg_backend_pid() = ${saved}` steps in `steps` (of
+/// `actor` alone, when given), each with whether its actor saved that pid.
+fn comparisons(steps: &[crate::scenario::Step], actor: Option<usize>) -> Vec<(String, bool)> {
+    let mut saved_by: HashMap<&str, usize> = HashMap::new();
+    let mut out = Vec::new();
+    for step in steps {
+        let StepKind::Sql(SqlStep {
+            actor: a, sql, save, ..
+        }) = &step.kind
+        else {
+            continue;
+        };
+        if let Some(var) = save {
+            saved_by.insert(var.as_str(), *a);
+        }
+        if let (Some(record), Some(c)) = (&step.record, backend_comparison().captures(sql))
+            && actor.is_none_or(|x| x == *a)
+            && let Some(by) = saved_by.get(&c[1])
+        {
+            out.push((record.clone(), by == a));
+        }
+    }
+    out
 }
 
 fn server_timeout() -> &'static Regex {
@@ -250,33 +352,46 @@ fn server_timeout() -> &'static Regex {
     })
 }
 
+/// A blocking lock call (not a try-lock: it cannot wait, so nothing is
+/// given up).
 fn lock_call() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();
-    R.get_or_init(|| Regex::new(r"(?i)\bpg_(?:try_)?advisory_(?:xact_)?lock(?:_shared)?\s*\(").expect("a valid regex"))
+    R.get_or_init(|| Regex::new(r"(?i)\bpg_advisory_(?:xact_)?lock(?:_shared)?\s*\(").expect("a valid regex"))
+}
+
+/// Whether a setting's value (`200ms`, `'0'`, `2s`) is a bound other than 0.
+fn nonzero(value: &str) -> bool {
+    let digits: String = value
+        .trim_matches(|c: char| c == '\'' || c.is_whitespace())
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse::<u64>().is_ok_and(|n| n > 0)
 }
 
 /// How a lock call was given up in `steps`: a client-side bound (dropped
 /// future or cancel request), a dropped connection object (`do: abandon`), a
-/// guard acquire given up, or a server-side timeout set before a lock call.
+/// guard acquire given up, or a server-side timeout (`lock_timeout`,
+/// `statement_timeout`) in the pool's or the server's settings or set by the
+/// calling actor before the call.
 fn give_up(s: &Scenario, steps: &[crate::scenario::Step]) -> Option<String> {
-    let mut timeout_set = s
+    let everywhere = s
         .pool_settings
         .list
         .iter()
         .chain(&s.server_settings.list)
-        .any(|(name, value)| {
-            matches!(name.as_str(), "lock_timeout" | "statement_timeout") && !value.trim_start_matches('0').is_empty()
-        });
+        .any(|(name, value)| matches!(name.as_str(), "lock_timeout" | "statement_timeout") && nonzero(value));
+    let mut set_by: HashMap<usize, bool> = HashMap::new();
     for step in steps {
         match &step.kind {
-            StepKind::Sql(SqlStep { sql, bound, .. }) => {
+            StepKind::Sql(SqlStep { actor, sql, bound, .. }) => {
                 if let Some(c) = server_timeout().captures(sql) {
-                    timeout_set = &c[1] != "0";
+                    set_by.insert(*actor, &c[1] != "0");
                 }
                 if !lock_call().is_match(sql) {
                     continue;
                 }
-                if timeout_set {
+                if everywhere || set_by.get(actor).copied().unwrap_or(false) {
                     return Some(SERVER_TIMEOUT.to_owned());
                 }
                 match bound.map(|b| b.on_timeout) {

@@ -212,7 +212,12 @@ fn column(p: &Property, cells: &[&BaselineCell], driver: &Column) -> ColumnVerdi
             let Some(mut e) = read_cell(d, cell) else {
                 continue;
             };
-            e.at = d.coordinates.get(&cell.scenario).cloned().unwrap_or_default();
+            e.at = d
+                .coordinates
+                .get(&cell.scenario)
+                .cloned()
+                .unwrap_or_default()
+                .measured(cell);
             witnessed.push(d.witness.is_some());
             if matches!(e.reads, Mark::NotApplicable | Mark::Undecided) {
                 let why = e.says.clone().unwrap_or_else(|| e.reading.clone());
@@ -260,10 +265,14 @@ fn column(p: &Property, cells: &[&BaselineCell], driver: &Column) -> ColumnVerdi
             .filter(|e| matches!(e.reads, Mark::Holds | Mark::Violated))
             .map(|e| &e.at)
             .collect();
+        // A value is not applicable to the column only where the column
+        // cannot do it (no cancel API): a witness's n/a is about its own
+        // step (an unlock of a key never taken), not about the column.
         let not_decided: Vec<&Coordinates> = evidence
             .iter()
-            .filter(|e| e.reads == Mark::NotApplicable)
-            .map(|e| &e.at)
+            .zip(&witnessed)
+            .filter(|(e, w)| e.reads == Mark::NotApplicable && !**w)
+            .map(|(e, _)| &e.at)
             .collect();
         Coverage::of(&p.dimensions, driver, &decided, &not_decided)
     });
@@ -284,11 +293,40 @@ fn column(p: &Property, cells: &[&BaselineCell], driver: &Column) -> ColumnVerdi
 }
 
 /// The first rule of `d` that matches `reading` (and, for a witness, its
-/// meaning and `held_after`: the paired observation's `held`).
-fn rule_for<'a>(d: &'a Decider, reading: &Reading, held_after: Option<bool>) -> Option<&'a super::ReadingRule> {
+/// meaning as `cell` bears it out and `held_after`: the paired
+/// observation's `held`).
+fn rule_for<'a>(
+    d: &'a Decider,
+    reading: &Reading,
+    cell: Option<&BaselineCell>,
+    held_after: Option<bool>,
+) -> Option<&'a super::ReadingRule> {
+    let meaning = d.witness.as_ref().map(|m| match (&m.taken_if, cell) {
+        (Some(record), Some(cell)) if !lock_returned(cell, record) => super::Meaning {
+            lock: super::Taken::NotTaken,
+            across_return: false,
+            ..m.clone()
+        },
+        _ => m.clone(),
+    });
     d.readings
         .iter()
-        .find(|r| r.when.matches(reading) && r.when.matches_witness(d.witness.as_ref(), held_after))
+        .find(|r| r.when.matches(reading) && r.when.matches_witness(meaning.as_ref(), held_after))
+}
+
+/// Whether the lock call recorded as `record` in `cell` took the lock: a
+/// try-lock's `true`, or a plain return (`void`: no rows' value, empty text).
+fn lock_returned(cell: &BaselineCell, record: &str) -> bool {
+    use crate::outcome::Value;
+    match cell.observations.get(record).map(|o| &o.seen) {
+        Some(Seen::Value(r)) => match &r.value {
+            Value::Bool(b) => *b,
+            Value::Null | Value::NoRows => true,
+            Value::Text(t) => t.is_empty(),
+            _ => false,
+        },
+        _ => false,
+    }
 }
 
 /// For a witness decider: whether the key was held at the paired
@@ -364,7 +402,7 @@ fn read_cell(d: &Decider, cell: &BaselineCell) -> Option<Evidence> {
                 (Some(_), Some(h)) => format!("{r}, then {}", if h { "still held" } else { "not held" }),
                 _ => r.to_string(),
             };
-            match rule_for(d, r, held) {
+            match rule_for(d, r, Some(cell), held) {
                 Some(rule) => {
                     e.reads = Mark::of(rule.reads);
                     e.says.clone_from(&rule.says);
@@ -405,7 +443,7 @@ fn read_race(d: &Decider, e: &mut Evidence, counts: &[(Reading, u64)], n: u64) {
     let mut says = Vec::new();
     let mut advice = None;
     for (r, c) in counts {
-        match rule_for(d, r, None) {
+        match rule_for(d, r, None, None) {
             Some(rule) => match rule.reads {
                 Reads::Violated => {
                     violated += c;

@@ -93,12 +93,15 @@ fn family(c: &DriverColumn) -> &str {
     c.pooler_kind.as_deref().unwrap_or(&c.crate_name)
 }
 
-fn holds(ctx: &Context<'_>, property: &str, column: &str) -> bool {
+/// How `property` fares on `column` when it holds: `holds` or `holds where
+/// tried`; `None` otherwise.
+fn holds(ctx: &Context<'_>, property: &str, column: &str) -> Option<&'static str> {
     ctx.verdicts
         .iter()
         .find(|p| p.id == property)
         .and_then(|p| p.of(column))
-        .is_some_and(|v| matches!(v.verdict, Mark::Holds | Mark::HoldsWhereTried))
+        .filter(|v| matches!(v.verdict, Mark::Holds | Mark::HoldsWhereTried))
+        .map(|v| v.verdict.as_str())
 }
 
 impl Remedy {
@@ -116,11 +119,11 @@ impl Remedy {
                 .iter()
                 .filter_map(|id| ctx.columns.iter().find(|c| &c.id == id))
                 .filter(|c| c.id != column.id && family(c) == family(column))
-                .find(|c| holds(ctx, property, &c.id))
-                .map(|c| {
+                .find_map(|c| Some((c, holds(ctx, property, &c.id)?)))
+                .map(|(c, how)| {
                     proven(
                         format!(
-                            "column `{}` ({}) follows it and holds {property}",
+                            "column `{}` ({}) follows it and {how} {property}",
                             c.id, c.configuration
                         ),
                         &c.id,
@@ -140,14 +143,13 @@ impl Remedy {
                     )),
                     _ => None,
                 }),
-            Proof::Holds(other) => {
-                holds(ctx, other, &column.id).then(|| proven(format!("on this column {other} holds"), &column.id, None))
-            }
+            Proof::Holds(other) => holds(ctx, other, &column.id)
+                .map(|how| proven(format!("on this column {other} {how}"), &column.id, None)),
             Proof::Instead(ids) => ids
                 .iter()
                 .filter(|id| **id != column.id)
-                .find(|id| holds(ctx, property, id))
-                .map(|id| proven(format!("column `{id}` holds {property}"), id, None)),
+                .find_map(|id| Some((id, holds(ctx, property, id)?)))
+                .map(|(id, how)| proven(format!("column `{id}` {how} {property}"), id, None)),
         }
     }
 }

@@ -46,8 +46,12 @@ impl WitnessKind {
 }
 
 /// Whether the actor held the key when it unlocked it, as its own steps
-/// before the unlock say (a lock or try-lock call counts as taken, an unlock
-/// or `pg_advisory_unlock_all()` gives it back, re-entrant counts kept).
+/// before the unlock say: a lock call counts as taken when it cannot have
+/// failed (a plain `pg_advisory_lock` without a client-side bound, or a
+/// try-lock that `expect`s `true`) or, when it is recorded, when its reading
+/// says it returned ([`Meaning::taken_if`]); an unlock or
+/// `pg_advisory_unlock_all()` gives it back, re-entrant counts kept; a
+/// crash, terminate, disconnect or restart ends the session and its locks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Taken {
@@ -73,6 +77,12 @@ pub struct Meaning {
     /// whether the lock was still held after the unlock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_after: Option<String>,
+    /// For `lock: taken` resting on a recorded lock call that may have
+    /// failed (a try-lock, a bounded or erroring call): its `record:`. The
+    /// lock was taken only where that reading is `true` or a plain return
+    /// (no error, not given up); otherwise the witness reads as `not_taken`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taken_if: Option<String>,
 }
 
 /// One witness of a scenario instance.
@@ -92,12 +102,18 @@ pub struct Witness {
 
 fn lock_call() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();
-    R.get_or_init(|| Regex::new(r"(?i)\bpg_(?:try_)?advisory_lock(_shared)?\s*\(([^()]*)\)").expect("a valid regex"))
+    R.get_or_init(|| Regex::new(r"(?i)\bpg_(try_)?advisory_lock(_shared)?\s*\(([^()]*)\)").expect("a valid regex"))
 }
 
 fn unlock_call() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();
     R.get_or_init(|| Regex::new(r"(?i)\bpg_advisory_unlock(_shared)?\s*\(([^()]*)\)").expect("a valid regex"))
+}
+
+/// Any call of pg_advisory_unlock or pg_advisory_unlock_shared, whatever its arguments.
+fn any_unlock() -> &'static Regex {
+    static R: OnceLock<Regex> = OnceLock::new();
+    R.get_or_init(|| Regex::new(r"(?i)\bpg_advisory_unlock(_shared)?\s*\(").expect("a valid regex"))
 }
 
 fn sole_unlock() -> &'static Regex {
@@ -123,11 +139,33 @@ fn key_of(args: &str) -> Option<AdvisoryKey> {
     }
 }
 
-/// (actor, shared, key) → how often taken and whether a return came since.
+/// (actor, shared, key) → how often taken, whether a return came since, and
+/// the recorded lock call it rests on, if it may have failed.
 #[derive(Default)]
 struct Held {
     count: u32,
     returned: bool,
+    taken_if: Option<String>,
+}
+
+/// Whether a lock call step cannot have failed to take the lock: a plain
+/// blocking call without a client-side bound, or a try-lock that expects
+/// `true` (the cell fails or deviates otherwise).
+fn surely_taken(step: &crate::scenario::Step, try_lock: bool) -> bool {
+    match &step.kind {
+        StepKind::Sql(SqlStep { expect, bound, .. }) => {
+            let expects_true = expect
+                .as_ref()
+                .is_some_and(|e| e.value == Some(crate::scenario::Scalar::Bool(true)));
+            let expects_error = expect.as_ref().is_some_and(|e| e.error.is_some());
+            if try_lock {
+                expects_true
+            } else {
+                bound.is_none() && !expects_error
+            }
+        }
+        _ => false,
+    }
 }
 
 fn sql_of(kind: &StepKind) -> Option<(usize, &str)> {
@@ -144,14 +182,17 @@ pub fn of_scenario(s: &Scenario) -> Vec<Witness> {
     let mut out = Vec::new();
     for (i, step) in s.steps.iter().enumerate() {
         match &step.kind {
-            StepKind::Return { actor, .. } => {
+            // The connection goes back: a later unlock runs on a later checkout.
+            StepKind::Return { actor, .. } | StepKind::Abandon { actor } => {
                 for ((a, _, _), h) in &mut held {
                     if a == actor {
                         h.returned = true;
                     }
                 }
             }
-            StepKind::Disconnect { actor } => held.retain(|(a, _, _), _| a != actor),
+            // The session ends, and its locks with it.
+            StepKind::Disconnect { actor } | StepKind::Fault { actor, .. } => held.retain(|(a, _, _), _| a != actor),
+            StepKind::Restart { .. } => held.clear(),
             kind => {
                 let Some((actor, sql)) = sql_of(kind) else {
                     continue;
@@ -160,8 +201,7 @@ pub fn of_scenario(s: &Scenario) -> Vec<Witness> {
                     && let Some(key) = key_of(&c[2])
                 {
                     let shared = c.get(1).is_some();
-                    let h = held.get(&(actor, shared, key));
-                    let taken = h.is_some_and(|h| h.count > 0);
+                    let h = held.get(&(actor, shared, key)).filter(|h| h.count > 0);
                     out.push(Witness {
                         scenario: s.name.clone(),
                         record: record.clone(),
@@ -169,9 +209,10 @@ pub fn of_scenario(s: &Scenario) -> Vec<Witness> {
                         key,
                         meaning: Meaning {
                             kind: WitnessKind::Unlock,
-                            lock: if taken { Taken::Taken } else { Taken::NotTaken },
-                            across_return: taken && h.is_some_and(|h| h.returned),
+                            lock: if h.is_some() { Taken::Taken } else { Taken::NotTaken },
+                            across_return: h.is_some_and(|h| h.returned),
                             held_after: observation_after(s, i, key),
+                            taken_if: h.and_then(|h| h.taken_if.clone()),
                         },
                     });
                 }
@@ -186,13 +227,24 @@ pub fn of_scenario(s: &Scenario) -> Vec<Witness> {
                     }
                 }
                 for c in lock_call().captures_iter(sql) {
-                    if let Some(key) = key_of(&c[2]) {
-                        let h = held.entry((actor, c.get(1).is_some(), key)).or_default();
-                        if h.count == 0 {
-                            h.returned = false;
-                        }
-                        h.count += 1;
+                    let Some(key) = key_of(&c[3]) else {
+                        continue;
+                    };
+                    let try_lock = c.get(1).is_some();
+                    let taken_if = if surely_taken(step, try_lock) {
+                        None
+                    } else if let Some(record) = &step.record {
+                        Some(record.clone())
+                    } else {
+                        // An unrecorded call that may have failed: not known to hold.
+                        continue;
+                    };
+                    let h = held.entry((actor, c.get(2).is_some(), key)).or_default();
+                    if h.count == 0 {
+                        h.returned = false;
+                        h.taken_if = taken_if;
                     }
+                    h.count += 1;
                 }
             }
         }
@@ -205,7 +257,7 @@ pub fn of_scenario(s: &Scenario) -> Vec<Witness> {
 fn observation_after(s: &Scenario, after: usize, key: AdvisoryKey) -> Option<String> {
     for step in &s.steps[after + 1..] {
         if let Some((_, sql)) = sql_of(&step.kind)
-            && lock_call().captures_iter(sql).any(|c| key_of(&c[2]) == Some(key))
+            && lock_call().captures_iter(sql).any(|c| key_of(&c[3]) == Some(key))
         {
             return None;
         }
@@ -230,7 +282,7 @@ pub fn unread(s: &Scenario) -> Vec<(String, &'static str)> {
         .filter_map(|step| {
             let record = step.record.as_ref()?;
             let (_, sql) = sql_of(&step.kind)?;
-            (unlock_call().is_match(sql) && !witnessed.contains(record)).then(|| {
+            (any_unlock().is_match(sql) && !witnessed.contains(record)).then(|| {
                 (
                     record.clone(),
                     "calls pg_advisory_unlock in a form other than `select pg_advisory_unlock[_shared](KEY)` with a literal key",
@@ -306,5 +358,27 @@ mod tests {
         for s in shipped() {
             assert!(unread(&s).is_empty(), "{}: {:?}", s.name, unread(&s));
         }
+    }
+
+    /// A user's scenario: a nested key is not read (and says so); a recorded
+    /// try-lock's result decides whether the key was taken.
+    #[test]
+    fn a_nested_key_is_unread_and_a_recorded_try_lock_is_taken_if_true() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("own.yaml");
+        std::fs::write(
+            &path,
+            "name: own\ndescription: d\nactors:\n  a: { via: direct }\nsteps:\n  \
+             - { actor: a, sql: select pg_try_advisory_lock(5), record: try_lock }\n  \
+             - { actor: a, sql: select pg_advisory_unlock(5), record: unlock }\n  \
+             - { actor: a, sql: \"select pg_advisory_unlock(hashtext('k'))\", record: nested }\n",
+        )
+        .unwrap();
+        let s = crate::scenario::load_file(&path).unwrap().remove(0);
+        let w = of_scenario(&s);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].meaning.lock, Taken::Taken);
+        assert_eq!(w[0].meaning.taken_if.as_deref(), Some("try_lock"));
+        assert_eq!(unread(&s).into_iter().map(|(r, _)| r).collect::<Vec<_>>(), ["nested"]);
     }
 }

@@ -356,7 +356,7 @@ struct Group {
 /// (violations first), in how many columns, which trials, how long.
 fn finding(p: &PropertyVerdicts, info: &Property) -> Option<Finding> {
     let violated = p.count(Mark::Violated);
-    let decided = violated + p.count(Mark::Holds);
+    let decided = violated + p.count(Mark::Holds) + p.count(Mark::HoldsWhereTried);
     let mut groups: Vec<Group> = Vec::new();
     for mark in [Mark::Violated, Mark::Holds] {
         for c in &p.columns {
@@ -441,7 +441,7 @@ fn property_row(n: usize, p: &PropertyVerdicts, info: Option<&Property>) -> Prop
     for c in p
         .columns
         .iter()
-        .filter(|c| matches!(c.verdict, Mark::NotApplicable | Mark::Undecided))
+        .filter(|c| matches!(c.verdict, Mark::NotApplicable | Mark::Undecided | Mark::HoldsWhereTried))
     {
         let why = format!("{}: {}", c.verdict.as_str(), c.reasons.join("; "));
         match reasons.iter_mut().find(|(w, _)| *w == why) {

@@ -268,6 +268,7 @@ func (a *adapter) opOpenPool(c *call, r *request) (map[string]any, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			_, err := c.Exec(ctx, "select pg_advisory_unlock_all()")
+			afterReleased(c, err == nil)
 			return err == nil
 		}
 	}
@@ -449,6 +450,26 @@ func (a *adapter) opTransaction(c *call, r *request) (map[string]any, error) {
 	})
 }
 
+// afterRelease: for each connection whose release waits for the
+// AfterRelease hook, where to say that the hook ran and whether it kept the
+// connection. pgxpool runs the hook in a goroutine of its own after Release
+// has returned (pgxpool/conn.go, Release); the return ends, as the other
+// columns' do, once the pool has the connection back.
+var afterRelease = struct {
+	sync.Mutex
+	done map[*pgx.Conn]chan bool
+}{done: map[*pgx.Conn]chan bool{}}
+
+func afterReleased(c *pgx.Conn, kept bool) {
+	afterRelease.Lock()
+	ch := afterRelease.done[c]
+	delete(afterRelease.done, c)
+	afterRelease.Unlock()
+	if ch != nil {
+		ch <- kept
+	}
+}
+
 // release gives e's connection back with pgxpool.Conn.Release and tells
 // where it went. Release destroys, in the background (puddle's Destroy), a
 // connection that is closed, busy or not idle ('I') in a transaction
@@ -456,7 +477,22 @@ func (a *adapter) opTransaction(c *call, r *request) (map[string]any, error) {
 func (a *adapter) release(ctx context.Context, e *connEntry) (string, bool) {
 	pg := e.raw.PgConn()
 	destroying := e.raw.IsClosed() || pg.IsBusy() || pg.TxStatus() != 'I'
+	var hook chan bool
+	if !destroying && configuration == "after-release-unlock-all" {
+		hook = make(chan bool, 1)
+		afterRelease.Lock()
+		afterRelease.done[e.raw] = hook
+		afterRelease.Unlock()
+	}
 	e.pc.Release()
+	if hook != nil {
+		select {
+		case kept := <-hook:
+			destroying = !kept
+		case <-ctx.Done():
+			return "", false
+		}
+	}
 	if !destroying {
 		if e.raw.IsClosed() {
 			return "closed", true

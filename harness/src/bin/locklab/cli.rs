@@ -193,10 +193,11 @@ pub struct VerdictArgs {
     /// Print the verdicts as JSON (matrix.json's `properties` and `verdicts`) instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Print, per property and selected column, what decided the verdict:
-    /// the values of each dimension it was tried in (pool size, hand-back,
-    /// give-up, pooler mode), those not tried, and the deciding cells with
-    /// where each stands, instead of the cards.
+    /// Print, per property (column and server ones) and selected column,
+    /// what decided the verdict: the values of each dimension it was tried in
+    /// (pool size, hand-back, give-up, pooler mode), those not tried, those
+    /// that do not apply to the column, and the deciding cells with where
+    /// each stands, instead of the cards.
     #[arg(long, conflicts_with = "json")]
     pub coverage: bool,
 }

@@ -124,14 +124,34 @@ pub fn verdict(dir: &Path, args: &VerdictArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     if !args.require.is_empty() || args.require_severity.is_some() {
+        let partly: Vec<String> = report
+            .verdicts
+            .iter()
+            .flat_map(|s| &s.properties)
+            .filter(|p| p.scope == Scope::Column)
+            .filter(|p| args.require.contains(&p.id) || args.require_severity.is_some_and(|s| p.severity <= s))
+            .flat_map(|p| {
+                p.columns
+                    .iter()
+                    .filter(|c| selected(&c.driver) && c.verdict == Mark::HoldsWhereTried)
+                    .map(move |c| format!("{} × {} ({})", p.id, c.driver, c.reasons.join("; ")))
+            })
+            .collect();
         eprintln!("locklab verdict: every required property holds (or does not apply) in the selected column(s)");
+        if !partly.is_empty() {
+            eprintln!(
+                "locklab verdict: note: {} of them hold only where tried (◐; `verdict --coverage` says what decided them):\n  {}",
+                partly.len(),
+                partly.join("\n  ")
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// `verdict --coverage`: per property (column scope) and selected column,
-/// the verdict, what it was tried across and not, and each deciding cell
-/// with its reading and where it stands.
+/// `verdict --coverage`: per property and selected column, the verdict,
+/// what it was tried across, not tried, and not applicable to the column,
+/// and each deciding cell with its reading and where it stands.
 fn coverage(report: &locklab::report::Report, drivers: &[String]) -> String {
     let selected = |driver: &str| drivers.is_empty() || drivers.iter().any(|d| d == driver);
     let mut out = String::new();
@@ -190,14 +210,20 @@ fn coverage(report: &locklab::report::Report, drivers: &[String]) -> String {
                         )
                     })
                     .collect();
+                let na: Vec<String> = cov
+                    .iter()
+                    .flat_map(|c| &c.dimensions)
+                    .flat_map(|d| d.not_applicable.iter().cloned())
+                    .collect();
                 let _ = writeln!(
                     out,
-                    "| `{}` | {} {} | {} | {} | {} |",
+                    "| `{}` | {} {} | {} | {} | {} | {} |",
                     c.driver,
                     c.verdict.symbol(),
                     c.verdict.as_str(),
                     cov.map(|c| c.tried_text()).unwrap_or_default(),
                     cov.map(|c| c.untried_text()).unwrap_or_default(),
+                    na.join(", "),
                     cells.join("<br>").replace('|', "\\|")
                 );
             }
