@@ -29,8 +29,10 @@
  * running `await client.query('select pg_advisory_unlock_all()')` before
  * `client.release()` (pg-pool has no reset hook of its own: the 'release'
  * event fires after the client is back in the idle list, too late to clean
- * it before the next checkout). A failed unlock releases the client with the
- * error, so pg-pool destroys it (pg-pool index.js _release).
+ * it before the next checkout), bounded by a 1 s query_timeout (behind a
+ * given-up statement still running on the client the unlock queues and
+ * would wait as long as it). A failed or timed-out unlock releases the
+ * client with the error, so pg-pool destroys it (pg-pool index.js _release).
  *
  * Giving up on a call, node-postgres's way (nothing of the adapter's own is
  * sent to the server):
@@ -58,6 +60,7 @@ const { performance } = require('perf_hooks')
 const PROTOCOL = 1
 const NAME = process.argv[2] || 'pg-8.14'
 const CONFIG = process.argv[3] || 'defaults'
+const UNLOCK_BOUND_MS = 1000
 if (!['defaults', 'release-unlock-all'].includes(CONFIG)) {
   process.stderr.write(`adapter: unknown configuration '${CONFIG}' (defaults | release-unlock-all)\n`)
   process.exit(2)
@@ -268,7 +271,9 @@ async function opReturn(req) {
   let failed
   if (CONFIG === 'release-unlock-all') {
     try {
-      await c.client.query('select pg_advisory_unlock_all()')
+      // Bounded: behind a given-up statement still running on the client
+      // (it queues behind it) the unlock would wait as long as that does.
+      await c.client.query({ text: 'select pg_advisory_unlock_all()', query_timeout: UNLOCK_BOUND_MS })
     } catch (e) {
       failed = e
     }

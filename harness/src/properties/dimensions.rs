@@ -69,8 +69,8 @@ impl Dimension {
 
 const POOL_1: &str = "pool size 1";
 const POOL_2: &str = "pool size ≥ 2";
-const SAME: &str = "same connection";
-const OTHER: &str = "other connection";
+pub(super) const SAME: &str = "same connection";
+pub(super) const OTHER: &str = "other connection";
 const EITHER: &str = "either connection (the pool's order decides)";
 const SERVER_TIMEOUT: &str = "server-side timeout";
 const DROPPED_FUTURE: &str = "dropped future";

@@ -218,6 +218,9 @@ fn column(p: &Property, cells: &[&BaselineCell], driver: &Column) -> ColumnVerdi
                 .cloned()
                 .unwrap_or_default()
                 .measured(cell);
+            if let Some(h) = unlock_hand_back(d, cell) {
+                e.at.hand_back = vec![h.to_owned()];
+            }
             witnessed.push(d.witness.is_some());
             if matches!(e.reads, Mark::NotApplicable | Mark::Undecided) {
                 let why = e.says.clone().unwrap_or_else(|| e.reading.clone());
@@ -326,6 +329,23 @@ fn lock_returned(cell: &BaselineCell, record: &str) -> bool {
             _ => false,
         },
         _ => false,
+    }
+}
+
+/// For an unlock witness across a return: which connection the later
+/// checkout got, as the unlock itself says: `true` reached the session that
+/// took the lock (the same connection), `false` with the lock still held
+/// after it ran on another; `None` when the reading cannot tell (the model's
+/// guess stays).
+fn unlock_hand_back(d: &Decider, cell: &BaselineCell) -> Option<&'static str> {
+    let m = d.witness.as_ref().filter(|m| m.across_return)?;
+    let Seen::Value(r) = &cell.observations.get(d.record.as_deref()?)?.seen else {
+        return None;
+    };
+    match (&r.value, held_after(d, cell)) {
+        (crate::outcome::Value::Bool(true), _) if m.lock == super::Taken::Taken => Some(super::dimensions::SAME),
+        (crate::outcome::Value::Bool(false), Some(true)) => Some(super::dimensions::OTHER),
+        _ => None,
     }
 }
 

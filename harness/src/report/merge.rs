@@ -10,7 +10,8 @@ use super::{Report, SCHEMA_VERSION, Summary};
 use crate::shard::Shard;
 
 /// A `matrix.json` (a shard's, or a whole report's), read back, with its
-/// verdicts evaluated anew by the shipped properties ([`Report::judged`]).
+/// totals counted anew from its cells and its verdicts evaluated anew by the
+/// shipped properties ([`Report::judged`]).
 ///
 /// # Errors
 /// The file cannot be read, is not JSON, has another `schema_version` than
@@ -31,8 +32,12 @@ pub fn load(path: &Path) -> Result<Report> {
     }
     let report: Report =
         serde_json::from_str(&text).with_context(|| format!("{}: not a locklab matrix.json", path.display()))?;
+    // The totals are the cells' (a file whose cells were put together by
+    // hand keeps no stale count).
+    let summary = Summary::of(&report.runs, report.summary.elapsed_ms);
     Ok(Report {
         schema_version: SCHEMA_VERSION,
+        summary,
         ..report
     }
     .judged())
