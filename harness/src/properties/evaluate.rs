@@ -549,7 +549,8 @@ pub fn changes(before: &[PropertyVerdicts], after: &[PropertyVerdicts]) -> Vec<V
                 })
                 .map(|e| e.scenario.clone())
                 .collect();
-            cells.dedup();
+            let mut seen = std::collections::HashSet::new();
+            cells.retain(|c| seen.insert(c.clone()));
             let race = ac.evidence.iter().chain(&bc.evidence).any(|e| e.trials.is_some());
             out.push(VerdictChange {
                 property: a.id.clone(),
