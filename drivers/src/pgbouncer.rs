@@ -125,6 +125,16 @@ impl PoolerKind {
         matches!(self, PoolerKind::Pgagroal | PoolerKind::Odyssey)
     }
 
+    /// Whether it closes a client connection of its own accord, with
+    /// nothing wrong on the client's or the server's side: pgagroal 1.6.0,
+    /// when one of its worker processes crashes (libev's "I/O watcher"
+    /// assertion, see [`PoolerKind::Pgagroal`]). A cell that meets it
+    /// records it as the pooler's behaviour (a deviation counted over the
+    /// repeats), not as a cell that could not run.
+    pub fn closes_client_connections(self) -> bool {
+        matches!(self, PoolerKind::Pgagroal)
+    }
+
     /// The product's name: `PgBouncer`, `pgagroal`, `Pgpool-II` or `Odyssey`.
     pub fn product(self) -> &'static str {
         match self {

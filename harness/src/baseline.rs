@@ -112,7 +112,7 @@ pub struct BaselineCell {
     pub scenario: String,
     /// Driver id.
     pub driver: String,
-    /// `pass`, `deviates`, `n/a`, `fail` or `unstable`.
+    /// `pass`, `deviates`, `n/a`, `varies` or `fail`.
     pub status: crate::outcome::Status,
     /// Observations in step order: name → value.
     pub observations: IndexMap<String, BaselineObservation>,
@@ -133,6 +133,12 @@ pub struct BaselineCell {
     /// scenario file): it compares by status alone.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub readings_vary: bool,
+    /// When its repeats read differently: each way they read, with how many
+    /// repeats read so ([`crate::outcome::RunResult::variants`]): the set of
+    /// readings `check` compares a varying cell by, and what the properties
+    /// judge it over. Empty when every repeat agreed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<crate::outcome::Variant>,
 }
 
 /// One observation of a cell.
@@ -224,7 +230,53 @@ impl BaselineCell {
             backends_left: o.backends_left,
             pressure: r.trials.as_ref().and_then(|t| t.pressure),
             readings_vary: r.readings_vary,
+            variants: r.variants.clone(),
         }
+    }
+
+    /// How many repeats its variants are of (0 for a cell whose repeats
+    /// agreed).
+    pub fn varied_repeats(&self) -> usize {
+        self.variants.iter().map(|v| v.repeats).sum()
+    }
+
+    /// Each variant of a varying cell as a cell of its own (its status,
+    /// readings, locks left; the p50 times of the cell's observations of
+    /// the same name), with how many repeats read so. Empty for a cell whose
+    /// repeats agreed.
+    pub fn variant_cells(&self) -> Vec<(usize, BaselineCell)> {
+        self.variants
+            .iter()
+            .map(|v| {
+                let o = &v.outcome;
+                let cell = BaselineCell {
+                    status: o.status,
+                    observations: o
+                        .observations
+                        .iter()
+                        .map(|r| {
+                            let p50_ms = self.observations.get(&r.name).and_then(|b| b.p50_ms);
+                            (
+                                r.name.clone(),
+                                BaselineObservation {
+                                    seen: r.seen.clone(),
+                                    sqlstate: r.sqlstate.clone(),
+                                    p50_ms,
+                                    shares: None,
+                                    trials: None,
+                                },
+                            )
+                        })
+                        .collect(),
+                    locks_left: o.locks_left.clone(),
+                    cleaned_backends: o.cleaned_backends,
+                    backends_left: o.backends_left,
+                    variants: Vec::new(),
+                    ..self.clone()
+                };
+                (v.repeats, cell)
+            })
+            .collect()
     }
 
     /// What the cell keeps of [`RunResult::outcome`], for [`crate::compare`].

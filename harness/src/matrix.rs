@@ -1,12 +1,13 @@
 //! Runs many server × scenario × driver triples concurrently, each in its own
 //! database, `repeat` times over, and folds the repeats of each cell into one
-//! result with timing statistics and an instability verdict.
+//! result with timing statistics and, where the repeats read differently,
+//! each way they read (the variation rule: docs/src/faults-and-races.md).
 
 use futures::StreamExt;
 use locklab_drivers::Driver;
 
 use crate::compare;
-use crate::outcome::{Outcome, RunResult, Stats};
+use crate::outcome::{Outcome, RunResult, Stats, Variant};
 use crate::runner;
 use crate::scenario::Scenario;
 use crate::server::Server;
@@ -94,16 +95,19 @@ pub async fn run_shard(
 
 /// Folds the repeats of one cell (at least one, in the order they ran) into
 /// one result: the first failing repeat's result if any failed, else the
-/// first's; `repeats` and the timing statistics over all of them; and
-/// `unstable` listing what their [`Outcome`]s disagreed on
-/// ([`compare::disagreements`]), in which case the cell fails.
+/// first's; `repeats` and the timing statistics over all of them; and, when
+/// their [`Outcome`]s disagree, `varied` listing what they disagreed on
+/// ([`compare::disagreements`]) and `variants` each distinct outcome with
+/// its count. Repeats that read differently do not fail the cell (the
+/// variation rule, docs/src/faults-and-races.md): a pooler's hand-out order
+/// or a race is a reading, judged over every repeat by the properties.
 ///
 /// # Panics
 /// When `runs` is empty.
 pub fn fold_repeats(runs: Vec<RunResult>) -> RunResult {
     assert!(!runs.is_empty(), "a cell without runs");
     let outcomes: Vec<Outcome> = runs.iter().map(RunResult::outcome).collect();
-    let unstable: Vec<String> = compare::disagreements(&outcomes)
+    let varied: Vec<String> = compare::disagreements(&outcomes)
         .iter()
         .map(ToString::to_string)
         .collect();
@@ -125,16 +129,26 @@ pub fn fold_repeats(runs: Vec<RunResult>) -> RunResult {
     }
     cell.repeats = n;
     cell.elapsed_stats = Stats::of(&elapsed);
-    if !unstable.is_empty() && cell.failure.is_none() {
-        cell.failure = Some(format!(
-            "{} × {}: unstable over {n} repeats: {}",
-            cell.scenario,
-            cell.driver,
-            unstable.join("; ")
-        ));
-    }
-    cell.unstable = unstable;
+    cell.variants = if varied.is_empty() {
+        Vec::new()
+    } else {
+        variants(outcomes)
+    };
+    cell.varied = varied;
     cell
+}
+
+/// The distinct outcomes of a cell's repeats, each with how many repeats
+/// had it, in the order first seen.
+fn variants(outcomes: Vec<Outcome>) -> Vec<Variant> {
+    let mut out: Vec<Variant> = Vec::new();
+    for o in outcomes {
+        match out.iter_mut().find(|v| v.outcome == o) {
+            Some(v) => v.repeats += 1,
+            None => out.push(Variant { repeats: 1, outcome: o }),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -165,18 +179,36 @@ mod tests {
     #[test]
     fn folded_repeats_carry_timing_statistics() {
         let cell = fold_repeats((1..=20).map(|i| run(None, "true", f64::from(i))).collect());
-        assert!(cell.passed() && cell.unstable.is_empty());
+        assert!(cell.passed() && cell.varied.is_empty() && cell.variants.is_empty());
         assert_eq!(cell.repeats, 20);
         let s = cell.observations[0].elapsed_stats.unwrap();
         assert_eq!((s.n, s.min, s.p50, s.p95, s.max), (20, 1.0, 10.0, 19.0, 20.0));
     }
 
     #[test]
-    fn a_cell_that_deviates_in_one_repeat_only_is_unstable_and_failed() {
-        let cell = fold_repeats(vec![run(Some("expected true"), "true", 1.0), run(None, "true", 1.0)]);
+    fn a_cell_that_deviates_in_one_repeat_only_varies_and_does_not_fail() {
+        let cell = fold_repeats(vec![
+            run(Some("expected true"), "true", 1.0),
+            run(None, "true", 1.0),
+            run(None, "true", 2.0),
+        ]);
+        assert!(cell.passed());
+        assert_eq!(cell.outcome().status, crate::outcome::Status::Varies);
+        assert_eq!(cell.varied, vec!["outcome: deviates ×1, pass ×2".to_owned()]);
+        let counts: Vec<(usize, crate::outcome::Status)> =
+            cell.variants.iter().map(|v| (v.repeats, v.outcome.status)).collect();
+        assert_eq!(
+            counts,
+            vec![(1, crate::outcome::Status::Deviates), (2, crate::outcome::Status::Pass)]
+        );
+    }
+
+    #[test]
+    fn a_repeat_that_failed_fails_the_cell() {
+        let mut failed = run(None, "true", 1.0);
+        failed.failure = Some("step 1: expected true".into());
+        let cell = fold_repeats(vec![run(None, "true", 1.0), failed]);
         assert!(!cell.passed());
-        assert_eq!(cell.outcome().status, crate::outcome::Status::Unstable);
-        assert_eq!(cell.unstable, vec!["outcome: deviates ×1, pass ×1".to_owned()]);
-        assert!(cell.failure.as_deref().unwrap().contains("unstable over 2 repeats"));
+        assert_eq!(cell.outcome().status, crate::outcome::Status::Fail);
     }
 }

@@ -48,9 +48,11 @@
 //!   `granted`, `pid`, `state`, `application_name`), `elapsed_ms`, `phases_ms` (phase → ms),
 //!   `trials` (race cells: `n`, `outcomes[]` (`values`: name → reading,
 //!   `trials`), `invariants[]`) and `ran_on` (fault cells), `repeats`,
-//!   `elapsed_stats`, `unstable` (what the repeats disagreed on; absent when they agreed)
-//! - `summary`: `runs` (cells), `passed` (including `deviated` and `not_applicable`), `deviated`,
-//!   `not_applicable`, `failed` (including `unstable`), `unstable`, `elapsed_ms`
+//!   `elapsed_stats`, `varied` (what the repeats read differently; absent when they agreed),
+//!   `variants[]` (each way they read: `repeats` and the outcome's `status`, `observations[]`
+//!   (`name`, `seen`, `sqlstate`), `locks_left`, `cleaned_backends`, `backends_left`)
+//! - `summary`: `runs` (cells), `passed` (including `deviated`, `not_applicable` and `varied`), `deviated`,
+//!   `not_applicable`, `failed`, `varied`, `varied_why[]` (`why`, `cells`), `elapsed_ms`
 //! - `properties[]` ([`crate::properties::Property`]): `id`, `rule`, `source`, `severity`
 //!   (`unsafe`/`surprising`/`informational`), `scope` (`column`/`server`), `advice`,
 //!   `decided_by[]` (`scenario`, `record`, `readings[]`: `when`, `reads`, `says`, `advice`), `file`
@@ -61,7 +63,9 @@
 //!   report shows it, `reads`, `says`, `advice`, and for a race row `trials`: `{violated, of}`)
 //!
 //! All times are in ms. With `repeat` > 1 a cell's values are its first
-//! repeat's (its first failing one's, if any failed). Version 8 had no
+//! repeat's (its first failing one's, if any failed). Version 9 called
+//! `varied` `unstable` (in `runs[]` and `summary`, where it counted as
+//! failed), and had no `variants` (`report --from` reads it). Version 8 had no
 //! `properties` and `verdicts` (`report --from` reads it and evaluates them). Version 7 kept each
 //! observation's report text (`display`) and keyed a race's `distribution`
 //! and `trials.outcomes` by text. Version 6 wrote a
@@ -96,7 +100,7 @@ use crate::scenario::Scenario;
 use crate::server::Server;
 
 /// Version of the `matrix.json` layout; bumped on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 9;
+pub const SCHEMA_VERSION: u32 = 10;
 
 /// Everything one `locklab report` produced.
 #[derive(Debug, Serialize, Deserialize)]
@@ -321,28 +325,92 @@ pub struct Summary {
     /// Of the passed runs: those not applicable to their configuration
     /// (`runs[].skipped`).
     pub not_applicable: usize,
-    /// Runs that failed (unstable cells included).
+    /// Runs that failed: could not run, an `expect:` not met outside a
+    /// declared deviation, an error the scenario did not allow.
     pub failed: usize,
-    /// Cells whose repeats disagreed (`runs[].unstable`).
-    pub unstable: usize,
+    /// Of the passed runs: cells whose repeats read differently
+    /// (`runs[].varied`; files written before the variation rule call it
+    /// `unstable`, and counted them as failed).
+    #[serde(alias = "unstable")]
+    pub varied: usize,
+    /// Why they varied, with how many cells each ([`Varied`]); empty when
+    /// none did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub varied_why: Vec<Varied>,
     /// Wall time of all runs together, in ms.
     pub elapsed_ms: f64,
 }
 
+/// A reason cells' repeats read differently, with how many cells
+/// ([`Summary::varied_why`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Varied {
+    /// The reason: the column's pooler hands out any of its server
+    /// connections (pgagroal, Odyssey), the scenario declares that its
+    /// readings vary (`readings_vary:`), or neither declares it (a race or a
+    /// timing: the cell shows what differed).
+    pub why: String,
+    /// How many cells.
+    pub cells: usize,
+}
+
+/// [`Varied::why`] for a cell behind a pooler whose readings vary by nature.
+pub const VARIED_POOLER: &str = "behind pgagroal or Odyssey, which hand a client any of their server connections";
+/// [`Varied::why`] for a cell of a scenario with `readings_vary:`.
+pub const VARIED_SCENARIO: &str = "their scenario declares that its readings vary (`readings_vary:`)";
+/// [`Varied::why`] for a cell neither its column nor its scenario declares.
+pub const VARIED_UNDECLARED: &str = "undeclared: a race or a timing (each cell shows what its repeats read)";
+
 impl Summary {
-    /// The totals of `runs`; `elapsed_ms` is the wall time of the whole matrix.
-    pub fn of(runs: &[RunResult], elapsed_ms: f64) -> Summary {
+    /// The totals of `runs` of the columns `drivers`; `elapsed_ms` is the
+    /// wall time of the whole matrix.
+    pub fn of(runs: &[RunResult], drivers: &[DriverColumn], elapsed_ms: f64) -> Summary {
         let count = |want: Status| runs.iter().filter(|r| r.status() == want).count();
         let passed = runs.iter().filter(|r| r.status().passed()).count();
+        let mut varied_why: Vec<Varied> = Vec::new();
+        for r in runs.iter().filter(|r| r.status() == Status::Varies) {
+            let why = if drivers.iter().any(|d| d.id == r.driver && d.readings_vary()) {
+                VARIED_POOLER
+            } else if r.readings_vary {
+                VARIED_SCENARIO
+            } else {
+                VARIED_UNDECLARED
+            };
+            match varied_why.iter_mut().find(|v| v.why == why) {
+                Some(v) => v.cells += 1,
+                None => varied_why.push(Varied {
+                    why: why.to_owned(),
+                    cells: 1,
+                }),
+            }
+        }
         Summary {
             runs: runs.len(),
             passed,
             deviated: count(Status::Deviates),
             not_applicable: count(Status::NotApplicable),
             failed: runs.len() - passed,
-            unstable: count(Status::Unstable),
+            varied: count(Status::Varies),
+            varied_why,
             elapsed_ms,
         }
+    }
+
+    /// `36 varied (29 behind pgagroal or Odyssey, …; 7 …)`, or `0 varied`.
+    pub fn varied_text(&self) -> String {
+        if self.varied_why.is_empty() {
+            return format!("{} varied", self.varied);
+        }
+        let why: Vec<String> = self
+            .varied_why
+            .iter()
+            .map(|v| format!("{}: {}", v.cells, v.why))
+            .collect();
+        format!(
+            "{} varied between repeats, not a failure ({})",
+            self.varied,
+            why.join("; ")
+        )
     }
 }
 
@@ -356,7 +424,7 @@ impl Report {
         elapsed_ms: f64,
     ) -> Report {
         let root = crate::server::workspace_root();
-        Report {
+        let mut report = Report {
             schema_version: SCHEMA_VERSION,
             generated_at: jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
             locklab_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -409,12 +477,13 @@ impl Report {
                         .collect(),
                 })
                 .collect(),
-            summary: Summary::of(&runs, elapsed_ms),
+            summary: Summary::of(&[], &[], elapsed_ms),
             runs,
             properties: Vec::new(),
             verdicts: Vec::new(),
-        }
-        .judged_with(scenarios)
+        };
+        report.summary = Summary::of(&report.runs, &report.drivers, elapsed_ms);
+        report.judged_with(scenarios)
     }
 
     /// With [`Report::properties`] and [`Report::verdicts`] evaluated anew

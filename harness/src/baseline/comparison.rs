@@ -174,6 +174,17 @@ pub enum Shares {
     Information(&'static str),
 }
 
+impl Shares {
+    /// `locklab check`'s default: race shares measured on another machine,
+    /// or another day, are information (the race rule: shares move with
+    /// load and latency); `check --compare-shares` compares them by the
+    /// race rule ([`Shares::ByPressure`]).
+    pub const ANOTHER_MACHINE: Shares = Shares::Information(
+        "race shares move with the machine's load and latency: information unless `check --compare-shares` \
+         (for runs on the same machine)",
+    );
+}
+
 /// Compares a fresh run with `baseline`. Values must be equal; p50 times
 /// must be within `tolerance`; race shares compare by the race rule
 /// ([`Shares::ByPressure`]; [`compare_with`] for another treatment). A
@@ -286,12 +297,12 @@ pub fn compare_with(
 /// nature (`varies`: its column's [`BaselineDriver::readings_vary`], behind
 /// pgagroal or Odyssey, where which server connection a client gets varies;
 /// or its scenario's, [`BaselineCell::readings_vary`], on both sides; or a
-/// cell the baseline records as `unstable`, its repeats disagreeing)
 /// compares by its status alone: a run that fails, or is `n/a` where the
 /// baseline's was not (or the other way round), is a change; its readings'
 /// differences are information lines. (`varies` needs both columns to vary:
 /// `check --upgrade` from PgBouncer to pgagroal compares every reading.)
-/// Moved shares count as `rule` says.
+/// A cell whose repeats read differently on either side compares by its
+/// set of readings ([`set_changes`]). Moved shares count as `rule` says.
 fn cell_changes(
     before: &BaselineCell,
     after: &BaselineCell,
@@ -300,7 +311,11 @@ fn cell_changes(
     varies: bool,
     rule: Shares,
 ) -> (Vec<String>, Vec<String>) {
-    if varies || before.status == crate::outcome::Status::Unstable {
+    use crate::outcome::Status::Varies;
+    if !varies && (before.status == Varies || after.status == Varies) {
+        return set_changes(before, after);
+    }
+    if varies {
         let (b, a) = (before.outcome(), after.outcome());
         let info: Vec<String> = compare::diff(&b, &a, None)
             .iter()
@@ -365,6 +380,73 @@ fn cell_changes(
         ));
         (changes, info)
     }
+}
+
+/// What changed in a cell whose repeats read differently on either side
+/// (the variation rule, docs/src/faults-and-races.md): its sets of readings
+/// compare, not its repeats' shares. A value the fresh run read that none of
+/// the baseline's repeats read is a change, and so is a run that fails or is
+/// `n/a` where the baseline's was not (or the other way round); a value the
+/// baseline read and the run did not is information (a run of a few repeats
+/// misses a rare one), as are the times.
+fn set_changes(before: &BaselineCell, after: &BaselineCell) -> (Vec<String>, Vec<String>) {
+    use crate::outcome::Status::{Fail, NotApplicable};
+    let outcomes = |c: &BaselineCell| -> Vec<(usize, crate::outcome::Outcome)> {
+        if c.variants.is_empty() {
+            vec![(1, c.outcome())]
+        } else {
+            c.variants.iter().map(|v| (v.repeats, v.outcome.clone())).collect()
+        }
+    };
+    let (b, a) = (outcomes(before), outcomes(after));
+    let all: Vec<&crate::outcome::Outcome> = b.iter().chain(&a).map(|(_, o)| o).collect();
+    let mut changes = Vec::new();
+    let mut info = Vec::new();
+    if after.status == Fail || (after.status == NotApplicable) != (before.status == NotApplicable) {
+        changes.push(format!("outcome: {} → {}", before.status, after.status));
+    }
+    let tally = |fields: &[compare::Field<'_>], counts: &[(usize, crate::outcome::Outcome)]| {
+        let mut seen: Vec<(String, usize)> = Vec::new();
+        for (f, (n, _)) in fields.iter().zip(counts) {
+            let t = f.to_string();
+            match seen.iter_mut().find(|(x, _)| *x == t) {
+                Some((_, k)) => *k += n,
+                None => seen.push((t, *n)),
+            }
+        }
+        seen.iter()
+            .map(|(t, n)| format!("{t} ×{n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for (item, fields) in compare::align(&all) {
+        if item == compare::Item::Status && !changes.is_empty() {
+            continue;
+        }
+        let (fb, fa) = fields.split_at(b.len());
+        let mut new: Vec<String> = Vec::new();
+        for f in fa.iter().filter(|f| !fb.contains(f)) {
+            let t = f.to_string();
+            if !new.contains(&t) {
+                new.push(t);
+            }
+        }
+        if !new.is_empty() {
+            changes.push(format!(
+                "{item}: {} read, never in the baseline's repeats ({})",
+                new.join(", "),
+                tally(fb, &b)
+            ));
+        } else if fb.iter().any(|f| !fa.contains(f)) {
+            info.push(format!(
+                "{item}: {} in the baseline → {} (its repeats read differently: the baseline's other readings \
+                 not read this time)",
+                tally(fb, &b),
+                tally(fa, &a)
+            ));
+        }
+    }
+    (changes, info)
 }
 
 /// The readings of a race row whose counts changed by the rule of

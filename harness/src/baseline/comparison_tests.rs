@@ -26,6 +26,7 @@ fn cell(scenario: &str, driver: &str, held: &str, ms: f64) -> BaselineCell {
         backends_left: 0,
         pressure: None,
         readings_vary: false,
+        variants: Vec::new(),
     }
 }
 
@@ -255,33 +256,51 @@ fn times_keep_two_digits_and_fast_steps_none() {
     );
 }
 
+/// A cell whose repeats read `held` as each of `readings` (in that many
+/// repeats each).
+fn varying(readings: &[(&str, usize)]) -> BaselineCell {
+    let mut c = cell("s", "a", readings[0].0, 1.0);
+    c.status = crate::outcome::Status::Varies;
+    c.variants = readings
+        .iter()
+        .map(|(held, n)| crate::outcome::Variant {
+            repeats: *n,
+            outcome: cell("s", "a", held, 1.0).outcome(),
+        })
+        .collect();
+    c
+}
+
 #[test]
-fn an_unstable_baseline_cell_compares_by_status_alone() {
-    let mut varies = cell("s", "pgagroal-session", "true", 1.0);
-    varies.status = crate::outcome::Status::Unstable;
-    let other_reading = cell("s", "pgagroal-session", "false", 1.0);
-    let c = compare(
-        &baseline(vec![varies.clone()], "1", "x"),
-        &baseline(vec![other_reading], "1", "x"),
-        Tolerance::default(),
-        &|_| true,
-    );
+fn a_varying_cell_compares_by_its_set_of_readings() {
+    let before = baseline(vec![varying(&[("true", 2), ("false", 1)])], "1", "x");
+    let compared = |after: BaselineCell| {
+        compare(&before, &baseline(vec![after], "1", "x"), Tolerance::default(), &|_| {
+            true
+        })
+    };
+    // A run that read one of the baseline's readings in every repeat: the
+    // other is information (a short run misses a rare one).
+    let c = compared(cell("s", "a", "false", 1.0));
     assert!(c.is_clean(), "{:?}", c.diffs);
+    assert!(c.notes[0].changes[0].contains("not read this time"), "{:?}", c.notes);
+    // Varying over the same readings, in other shares: nothing to say.
+    let c = compared(varying(&[("false", 2), ("true", 1)]));
+    assert!(c.is_clean() && c.notes.is_empty(), "{:?} {:?}", c.diffs, c.notes);
+    // A reading none of the baseline's repeats read is a difference.
+    let c = compared(varying(&[("true", 2), ("maybe", 1)]));
+    assert_eq!(c.diffs.len(), 1);
     assert!(
-        c.notes[0].changes[0].contains("its readings vary by nature: not compared"),
+        c.diffs[0].changes[0].contains("maybe read, never in the baseline's repeats (true ×2, false ×1)"),
         "{:?}",
-        c.notes
+        c.diffs
     );
-    let mut failed = cell("s", "pgagroal-session", "true", 1.0);
+    // And so is a cell that fails.
+    let mut failed = cell("s", "a", "true", 1.0);
     failed.status = crate::outcome::Status::Fail;
-    let c = compare(
-        &baseline(vec![varies], "1", "x"),
-        &baseline(vec![failed], "1", "x"),
-        Tolerance::default(),
-        &|_| true,
-    );
+    let c = compared(failed);
     assert!(
-        c.diffs[0].changes[0].contains("unstable in the baseline (its readings vary by nature) → fail"),
+        c.diffs[0].changes[0].contains("outcome: varies → fail"),
         "{:?}",
         c.diffs
     );

@@ -12,7 +12,9 @@ impl Comparison {
     /// verdict by what it left out. A change decided by a race row counts
     /// only when the comparison found a difference in one of its deciding
     /// cells (the race rule: a run with fewer or luckier trials can only say
-    /// "not contradicted"); else it is a note.
+    /// "not contradicted"); else it is a note. So is a violated verdict that
+    /// a run missed by chance by the variation rule
+    /// ([`crate::properties::variation::missed_by_chance`]).
     pub fn judge(&mut self, properties: &[crate::properties::Property], baseline: &Baseline, fresh: &Baseline) {
         // The fresh run's column facts judge both sides, so no change comes
         // from them (a baseline written before they were kept has none).
@@ -60,7 +62,20 @@ impl Comparison {
                     c.cells.join(", ")
                 }
             );
-            if c.race && !differs {
+            let column = |v: &[crate::properties::PropertyVerdicts]| {
+                v.iter()
+                    .find(|p| p.id == c.property)
+                    .and_then(|p| p.of(&c.driver))
+                    .cloned()
+            };
+            let chance = match (column(&before), column(&after)) {
+                (Some(b), Some(a)) => crate::properties::variation::missed_by_chance(&b, &a, fresh.repeat),
+                _ => None,
+            };
+            if let Some(why) = chance {
+                self.verdict_notes
+                    .push(format!("{line}: by the variation rule not contradicted: {why}"));
+            } else if c.race && !differs {
                 self.verdict_notes.push(line);
             } else {
                 self.verdicts.push(line);
@@ -86,8 +101,9 @@ impl Comparison {
         if !self.verdict_notes.is_empty() {
             let _ = writeln!(
                 out,
-                "\ninformation, not differences: {} verdict(s) decided by race cells differ, but the race rule \
-                 finds no change in their cells: not contradicted",
+                "\ninformation, not differences: {} verdict(s) differ, but the race rule finds no change in their \
+                 race cells, or the variation rule says the run may have missed its varying cells' violations by \
+                 chance: not contradicted",
                 self.verdict_notes.len()
             );
             for v in &self.verdict_notes {
@@ -202,6 +218,7 @@ mod tests {
                     cpus: 2,
                 }),
                 readings_vary: false,
+                variants: Vec::new(),
             }],
         }
     }

@@ -15,7 +15,8 @@ pub use value::{Cancel, Checkout, GuardEnded, LockHolder, LockSnapshot, Return, 
 use crate::observe::LockRow;
 
 /// The status of one cell, in precedence order (most severe last): serialised
-/// as `pass`, `deviates`, `n/a`, `fail` and `unstable`.
+/// as `pass`, `deviates`, `n/a`, `varies` and `fail` (files written before
+/// the variation rule say `unstable` for `varies`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize)]
 pub enum Status {
     /// Every step and expectation held.
@@ -28,23 +29,28 @@ pub enum Status {
     /// The configuration cannot run the scenario as written.
     #[serde(rename = "n/a")]
     NotApplicable,
-    /// A step, an expectation, a deadline or the clean-up failed.
+    /// Its repeats read differently (a pooler's hand-out order, a race):
+    /// not a failure. What it says is judged over every repeat by the
+    /// variation rule (docs/src/faults-and-races.md, "The variation rule";
+    /// [`RunResult::variants`]).
+    #[serde(rename = "varies", alias = "unstable")]
+    Varies,
+    /// The cell could not run, an `expect:` was not met outside a declared
+    /// deviation, a step met an error its scenario did not allow, a deadline
+    /// passed, or the clean-up failed.
     #[serde(rename = "fail")]
     Fail,
-    /// Repeats of the cell disagreed (counts as failed).
-    #[serde(rename = "unstable")]
-    Unstable,
 }
 
 impl Status {
-    /// The status of one run: unstable (its repeats disagreed), fail, n/a
-    /// (skipped), deviates (behind a pooler that breaks session
+    /// The status of one cell: fail, varies (its repeats read differently),
+    /// n/a (skipped), deviates (behind a pooler that breaks session
     /// assumptions), pass, in that precedence. The one place it is decided.
-    pub fn of(unstable: bool, failed: bool, skipped: bool, deviated: bool) -> Status {
-        if unstable {
-            Status::Unstable
-        } else if failed {
+    pub fn of(varied: bool, failed: bool, skipped: bool, deviated: bool) -> Status {
+        if failed {
             Status::Fail
+        } else if varied {
+            Status::Varies
         } else if skipped {
             Status::NotApplicable
         } else if deviated {
@@ -55,18 +61,19 @@ impl Status {
     }
 
     /// The status of several runs shown as one (a scenario file's parameter
-    /// sets in one column), with how many runs have it: unstable or fail if
-    /// any run is; n/a only if every run is; else deviates if any run does;
-    /// else pass (count 0). `None` for no runs.
+    /// sets in one column), with how many runs have it:
+    /// fail if any run is; else varies if any run does; n/a only if every
+    /// run is; else deviates if any run does; else pass (count 0). `None`
+    /// for no runs.
     pub fn of_family(statuses: &[Status]) -> Option<(Status, usize)> {
         let count = |want: &[Status]| statuses.iter().filter(|s| want.contains(s)).count();
         let n = statuses.len();
         Some(if n == 0 {
             return None;
-        } else if count(&[Status::Unstable]) > 0 {
-            (Status::Unstable, count(&[Status::Unstable]))
         } else if count(&[Status::Fail]) > 0 {
             (Status::Fail, count(&[Status::Fail]))
+        } else if count(&[Status::Varies]) > 0 {
+            (Status::Varies, count(&[Status::Varies]))
         } else if count(&[Status::NotApplicable]) == n {
             (Status::NotApplicable, n)
         } else if count(&[Status::Deviates]) > 0 {
@@ -76,19 +83,19 @@ impl Status {
         })
     }
 
-    /// Whether a run with it passed (deviates and n/a included).
+    /// Whether a run with it passed (deviates, n/a and varies included).
     pub fn passed(self) -> bool {
-        matches!(self, Status::Pass | Status::Deviates | Status::NotApplicable)
+        self != Status::Fail
     }
 
-    /// The serialised form: `pass`, `deviates`, `n/a`, `fail` or `unstable`.
+    /// The serialised form: `pass`, `deviates`, `n/a`, `varies` or `fail`.
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Pass => "pass",
             Status::Deviates => "deviates",
             Status::NotApplicable => "n/a",
+            Status::Varies => "varies",
             Status::Fail => "fail",
-            Status::Unstable => "unstable",
         }
     }
 }
@@ -288,7 +295,7 @@ pub struct RunResult {
     pub deviation: Option<String>,
     /// Its scenario's readings vary from run to run by nature (the
     /// scenario's `readings_vary:`): the cell compares with the baseline by
-    /// status alone, and an unstable cell does not fail the run.
+    /// status alone (and its verdicts by the variation rule).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub readings_vary: bool,
     /// For a cell with `trials`: how many ran, the distribution of their
@@ -324,9 +331,28 @@ pub struct RunResult {
     pub elapsed_stats: Option<Stats>,
     /// What differed between the repeats' [`Outcome`]s, one line per item
     /// (`` `held`: true ×19, false ×1 ``); empty when every repeat agreed.
-    /// An unstable cell counts as failed.
+    /// A cell whose repeats read differently [`Status::Varies`]: that is a
+    /// reading, never a failure (files written before the variation rule
+    /// call it `unstable`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", alias = "unstable")]
+    pub varied: Vec<String>,
+    /// When the repeats read differently: each distinct way they read, with
+    /// how many repeats read so, in the order first seen. What the
+    /// properties judge over (a property is violated when any variant
+    /// violates it: [`crate::properties`]) and what the baseline keeps as
+    /// the cell's set of readings. Empty when every repeat agreed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub unstable: Vec<String>,
+    pub variants: Vec<Variant>,
+}
+
+/// One way a varying cell's repeats read ([`RunResult::variants`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Variant {
+    /// In how many repeats the cell read so (≥ 1).
+    pub repeats: usize,
+    /// What those repeats read.
+    #[serde(flatten)]
+    pub outcome: Outcome,
 }
 
 impl Observation {
@@ -414,8 +440,8 @@ impl Observation {
 /// cell must agree on and what the baseline (`reports/baseline.json`) keeps.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Outcome {
-    /// `pass`, `deviates` (behind transaction pooling), `n/a`, `fail`, or
-    /// `unstable` (repeats disagreed).
+    /// `pass`, `deviates` (behind transaction pooling), `n/a`, `varies`
+    /// (repeats read differently) or `fail`.
     pub status: Status,
     /// Each observation in step order.
     pub observations: Vec<Recorded>,
@@ -464,7 +490,8 @@ impl RunResult {
             phases_ms: indexmap::IndexMap::new(),
             repeats: 1,
             elapsed_stats: None,
-            unstable: Vec::new(),
+            varied: Vec::new(),
+            variants: Vec::new(),
         }
     }
 
@@ -477,15 +504,16 @@ impl RunResult {
         now
     }
 
-    /// Whether the run passed (an unstable cell has a `failure`).
+    /// Whether the run passed: nothing failed (a cell whose repeats read
+    /// differently passed: [`Status::Varies`]).
     pub fn passed(&self) -> bool {
         self.failure.is_none()
     }
 
-    /// Unstable, fail, n/a, deviates or pass, in that precedence.
+    /// Fail, varies, n/a, deviates or pass, in that precedence.
     pub fn status(&self) -> Status {
         Status::of(
-            !self.unstable.is_empty(),
+            !self.varied.is_empty(),
             self.failure.is_some(),
             self.skipped.is_some(),
             self.deviation.is_some(),
@@ -527,11 +555,13 @@ mod tests {
             (Status::Pass, "pass"),
             (Status::Deviates, "deviates"),
             (Status::NotApplicable, "n/a"),
+            (Status::Varies, "varies"),
             (Status::Fail, "fail"),
-            (Status::Unstable, "unstable"),
         ] {
             assert_eq!(serde_json::to_string(&s).unwrap(), format!("\"{text}\""));
             assert_eq!(s.to_string(), text);
         }
+        // Files written before the variation rule.
+        assert_eq!(serde_json::from_str::<Status>("\"unstable\"").unwrap(), Status::Varies);
     }
 }

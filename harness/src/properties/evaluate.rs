@@ -77,6 +77,11 @@ pub struct TrialCount {
     pub of: u64,
 }
 
+/// The reading of a cell whose repeats read differently in a file written
+/// before the variation rule, which kept no variants to judge.
+pub const VARIES_UNKEPT: &str =
+    "the cell's repeats read differently, and the file keeps no variants to judge (written before the variation rule)";
+
 /// One deciding cell's part in a verdict.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Evidence {
@@ -98,6 +103,10 @@ pub struct Evidence {
     /// For a race row: the trials that violated, of all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trials: Option<TrialCount>,
+    /// For a cell whose repeats read differently: the repeats that
+    /// violated, of all (judged per repeat: [`RepeatCount`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeats: Option<super::variation::RepeatCount>,
     /// The step's p50 time in ms, as the baseline keeps it (from 50 ms, two
     /// significant digits): e.g. how long after a crash the lock was released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -370,12 +379,20 @@ fn read_cell(d: &Decider, cell: &BaselineCell) -> Option<Evidence> {
         says: None,
         advice: None,
         trials: None,
+        repeats: None,
         ms: None,
         at: Coordinates::default(),
     };
+    if cell.status == Status::Varies && !cell.variants.is_empty() {
+        return super::variation::read_variants(d, cell, e, read_cell);
+    }
     match cell.status {
-        Status::Fail | Status::Unstable => {
+        Status::Fail => {
             e.reading = format!("the cell is {}", cell.status);
+            return Some(e);
+        }
+        Status::Varies => {
+            e.reading = VARIES_UNKEPT.to_owned();
             return Some(e);
         }
         Status::NotApplicable => {

@@ -35,21 +35,25 @@
 //! reading no rule reads, else holds if any reading holds, else n/a. A cell
 //! with a reading that reads n/a (no guard API, no cancel request sent)
 //! decides nothing through its other records. A race row reads as violated
-//! when any of its trials did (with the count), as holds when none did.
+//! when any of its trials did (with the count), as holds when none did; a
+//! cell whose repeats read differently, likewise over its repeats
+//! ([`variation`]).
 
 pub mod dimensions;
 mod evaluate;
 mod load;
 pub mod remedies;
+pub mod variation;
 mod when;
 pub mod witness;
 
 pub use dimensions::{Applies, Column, Coordinates, Coverage, Dimension, DimensionCoverage};
 pub use evaluate::{
-    ColumnVerdict, Evidence, Mark, PropertyVerdicts, ServerVerdicts, TrialCount, VerdictChange, changes, evaluate,
-    evaluate_report,
+    ColumnVerdict, Evidence, Mark, PropertyVerdicts, ServerVerdicts, TrialCount, VARIES_UNKEPT, VerdictChange, changes,
+    evaluate, evaluate_report,
 };
 pub use remedies::{Proof, Proven, Remedy};
+pub use variation::RepeatCount;
 pub use witness::{Meaning, Taken, Witness, WitnessKind};
 
 pub use load::{for_scenarios, json_schema, load_dir, load_file, shipped, shipped_cached, shipped_dir};

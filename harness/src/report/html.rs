@@ -60,7 +60,7 @@ fn class_of(status: Option<Status>, differs: bool) -> &'static str {
         Some(Status::NotApplicable) => "na",
         Some(Status::Deviates) => "dev",
         Some(Status::Fail) => "fail",
-        Some(Status::Unstable) => "unstable",
+        Some(Status::Varies) => "varies",
     }
 }
 
@@ -69,7 +69,7 @@ fn verdict(v: &Verdict) -> (String, &'static str) {
     let (n, count) = (v.runs, v.count);
     match v.status {
         None => ("—".to_owned(), "same"),
-        Some(Status::Unstable) => (format!("UNSTABLE ({count} of {n})"), "unstable"),
+        Some(Status::Varies) => (format!("VARIES ({count} of {n})"), "varies"),
         Some(Status::Fail) => (format!("FAIL ({count} of {n})"), "fail"),
         Some(Status::NotApplicable) => ("n/a".to_owned(), "na"),
         Some(Status::Deviates) => (format!("deviates ({count} of {n})"), "dev"),
@@ -335,7 +335,8 @@ mod tests {
                 deviated: 0,
                 not_applicable: 0,
                 failed: 1,
-                unstable: 0,
+                varied: 0,
+                varied_why: Vec::new(),
                 elapsed_ms: 1.0,
             },
             properties: Vec::new(),

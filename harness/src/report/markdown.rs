@@ -46,12 +46,12 @@ fn mark(differs: bool) -> &'static str {
 }
 
 /// The expectations cell: `pass`, `n/a`, `deviates (1 of 2: …)`, `**FAIL**`,
-/// `**FAIL** (1 of 2)`, `**UNSTABLE** (1 of 2)`, or `—` without runs.
+/// `**FAIL** (1 of 2)`, `**VARIES** (1 of 2)`, or `—` without runs.
 fn verdict(v: &Verdict) -> String {
     let (n, count) = (v.runs, v.count);
     match v.status {
         None => "—".to_owned(),
-        Some(Status::Unstable) => format!("**UNSTABLE** ({count} of {n})"),
+        Some(Status::Varies) => format!("**VARIES** ({count} of {n})"),
         Some(Status::Fail) if n == 1 => "**FAIL**".to_owned(),
         Some(Status::Fail) => format!("**FAIL** ({count} of {n})"),
         Some(Status::NotApplicable) => "n/a".to_owned(),

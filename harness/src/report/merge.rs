@@ -22,8 +22,9 @@ pub fn load(path: &Path) -> Result<Report> {
     let json: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
     match json.get("schema_version").and_then(serde_json::Value::as_u64) {
-        // Version 8 lacks only the verdicts, evaluated below.
-        Some(v) if v == u64::from(SCHEMA_VERSION) || v == 8 => {}
+        // Version 9 called a varying cell `unstable` (serde aliases read
+        // it); version 8 lacks only the verdicts, evaluated below.
+        Some(v) if v == u64::from(SCHEMA_VERSION) || v == 9 || v == 8 => {}
         Some(v) => bail!(
             "{}: schema_version {v}, but this locklab reads {SCHEMA_VERSION}: make every shard with this version",
             path.display()
@@ -34,7 +35,7 @@ pub fn load(path: &Path) -> Result<Report> {
         serde_json::from_str(&text).with_context(|| format!("{}: not a locklab matrix.json", path.display()))?;
     // The totals are the cells' (a file whose cells were put together by
     // hand keeps no stale count).
-    let summary = Summary::of(&report.runs, report.summary.elapsed_ms);
+    let summary = Summary::of(&report.runs, &report.drivers, report.summary.elapsed_ms);
     Ok(Report {
         schema_version: SCHEMA_VERSION,
         summary,
@@ -126,7 +127,7 @@ pub fn merge(reports: Vec<(String, Report)>) -> Result<Report> {
     }
     runs.sort_by_key(|(p, _)| *p);
     merged.runs = runs.into_iter().map(|(_, run)| run).collect();
-    merged.summary = Summary::of(&merged.runs, elapsed_ms);
+    merged.summary = Summary::of(&merged.runs, &merged.drivers, elapsed_ms);
     merged.environment.git_dirty = git_dirty;
     merged.generated_at = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
     merged.shard = None;

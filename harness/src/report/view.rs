@@ -118,12 +118,12 @@ impl LocksLeft {
 
 /// One "expectations" cell: how the family's runs in one column went.
 pub(super) struct Verdict {
-    /// `None` without runs; else unstable if any run was, fail if any
-    /// failed, n/a if every run was skipped, deviates if any deviated, pass.
+    /// `None` without runs; else fail if any run failed, varies if any
+    /// varied, n/a if every run was skipped, deviates if any deviated, pass.
     pub status: Option<Status>,
     /// The family's runs in this column.
     pub runs: usize,
-    /// How many of them were unstable, failed or deviated (for that status).
+    /// How many of them failed, varied or deviated (for that status).
     pub count: usize,
     /// Observations whose value differs from the reference column.
     pub differing: usize,
@@ -134,14 +134,14 @@ pub(super) struct Verdict {
 }
 
 /// Where severity is concerned: a clean pass, a pass that differs, n/a,
-/// deviates, fail, unstable.
+/// deviates, varies, fail.
 fn severity(status: Status, differs: bool) -> u8 {
     match status {
         Status::Pass => u8::from(differs),
         Status::NotApplicable => 2,
         Status::Deviates => 3,
-        Status::Fail => 4,
-        Status::Unstable => 5,
+        Status::Varies => 4,
+        Status::Fail => 5,
     }
 }
 
@@ -161,8 +161,8 @@ fn run_notes(run: &RunResult, lines: &mut Vec<String>) {
     if run.repeats > 1 {
         lines.push(format!("repeats: {}", run.repeats));
     }
-    for u in &run.unstable {
-        lines.push(format!("unstable: {u}"));
+    for u in &run.varied {
+        lines.push(format!("varies: {u}"));
     }
     for note in [&run.failure, &run.deviation, &run.skipped].into_iter().flatten() {
         lines.push(note.clone());
@@ -183,7 +183,7 @@ fn run_notes(run: &RunResult, lines: &mut Vec<String>) {
 
 /// Hover text of an observation cell: value, SQLSTATE, holders and waiters
 /// with backend pid and state, timings, notices, and what went wrong in the
-/// run (a failure, a deviation, an unstable repeat). The step and its SQL
+/// run (a failure, a deviation, repeats that read differently). The step and its SQL
 /// are the row's (the same for every column), and the run's other notes
 /// (repeats, trials, where it ran) its expectations cell's: each said once.
 fn evidence(header: &str, o: &Observation, run: &RunResult) -> Vec<String> {
@@ -210,8 +210,8 @@ fn evidence(header: &str, o: &Observation, run: &RunResult) -> Vec<String> {
         lines.push(format!("at await: {}", stats_line(w)));
     }
     lines.extend(o.notices.iter().cloned());
-    for u in &run.unstable {
-        lines.push(format!("unstable: {u}"));
+    for u in &run.varied {
+        lines.push(format!("varies: {u}"));
     }
     for note in [&run.failure, &run.deviation].into_iter().flatten() {
         lines.push(note.clone());
@@ -527,7 +527,8 @@ mod tests {
                 deviated: 0,
                 not_applicable: 0,
                 failed: 0,
-                unstable: 0,
+                varied: 0,
+                varied_why: Vec::new(),
                 elapsed_ms: 0.0,
             },
             properties: Vec::new(),

@@ -27,6 +27,21 @@ impl StepError {
         matches!(self, StepError::Mismatch(_))
     }
 
+    /// Whether the driver's call failed because the client connection was
+    /// closed under it, by its peer (tokio-postgres: "connection closed";
+    /// the adapters: "server closed the connection unexpectedly",
+    /// "Connection reset by peer", an unexpected EOF).
+    pub fn is_connection_closed(&self) -> bool {
+        const CLOSED: [&str; 5] = [
+            "connection closed",
+            "server closed the connection unexpectedly",
+            "Connection reset by peer",
+            "unexpected EOF",
+            "unexpected end of file",
+        ];
+        matches!(self, StepError::Driver(m) if CLOSED.iter().any(|c| m.contains(c)))
+    }
+
     /// The same kind of error with its text changed by `f`.
     pub fn map(self, f: impl FnOnce(String) -> String) -> StepError {
         match self {

@@ -185,6 +185,10 @@ async fn run_on(
     result
 }
 
+/// How a run's deviation starts when the pooler closed an actor's client
+/// connection ([`locklab_drivers::PoolerKind::closes_client_connections`]).
+pub const POOLER_CLOSED: &str = "the pooler closed the client connection";
+
 /// Phases 2 to 7 in database `db` ([`Run::execute`]); a failed expectation
 /// behind a pooler that breaks session assumptions is the deviation.
 async fn run_in_database(
@@ -221,6 +225,12 @@ async fn run_in_database(
             // pgagroal's application_name: session semantics the scenario
             // assumes do not hold. That is the finding, recorded.
             result.deviation = Some(fail(e.to_string()));
+        } else if e.is_connection_closed() && info.pooler.is_some_and(|p| p.kind.closes_client_connections()) {
+            // pgagroal 1.6.0 closes a client connection when one of its
+            // workers crashes: the pooler's behaviour, measured, not a
+            // cell that could not run (the variation rule counts it over
+            // the repeats).
+            result.deviation = Some(fail(format!("{POOLER_CLOSED}: {e}")));
         } else {
             result.failure = Some(fail(e.to_string()));
         }

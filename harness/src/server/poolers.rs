@@ -119,6 +119,10 @@ pub(super) struct ContainerPooler {
     _watchdog: Option<super::container::Watchdog>,
 }
 
+/// How a start-up error says that pgagroal made none of its server
+/// connections (retried by [`ContainerPooler::start`]).
+const NONE_MADE: &str = "had made none of";
+
 impl ContainerPooler {
     /// Starts `pooler` in front of `up`; ready (a `select 1` through it
     /// answers) within `timeout`. `database`: the one database it serves,
@@ -141,13 +145,21 @@ impl ContainerPooler {
         let image = image(&docker).await?;
         // The free port is chosen before the pooler binds it: another
         // process may take it meanwhile (Pgpool-II then runs on without
-        // listening). That is retried on another port, twice.
+        // listening). That is retried on another port, twice. So is a
+        // pgagroal that made none of its server connections: it makes them
+        // once, at start, and when the first attempt finds its way to the
+        // server not yet open ("pgagroal: No connection to 127.0.0.1:PORT",
+        // its socat still starting) it never tries again (seen twice in the
+        // committed report of 2026-12-06, as cells that could not run).
         let mut attempt = 0;
         loop {
             attempt += 1;
             match ContainerPooler::start_on(&docker, &host, &image, pooler, up, database, timeout).await {
                 Err(e) if attempt < 3 && port_taken(&format!("{e:#}")).is_some() => {
                     tracing::warn!("{}: its port was taken before it bound it; another try", pooler.label());
+                }
+                Err(e) if attempt < 3 && format!("{e:#}").contains(NONE_MADE) => {
+                    tracing::warn!("{}: made none of its server connections; another try", pooler.label());
                 }
                 other => return other,
             }
@@ -355,8 +367,13 @@ impl ContainerPooler {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             };
+            let made = if seen == 0 {
+                NONE_MADE.to_owned()
+            } else {
+                format!("had made {seen} of")
+            };
             break Err(anyhow!(
-                "{} had made {seen} of its {SERVER_CONNECTIONS} server connections to {db} when {why}; its last log lines:\n{log}",
+                "{} {made} its {SERVER_CONNECTIONS} server connections to {db} when {why}; its last log lines:\n{log}",
                 pooler.label()
             ));
         };

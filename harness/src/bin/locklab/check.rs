@@ -34,6 +34,8 @@ struct CheckPlan<'a> {
     tolerance: Tolerance,
     /// Diff lines to print (`None` with `--full`).
     max_lines: Option<usize>,
+    /// How race shares compare (`--compare-shares`: by the race rule).
+    shares: baseline::Shares,
     /// The report is read from a file (`--from`), not run.
     from_file: bool,
 }
@@ -69,6 +71,11 @@ pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<E
             slack_ms: args.timing_slack_ms,
         },
         max_lines: (!args.full).then_some(DIFF_LINES),
+        shares: if args.compare_shares {
+            baseline::Shares::ByPressure
+        } else {
+            baseline::Shares::ANOTHER_MACHINE
+        },
         from_file: args.from.is_some(),
     };
     if args.update && plan.partial && !explicit {
@@ -270,30 +277,23 @@ fn server_label(report: &Report) -> String {
     format!("{} ({})", short_version(&server.version), server.backend)
 }
 
-/// The runs that failed, or were unstable over the repeats in a column or a
-/// scenario whose readings do not vary by nature (behind pgagroal or Odyssey,
-/// or in a scenario with `readings_vary:`, an unstable cell is what it does:
-/// `BaselineDriver::readings_vary`, `RunResult::readings_vary`).
-fn failed_runs<'a>(report: &'a Report, fresh: &Baseline) -> Vec<&'a RunResult> {
-    let varies = |r: &RunResult| {
-        r.outcome().status == locklab::outcome::Status::Unstable
-            && (r.readings_vary || fresh.drivers.get(&r.driver).is_some_and(|d| d.readings_vary))
-    };
-    report.runs.iter().filter(|r| !r.passed() && !varies(r)).collect()
+/// The runs that failed (a cell whose repeats read differently did not:
+/// the variation rule).
+fn failed_runs(report: &Report) -> Vec<&RunResult> {
+    report.runs.iter().filter(|r| !r.passed()).collect()
 }
 
-/// `--update`: writes `fresh`, the run's baseline, unless a cell failed, or
-/// was unstable in a column whose readings do not vary by nature (exit 1;
-/// an unstable cell behind pgagroal or Odyssey is recorded as such:
-/// `BaselineDriver::readings_vary`). Race rows keep the readings the file
+/// `--update`: writes `fresh`, the run's baseline, unless a cell failed
+/// (exit 1; a cell whose repeats read differently is recorded with each way
+/// it read: `BaselineCell::variants`). Race rows keep the readings the file
 /// being replaced knew for them ([`Baseline::keep_readings_of`]), when it is
 /// of the same major version.
 fn update(plan: &CheckPlan, report: &Report, fresh: &Baseline) -> Result<ExitCode> {
     let path = plan.path.as_path();
-    let failed = failed_runs(report, fresh);
+    let failed = failed_runs(report);
     if !failed.is_empty() {
         let mut text = format!(
-            "locklab: not writing {}: {} cell(s) failed or were unstable; a baseline records passing behaviour\n",
+            "locklab: not writing {}: {} cell(s) failed; a baseline records passing behaviour\n",
             path.display(),
             failed.len()
         );
@@ -342,7 +342,7 @@ const NEEDS_DOCKER: &str = "needs Docker";
 fn compare(plan: &CheckPlan, report: &Report, before: &Baseline, fresh: &Baseline) -> Result<ExitCode> {
     let (run, path) = (plan.run, plan.path.as_path());
     let server = &report.servers[0];
-    let failed = failed_runs(report, fresh);
+    let failed = failed_runs(report);
     if before.server.major != server.major {
         eprintln!(
             "locklab: note: the baseline was measured on PostgreSQL {}, this run is on {}",
@@ -392,7 +392,7 @@ fn compare(plan: &CheckPlan, report: &Report, before: &Baseline, fresh: &Baselin
     let expected = |cell: &baseline::BaselineCell| {
         expected(cell) && !not_here.contains(&(cell.scenario.as_str(), cell.driver.as_str()))
     };
-    let mut comparison = baseline::compare(before, &fresh, plan.tolerance, &expected);
+    let mut comparison = baseline::compare_with(before, &fresh, plan.tolerance, plan.shares, &expected);
     match locklab::properties::shipped_cached() {
         Ok(properties) => comparison.judge(properties, before, &fresh),
         Err(e) => eprintln!("locklab: note: verdicts not compared: the property files do not load:\n{e}"),
@@ -413,7 +413,7 @@ fn compare(plan: &CheckPlan, report: &Report, before: &Baseline, fresh: &Baselin
         );
     }
     if !failed.is_empty() {
-        let _ = writeln!(text, "\n{} cell(s) failed or were unstable:", failed.len());
+        let _ = writeln!(text, "\n{} cell(s) failed:", failed.len());
         for r in &failed {
             let _ = writeln!(text, "  {}", r.failure.as_deref().unwrap_or_default());
         }

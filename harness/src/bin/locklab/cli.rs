@@ -250,6 +250,11 @@ pub struct CheckArgs {
     /// Print every changed cell (default: about one screen, then a count of the rest).
     #[arg(long)]
     pub full: bool,
+    /// Compare race cells' shares by the race rule (for a run on the same
+    /// machine as the baseline's: shares move with load and latency). By
+    /// default they are information, never a difference.
+    #[arg(long)]
+    pub compare_shares: bool,
     /// Compare this matrix.json (e.g. what `locklab merge` or `locklab
     /// report` wrote) with the baseline instead of running the matrix; the
     /// cells compared are those of its scenarios and drivers. With --update,

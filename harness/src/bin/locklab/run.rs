@@ -12,8 +12,8 @@ use crate::execute::execute;
 use crate::output::{emit, exit_for};
 
 /// Runs the selection and prints the summary; with `json` the full results
-/// go to stdout as JSON and the summary to stderr. Exit code 1 when a run
-/// failed or was unstable.
+/// go to stdout as JSON and the summary to stderr. Exit code 1 when a cell
+/// failed (one whose repeats read differently did not).
 ///
 /// # Errors
 /// As [`execute`]; writing to stdout failed.
@@ -30,7 +30,8 @@ pub fn run(dir: &Path, args: &RunArgs, json: bool) -> Result<ExitCode> {
 
 /// The per-run summary printed by `run` and `report`: one line per cell, its
 /// observations, what it left behind, then one line with the counts (and
-/// one for unstable cells whose readings vary by nature, when there are any).
+/// one for the cells whose repeats read differently, with why, when there
+/// are any).
 pub fn summary(report: &locklab::report::Report) -> String {
     let runs = &report.runs[..];
     let mut lines = Vec::new();
@@ -50,13 +51,8 @@ pub fn summary(report: &locklab::report::Report) -> String {
     for r in runs {
         cell_lines(&mut lines, r, several, width, obs_width);
     }
-    let summary = locklab::report::Summary::of(runs, 0.0);
-    let (failed, deviated, skipped, unstable) = (
-        summary.failed,
-        summary.deviated,
-        summary.not_applicable,
-        summary.unstable,
-    );
+    let summary = locklab::report::Summary::of(runs, &report.drivers, 0.0);
+    let (failed, deviated, skipped) = (summary.failed, summary.deviated, summary.not_applicable);
     let repeats = runs.iter().map(|r| r.repeats).max().unwrap_or(1);
     let each = if repeats > 1 {
         format!(" (cells, each run {repeats} times)")
@@ -65,19 +61,11 @@ pub fn summary(report: &locklab::report::Report) -> String {
     };
     lines.push(format!(
         "{} passed, {deviated} deviated (behind transaction pooling, Pgpool-II or pgagroal), {skipped} not applicable, \
-         {failed} failed ({unstable} unstable){each}",
+         {failed} failed{each}",
         runs.len() - failed - deviated - skipped
     ));
-    let varying = runs
-        .iter()
-        .filter(|r| crate::output::varies_by_nature(report, r))
-        .count();
-    if varying > 0 {
-        lines.push(format!(
-            "({varying} of the unstable cells vary by nature: behind pgagroal or Odyssey, where which server \
-             connection a client gets varies, or in a scenario with `readings_vary`; they do not fail the run, and \
-             compare with the baseline by status alone)"
-        ));
+    if summary.varied > 0 {
+        lines.push(format!("({})", summary.varied_text()));
     }
     lines.join("\n") + "\n"
 }
@@ -86,7 +74,7 @@ pub fn summary(report: &locklab::report::Report) -> String {
 /// `several` servers ran), then its observations and notes.
 fn cell_lines(lines: &mut Vec<String>, r: &RunResult, several: bool, width: usize, obs_width: usize) {
     let status = match r.status() {
-        Status::Unstable => "UNST",
+        Status::Varies => "vary",
         Status::Fail => "FAIL",
         Status::NotApplicable => "n/a ",
         Status::Deviates => "dev ",

@@ -10,10 +10,13 @@ use locklab::report::Report;
 
 use crate::cli::SoakArgs;
 use crate::execute::execute;
-use crate::output::{emit, exit_for};
+use crate::output::{declared_to_vary, emit, exit_for};
 
 /// Runs every selected cell `--rounds` times (as repeats) and prints each
-/// cell that differed between rounds or failed. Exit code 1 if any did.
+/// cell that failed or differed between rounds. Exit code 1 if a cell failed,
+/// or differed between rounds where neither its scenario nor its column
+/// declares that its readings vary (`readings_vary:`, pgagroal and Odyssey):
+/// a soak looks for the variation a report takes as a reading.
 ///
 /// # Errors
 /// `--repeat` given (the rounds are the repeats); as [`execute`]; the
@@ -30,26 +33,43 @@ pub fn soak(dir: &Path, args: &SoakArgs) -> Result<ExitCode> {
     }
     let text = soak_summary(&report);
     emit(&text)?;
-    Ok(exit_for(&report))
+    let undeclared = report
+        .runs
+        .iter()
+        .any(|r| !r.varied.is_empty() && !declared_to_vary(&report, r));
+    Ok(if undeclared {
+        ExitCode::from(1)
+    } else {
+        exit_for(&report)
+    })
 }
 
-/// What `soak` prints: each cell that differed between rounds or failed, with
-/// what differed, then one line with the counts.
+/// What `soak` prints: each cell that failed or differed between rounds,
+/// with what differed, then one line with the counts.
 fn soak_summary(report: &Report) -> String {
     let runs = &report.runs;
     let rounds = report.repeat;
     let mut text = String::new();
-    for r in runs.iter().filter(|r| !r.passed()) {
-        let _ = writeln!(text, "{} × {} × {}:", r.server, r.scenario, r.driver);
-        if r.unstable.is_empty() {
-            let _ = writeln!(text, "    failed: {}", r.failure.as_deref().unwrap_or_default());
+    for r in runs.iter().filter(|r| !r.passed() || !r.varied.is_empty()) {
+        let declared = if declared_to_vary(report, r) {
+            " (its readings vary by declared nature)"
+        } else {
+            ""
+        };
+        let _ = writeln!(text, "{} × {} × {}{declared}:", r.server, r.scenario, r.driver);
+        if let Some(f) = &r.failure {
+            let _ = writeln!(text, "    failed: {f}");
         }
-        for line in &r.unstable {
+        for line in &r.varied {
             let _ = writeln!(text, "    differs: {line}");
         }
     }
-    let differing = runs.iter().filter(|r| !r.unstable.is_empty()).count();
-    let failed = runs.iter().filter(|r| !r.passed() && r.unstable.is_empty()).count();
+    let differing = runs.iter().filter(|r| !r.varied.is_empty()).count();
+    let declared = runs
+        .iter()
+        .filter(|r| !r.varied.is_empty() && declared_to_vary(report, r))
+        .count();
+    let failed = runs.iter().filter(|r| !r.passed()).count();
     let leaks = runs.iter().filter(|r| !r.backends_left.is_empty()).count();
     let versions: Vec<&str> = report.servers.iter().map(|s| s.version.as_str()).collect();
     // A cell that is not applicable is not run (its repeats agree trivially).
@@ -57,7 +77,8 @@ fn soak_summary(report: &Report) -> String {
     let _ = writeln!(
         text,
         "soak: {rounds} rounds × {} cells ({} not applicable) = {} runs on {} in {:.0} s: \
-         {differing} cell(s) differ between rounds, {failed} other cell(s) failed, {leaks} cell(s) with a leak",
+         {differing} cell(s) differ between rounds ({declared} of them declared to vary), {failed} cell(s) failed, \
+         {leaks} cell(s) with a leak",
         runs.len(),
         runs.len() - made,
         made * rounds,

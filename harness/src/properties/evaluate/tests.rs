@@ -79,6 +79,7 @@ fn cell(scenario: &str, status: Status, observations: Vec<(&str, BaselineObserva
         backends_left: 0,
         pressure: None,
         readings_vary: false,
+        variants: Vec::new(),
     }
 }
 
@@ -323,4 +324,44 @@ fn an_untried_dimension_value_reads_holds_where_tried() {
         pooler: None,
     };
     assert_eq!(judge(&[one], &direct).verdict, Mark::Holds);
+}
+
+/// A cell whose repeats read `x` as each of `readings`, that many repeats each.
+fn varying(readings: &[(bool, usize)]) -> BaselineCell {
+    let mut c = cell("s", Status::Varies, vec![("x", obs(Value::Bool(readings[0].0)))]);
+    c.variants = readings
+        .iter()
+        .map(|(b, n)| crate::outcome::Variant {
+            repeats: *n,
+            outcome: crate::outcome::Outcome {
+                status: Status::Pass,
+                observations: vec![crate::outcome::Recorded {
+                    name: "x".into(),
+                    seen: Seen::Value(Reading::plain(Value::Bool(*b))),
+                    sqlstate: None,
+                }],
+                locks_left: LocksLeft::default(),
+                cleaned_backends: 0,
+                backends_left: 0,
+            },
+        })
+        .collect();
+    c
+}
+
+/// The variation rule: a cell whose repeats read differently is judged
+/// over every repeat, never undecided for varying.
+#[test]
+fn a_varying_cell_is_violated_when_one_repeat_violated() {
+    let p = bool_property();
+    let once = verdict(&p, &[varying(&[(true, 2), (false, 1)])]);
+    assert_eq!(once.verdict, Mark::Violated);
+    assert_eq!(
+        once.evidence[0].repeats,
+        Some(crate::properties::RepeatCount { violated: 1, of: 3 })
+    );
+    assert_eq!(once.evidence[0].reading, "varied over 3 repeats: true ×2; false ×1");
+    // Every repeat held: holds.
+    let both = varying(&[(true, 2), (true, 1)]);
+    assert_eq!(verdict(&p, &[both]).verdict, Mark::Holds);
 }
