@@ -107,8 +107,9 @@ impl Lab {
     }
 
     /// Runs every cell `repeat` times and folds the repeats into one result
-    /// with timing statistics (default 1); a cell whose repeats disagree is
-    /// unstable. A race cell (`trials:`) runs once: its trials are its repeats.
+    /// with timing statistics (default 1); a cell whose repeats read
+    /// differently varies (not a failure: its variants are kept and judged,
+    /// the variation rule in docs/src/faults-and-races.md). A race cell (`trials:`) runs once: its trials are its repeats.
     #[must_use]
     pub fn repeat(mut self, repeat: usize) -> Lab {
         self.repeat = repeat.max(1);
