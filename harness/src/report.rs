@@ -357,9 +357,10 @@ pub struct Varied {
 /// [`Varied::why`] for a cell behind a pooler whose readings vary by nature.
 pub const VARIED_POOLER: &str = "behind pgagroal or Odyssey, which hand a client any of their server connections";
 /// [`Varied::why`] for a cell of a scenario with `readings_vary:`.
-pub const VARIED_SCENARIO: &str = "their scenario declares that its readings vary (`readings_vary:`)";
+pub const VARIED_SCENARIO: &str = "of a scenario that declares its readings vary (`readings_vary:`)";
 /// [`Varied::why`] for a cell neither its column nor its scenario declares.
-pub const VARIED_UNDECLARED: &str = "undeclared: a race or a timing (each cell shows what its repeats read)";
+pub const VARIED_UNDECLARED: &str =
+    "declared by neither column nor scenario: a race or a timing (each cell shows what its repeats read)";
 
 impl Summary {
     /// The totals of `runs` of the columns `drivers`; `elapsed_ms` is the
@@ -396,21 +397,22 @@ impl Summary {
         }
     }
 
-    /// `36 varied (29 behind pgagroal or Odyssey, …; 7 …)`, or `0 varied`.
+    /// `36 cell(s) read differently between repeats, …: 29 behind pgagroal
+    /// or Odyssey, …; 7 …`.
     pub fn varied_text(&self) -> String {
-        if self.varied_why.is_empty() {
-            return format!("{} varied", self.varied);
-        }
         let why: Vec<String> = self
             .varied_why
             .iter()
-            .map(|v| format!("{}: {}", v.cells, v.why))
+            .map(|v| format!("{} {}", v.cells, v.why))
             .collect();
-        format!(
-            "{} varied between repeats, not a failure ({})",
-            self.varied,
-            why.join("; ")
-        )
+        let mut text = format!(
+            "{} cell(s) read differently between repeats, judged over every repeat, not a failure",
+            self.varied
+        );
+        if !why.is_empty() {
+            text = format!("{text}: {}", why.join("; "));
+        }
+        text
     }
 }
 

@@ -67,14 +67,20 @@ pub(super) fn read_variants(
             None => shown.push((r.reading.clone(), *n)),
         }
     }
-    e.reading = format!(
-        "varied over {of} repeats: {}",
-        shown
-            .iter()
-            .map(|(t, n)| format!("{t} ×{n}"))
-            .collect::<Vec<_>>()
-            .join("; ")
-    );
+    // A record that read the same in every repeat (the cell varied
+    // elsewhere) shows as that reading.
+    e.reading = if let [(only, _)] = shown.as_slice() {
+        only.clone()
+    } else {
+        format!(
+            "varied over {of} repeats: {}",
+            shown
+                .iter()
+                .map(|(t, n)| format!("{t} ×{n}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        )
+    };
     if let Some((_, first)) = read.iter().find(|(_, r)| r.reads == e.reads) {
         e.says.clone_from(&first.says);
         e.advice.clone_from(&first.advice);

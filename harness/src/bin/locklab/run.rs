@@ -65,7 +65,7 @@ pub fn summary(report: &locklab::report::Report) -> String {
         runs.len() - failed - deviated - skipped
     ));
     if summary.varied > 0 {
-        lines.push(format!("({})", summary.varied_text()));
+        lines.push(summary.varied_text());
     }
     lines.join("\n") + "\n"
 }
