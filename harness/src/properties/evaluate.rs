@@ -59,6 +59,22 @@ impl Mark {
         }
     }
 
+    /// What several readings together say, in precedence order: violated
+    /// if any is, else undecided if any is, else holds if any does, else
+    /// n/a (also for none).
+    pub fn combined(marks: impl IntoIterator<Item = Mark> + Clone) -> Mark {
+        let any = |m: Mark| marks.clone().into_iter().any(|x| x == m);
+        if any(Mark::Violated) {
+            Mark::Violated
+        } else if any(Mark::Undecided) {
+            Mark::Undecided
+        } else if any(Mark::Holds) {
+            Mark::Holds
+        } else {
+            Mark::NotApplicable
+        }
+    }
+
     fn of(reads: Reads) -> Mark {
         match reads {
             Reads::Holds => Mark::Holds,
@@ -255,19 +271,10 @@ fn column(p: &Property, cells: &[&BaselineCell], driver: &Column) -> ColumnVerdi
             e.reads = Mark::NotApplicable;
         }
     }
-    let any = |m: Mark| evidence.iter().any(|e| e.reads == m);
-    let verdict = if any(Mark::Violated) {
-        Mark::Violated
-    } else if any(Mark::Undecided) {
-        Mark::Undecided
-    } else if any(Mark::Holds) {
-        Mark::Holds
-    } else {
-        if evidence.is_empty() {
-            reasons.push("no deciding cell in this run".to_owned());
-        }
-        Mark::NotApplicable
-    };
+    let verdict = Mark::combined(evidence.iter().map(|e| e.reads));
+    if evidence.is_empty() {
+        reasons.push("no deciding cell in this run".to_owned());
+    }
     if matches!(verdict, Mark::Violated | Mark::Holds) {
         reasons.clear();
     }

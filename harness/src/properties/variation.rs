@@ -50,16 +50,7 @@ pub(super) fn read_variants(
         .filter(|(_, e)| e.reads == Mark::Violated)
         .map(|(n, _)| *n as u64)
         .sum();
-    let any = |m: Mark| read.iter().any(|(_, e)| e.reads == m);
-    e.reads = if violated > 0 {
-        Mark::Violated
-    } else if any(Mark::Undecided) {
-        Mark::Undecided
-    } else if any(Mark::Holds) {
-        Mark::Holds
-    } else {
-        Mark::NotApplicable
-    };
+    e.reads = Mark::combined(read.iter().map(|(_, e)| e.reads));
     let mut shown: Vec<(String, usize)> = Vec::new();
     for (n, r) in &read {
         match shown.iter_mut().find(|(t, _)| *t == r.reading) {
