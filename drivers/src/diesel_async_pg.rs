@@ -8,7 +8,11 @@
 //! (`sql_query` loaded as raw rows; diesel asks for binary results, which are
 //! shown as PostgreSQL's text form for bool, integer, float, text-like and
 //! void columns, and as `<oid N, K bytes>` otherwise); a string with several
-//! statements with `batch_execute` (simple protocol, no rows).
+//! statements with `batch_execute`: one simple Query message, which the server
+//! runs as one implicit transaction (PostgreSQL docs §55.2.2.1, "Multiple
+//! Statements in a Simple Query"), but no rows (diesel-async's
+//! `SimpleAsyncConnection::batch_execute` returns none, and
+//! `AsyncPgConnection` does not hand out its tokio-postgres client).
 
 /// The module of one diesel-async version: `$da` is the crate's name
 /// (with `diesel`, by that name, of the version it takes), `$version` the

@@ -230,6 +230,10 @@ impl TxControl {
 pub trait Conn: Send {
     /// Runs `sql` with the simple query protocol (so it may hold several
     /// statements and transaction control) and returns its rows as text.
+    /// Several statements are one implicit transaction, as PostgreSQL runs
+    /// the statements of one Query message (PostgreSQL docs §55.2.2.1,
+    /// "Multiple Statements in a Simple Query"); the rows of all of them
+    /// come in order (diesel-async's `batch_execute` returns none).
     ///
     /// # Errors
     /// [`DriverError::Db`] with the SQLSTATE when the server rejects a statement,

@@ -4,7 +4,10 @@
 //! rejects a request. Each must give a cell failure that names the adapter,
 //! the request and the end of its stderr, within the step's deadline, and
 //! leave no adapter process running. Against the shared local cluster (the
-//! adapter never connects to it; the runner's own connections do).
+//! adapter never connects to it; the runner's own connections do). And a
+//! deliberately wrong one (`fixtures/adapters/splitting.py`) that runs a
+//! query of several statements as separate autocommit statements:
+//! `adapter check` must fail it on that.
 //!
 //! And the protocol's adapter end for Rust pools (`locklab pool-adapter`,
 //! `pool.process: child`): a Rust pool hosted in a process of its own must
@@ -37,6 +40,10 @@ fn main() {
     trials.push(common::trial(
         "adapter_check_names_what_the_broken_adapter_does_wrong",
         adapter_check_names_what_the_broken_adapter_does_wrong,
+    ));
+    trials.push(common::trial(
+        "adapter_check_fails_an_adapter_that_splits_statements",
+        adapter_check_fails_an_adapter_that_splits_statements,
     ));
     trials.push(common::trial(
         "a_missing_toolchain_is_na_with_its_install_command",
@@ -350,6 +357,71 @@ fn adapter_check_names_what_the_broken_adapter_does_wrong() {
         "what it does right passes:\n{stdout}"
     );
     assert!(stderr.contains("checks failed"), "{stderr}");
+}
+
+/// The shipped psycopg adapter with its `query` split into separate
+/// autocommit statements (`fixtures/adapters/splitting.py`): `adapter check`
+/// must fail exactly the checks of a query of several statements as one
+/// implicit transaction, each by name with what the statements read, and
+/// pass the rest (so the failure is the splitting's, not a broken adapter's).
+fn adapter_check_fails_an_adapter_that_splits_statements() {
+    let root = common::root();
+    let install = std::process::Command::new("bash")
+        .args(["drivers/adapters/python/install.sh", "psycopg-3.3"])
+        .current_dir(&root)
+        .output()
+        .expect("bash runs");
+    assert!(
+        install.status.success(),
+        "installing the psycopg-3.3 set failed:\n{}",
+        String::from_utf8_lossy(&install.stderr)
+    );
+    let python = root.join(".cache/python/psycopg-3.3/bin/python");
+    let script = root.join("harness/tests/fixtures/adapters/splitting.py");
+    let adapters = root.join("drivers/adapters/python");
+    let (code, stdout, stderr) = adapter_check(&[
+        &python.to_string_lossy(),
+        &script.to_string_lossy(),
+        &adapters.to_string_lossy(),
+    ]);
+    assert_eq!(
+        code, 1,
+        "a splitting adapter must fail the check (exit 1)\n{stdout}\n{stderr}"
+    );
+    let failed: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("✗ "))
+        .collect();
+    assert_eq!(
+        failed,
+        [
+            "query: several statements run as one implicit transaction",
+            "query: an error in a later statement rolls back the earlier ones",
+        ],
+        "exactly the implicit-transaction checks must fail:\n{stdout}\n{stderr}"
+    );
+    for (check, why) in [
+        (
+            "query: several statements run as one implicit transaction",
+            "got [\"0\",\"0\"]",
+        ),
+        (
+            "query: an error in a later statement rolls back the earlier ones",
+            "table ll_check_rolled_back exists after it",
+        ),
+    ] {
+        let line = stdout
+            .lines()
+            .position(|l| l.trim_start() == format!("✗ {check}"))
+            .unwrap_or_else(|| panic!("check {check:?} should fail by name:\n{stdout}"));
+        let detail = stdout.lines().nth(line + 1).unwrap_or_default();
+        assert!(
+            detail.contains(why),
+            "check {check:?} should say {why:?}, says: {detail}"
+        );
+    }
+    let (passed, _) = counted(&stdout);
+    assert!(passed >= 20, "the rest must pass:\n{stdout}");
 }
 
 /// A columns file outside the repository whose column needs a program that

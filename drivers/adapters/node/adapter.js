@@ -241,8 +241,10 @@ async function opQuery(req, state, sql) {
   if (req.timeout_ms != null) query.query_timeout = req.timeout_ms
   const t0 = performance.now()
   try {
-    // No values: the simple query protocol, so `sql` may hold several
-    // statements and pg returns one Result per statement.
+    // No values: the simple query protocol (one Query message), so `sql`
+    // may hold several statements, which the server runs as one implicit
+    // transaction (PostgreSQL docs §55.2.2.1, "Multiple Statements in a
+    // Simple Query"), and pg returns one Result per statement.
     const res = await client.query(query)
     return { ...resultOf(res), notices, elapsed_ms: performance.now() - t0 }
   } catch (e) {

@@ -18,6 +18,7 @@ the protocol's round trip does not count as lock wait.
 import asyncio
 import json
 import os
+import re
 import sys
 import time
 
@@ -30,8 +31,8 @@ def log(*parts):
 
 def split_statements(sql):
     """Splits a simple-query string into statements at top-level semicolons
-    (outside quotes, dollar quotes and comments): asyncpg's fetch() and
-    psycopg's execute() with rows take one statement."""
+    (outside quotes, dollar quotes and comments): asyncpg's fetch() takes
+    one statement, and psycopg2's execute() keeps only the last result."""
     out, cur, i, n = [], [], 0, len(sql)
     while i < n:
         c = sql[i]
@@ -84,6 +85,60 @@ def split_statements(sql):
 def strip_comments(s):
     lines = [ln.split("--", 1)[0] for ln in s.splitlines()]
     return " ".join(lines)
+
+
+def leading_words(stmt, n=2):
+    """The first `n` words of a statement (lower case), after whitespace and
+    comments (`--` to the end of the line, nested `/* */`)."""
+    i, k = 0, len(stmt)
+    while i < k:
+        if stmt[i].isspace():
+            i += 1
+        elif stmt.startswith("--", i):
+            j = stmt.find("\n", i)
+            i = k if j < 0 else j + 1
+        elif stmt.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < k and depth:
+                if stmt.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif stmt.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+        else:
+            break
+    words = []
+    for m in re.finditer(r"[A-Za-z_]+|\S", stmt[i:]):
+        words.append(m.group(0).lower())
+        if len(words) == n:
+            break
+    return words
+
+
+def controls_transaction(stmt):
+    """Whether a statement is explicit transaction control (BEGIN, START
+    TRANSACTION, COMMIT, END, ROLLBACK, ABORT, SAVEPOINT, RELEASE, PREPARE
+    TRANSACTION, COMMIT/ROLLBACK PREPARED): PostgreSQL docs, SQL Commands."""
+    words = leading_words(stmt)
+    first = words[0] if words else ""
+    if first in ("begin", "start", "commit", "end", "rollback", "abort", "savepoint", "release"):
+        return True
+    return first == "prepare" and words[1:2] == ["transaction"]
+
+
+def needs_implicit_transaction(stmts, in_transaction):
+    """Whether running `stmts` (the statements of one `query`, split) one by
+    one must be wrapped in BEGIN ... COMMIT (ROLLBACK on an error) to mean
+    what one simple Query message of them means: PostgreSQL runs the
+    statements of one Query message as one implicit transaction, unless the
+    session is already in a transaction block (they continue it) or they
+    hold explicit transaction control (PostgreSQL docs, Frontend/Backend
+    Protocol, "Multiple Statements in a Simple Query", §55.2.2.1 in 17).
+    With transaction control in the text the statements run as they are,
+    one by one: PostgreSQL's retroactive inclusion of statements before a
+    BEGIN into its block is not emulated (docs/src/protocol.md)."""
+    return len(stmts) > 1 and not in_transaction and not any(controls_transaction(s) for s in stmts)
 
 
 def text_of(v):
@@ -163,13 +218,30 @@ class Asyncpg:
         return lambda: conn.remove_log_listener(on_log)
 
     async def query(self, conn, sql):
+        # asyncpg has no call that runs several statements and returns their
+        # rows: fetch() takes one statement (the extended protocol) and
+        # execute() without arguments (the simple protocol) returns only a
+        # status. So the statements run one by one, wrapped in asyncpg's
+        # Transaction (BEGIN ... COMMIT, ROLLBACK on an error) where one
+        # simple Query message would be one implicit transaction
+        # (needs_implicit_transaction).
         rows, columns = [], []
-        try:
-            for stmt in split_statements(sql):
+        stmts = split_statements(sql)
+
+        async def run_all():
+            nonlocal columns
+            for stmt in stmts:
                 records = await conn.fetch(stmt)
                 if records:
                     columns = list(records[0].keys())
                 rows.extend([text_of(v) for v in r.values()] for r in records)
+
+        try:
+            if needs_implicit_transaction(stmts, conn.is_in_transaction()):
+                async with conn.transaction():
+                    await run_all()
+            else:
+                await run_all()
         except self.asyncpg.PostgresError as e:
             raise Failure(e.args[0] if e.args else str(e), e.sqlstate)
         return columns, rows
@@ -274,18 +346,25 @@ class Psycopg:
         return lambda: conn.remove_notice_handler(on_notice)
 
     async def query(self, conn, sql):
+        # execute() without parameters sends the string as one simple Query
+        # message (psycopg 3, _cursor_base.py _execute_send: PQsendQuery
+        # unless there are parameters, binary results or a pipeline), so
+        # the server runs several statements as one implicit transaction;
+        # each statement's result is one result set of the cursor (nextset()).
         rows, columns = [], []
         try:
-            for stmt in split_statements(sql):
-                cur = conn.cursor()
-                await cur.execute(stmt)
+            cur = conn.cursor()
+            await cur.execute(sql)
+            while True:
                 res = cur.pgresult
                 if res is not None and res.nfields:
                     columns = [res.fname(i).decode() for i in range(res.nfields)]
                     for r in range(res.ntuples):
                         vals = [res.get_value(r, c) for c in range(res.nfields)]
                         rows.append([None if v is None else v.decode() for v in vals])
-                await cur.close()
+                if not cur.nextset():
+                    break
+            await cur.close()
         except self.psycopg.Error as e:
             if e.sqlstate:
                 raise Failure(e.diag.message_primary or str(e), e.sqlstate)

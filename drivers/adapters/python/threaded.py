@@ -51,7 +51,11 @@ import sys
 import threading
 import time
 
-from adapter import split_statements  # the same splitting as the asyncio adapter
+# The same splitting and emulation of one implicit transaction as the asyncio adapter.
+from adapter import needs_implicit_transaction, split_statements
+
+# libpq's PQTRANS_IDLE (psycopg2.extensions.TRANSACTION_STATUS_IDLE): no transaction block open.
+TRANSACTION_STATUS_IDLE = 0
 
 PROTOCOL = 1
 
@@ -438,12 +442,36 @@ class Adapter:
         return p
 
     def run_sql(self, handle, sql):
+        """Runs `sql` (one or several statements), collecting every
+        statement's rows. psycopg2's execute() sends a string without
+        parameters as it is (one simple Query message: libpq PQexec), but
+        keeps only the last statement's result; so the statements run one
+        by one, wrapped in BEGIN ... COMMIT (ROLLBACK on an error) where one
+        Query message would be one implicit transaction
+        (needs_implicit_transaction; the connection's own transaction status,
+        libpq PQtransactionStatus, says whether it is in one)."""
+        stmts = split_statements(sql)
+        dbapi = self.lib.dbapi(handle)
+        in_transaction = dbapi is None or dbapi.get_transaction_status() != TRANSACTION_STATUS_IDLE
+        wrap = needs_implicit_transaction(stmts, in_transaction)
         columns, rows = [], []
-        for stmt in split_statements(sql):
-            cols, rs = self.lib.run(handle, stmt)
-            if cols is not None:
-                columns = cols
-                rows.extend([text_of(v) for v in r] for r in rs)
+        if wrap:
+            self.lib.run(handle, "begin")
+        try:
+            for stmt in stmts:
+                cols, rs = self.lib.run(handle, stmt)
+                if cols is not None:
+                    columns = cols
+                    rows.extend([text_of(v) for v in r] for r in rs)
+        except BaseException:
+            if wrap:
+                try:
+                    self.lib.run(handle, "rollback")
+                except Exception as e:
+                    log(f"the rollback after a failed statement raised {type(e).__name__}: {e}")
+            raise
+        if wrap:
+            self.lib.run(handle, "commit")
         return columns, rows
 
     def give_back_later(self, conn, why):

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{ANSWER_S, BOUND_MS, HELLO_S, KEY_BASE, POOL_S, SLACK_MS, Session, error, gave_up, ok};
+use super::{
+    ANSWER_S, BOUND_MS, HELLO_S, KEY_BASE, POOL_S, SLACK_MS, Session, error, gave_up, implicit_transaction, ok,
+};
 
 pub(super) type Check = fn(&mut Session<'_>) -> Result<(), String>;
 
@@ -16,6 +18,22 @@ pub(super) const CHECKS: &[(&str, Check)] = &[
     ("open_pool, checkout, return, close_pool", lifecycle),
     ("query: values in PostgreSQL's text format", text_values),
     ("query: several statements", several_statements),
+    (
+        "query: several statements run as one implicit transaction",
+        implicit_transaction::one_transaction,
+    ),
+    (
+        "query: an error in a later statement rolls back the earlier ones",
+        implicit_transaction::error_rolls_back,
+    ),
+    (
+        "query: several statements inside begin … commit continue that transaction",
+        implicit_transaction::inside_begin,
+    ),
+    (
+        "query: a BEGIN among several statements leaves its transaction block open",
+        implicit_transaction::explicit_begin,
+    ),
     ("query: a server error (kind db, its SQLSTATE)", server_error),
     ("query: notices (where the library passes them on)", notices),
     ("begin, commit: a transaction-level lock ends at commit", commit),
@@ -87,7 +105,7 @@ fn lifecycle(s: &mut Session<'_>) -> Result<(), String> {
 }
 
 /// A pool of 1 and its connection.
-fn one(s: &mut Session<'_>) -> Result<(String, String), String> {
+pub(super) fn one(s: &mut Session<'_>) -> Result<(String, String), String> {
     let pool = s.pool(1, 10_000)?;
     let c = s.checkout(&pool)?;
     Ok((pool, c))
@@ -101,7 +119,8 @@ fn two(s: &mut Session<'_>) -> Result<(String, String, String), String> {
     Ok((pool, a, b))
 }
 
-fn done(s: &mut Session<'_>, pool: &str, conns: &[&str]) -> Result<(), String> {
+/// Returns `conns` and closes `pool`.
+pub(super) fn done(s: &mut Session<'_>, pool: &str, conns: &[&str]) -> Result<(), String> {
     for c in conns {
         s.give_back(c)?;
     }
@@ -580,7 +599,7 @@ fn stdin_closed(s: &mut Session<'_>) -> Result<(), String> {
 
 /// `select N` on `conn` answers N: the connection is still usable after
 /// what `after` names.
-fn still_answers(s: &mut Session<'_>, conn: &str, n: u32, after: &str) -> Result<(), String> {
+pub(super) fn still_answers(s: &mut Session<'_>, conn: &str, n: u32, after: &str) -> Result<(), String> {
     let o = s.query(conn, &format!("select {n}"))?;
     if o["rows"] != json!([[n.to_string()]]) {
         return Err(format!("{after}: `select {n}` gave {}", o["rows"]));

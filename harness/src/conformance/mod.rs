@@ -1,7 +1,8 @@
 //! `locklab adapter check`: drives an adapter program through every request
 //! of the driver protocol (docs/src/protocol.md), against a real server,
 //! and says by name what it does not do as the protocol says: every request,
-//! bad sequences (a request for a connection or pool that does not exist, a
+//! a query of several statements as one implicit transaction
+//! (`implicit_transaction`), bad sequences (a request for a connection or pool that does not exist, a
 //! return without a checkout, a request after `close_pool`, an unknown op),
 //! requests in flight at once, and the give-up requests (`timeout_ms`,
 //! `drop`, `cancel`, `abandon`). Every line the adapter writes is validated
@@ -28,6 +29,7 @@ use serde_json::{Value, json};
 use crate::server::Server;
 
 mod checks;
+mod implicit_transaction;
 use checks::CHECKS;
 
 /// How long one answer may take unless a check says otherwise, in s.

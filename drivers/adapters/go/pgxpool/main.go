@@ -327,13 +327,22 @@ func (a *adapter) opCheckout(c *call, r *request) (map[string]any, error) {
 	return map[string]any{"pid": pc.Conn().PgConn().PID()}, nil
 }
 
-// runSQL runs each statement of sql through pgxpool.Conn.Query, asking for
-// the results in text format; rows of every statement, columns of the last
-// one with columns.
+// runSQL runs sql and returns the rows of every statement, columns of the
+// last one with columns, values in text format. One statement goes through
+// pgxpool.Conn.Query (the extended protocol, pgx's statement cache), asking
+// for text results. Several go through pgconn's Exec as one simple Query
+// message (the text protocol's results), so that the server runs them as
+// one implicit transaction, as PostgreSQL does with the statements of one
+// Query message (PostgreSQL docs, "Multiple Statements in a Simple Query",
+// §55.2.2.1 in 17); pgx's Query would take one statement per call.
 func runSQL(ctx context.Context, pc *pgxpool.Conn, sql string) ([]string, [][]*string, error) {
+	stmts := splitStatements(sql)
+	if len(stmts) > 1 {
+		return runSimple(ctx, pc, sql)
+	}
 	columns := []string{}
 	out := [][]*string{}
-	for _, stmt := range splitStatements(sql) {
+	for _, stmt := range stmts {
 		rows, err := pc.Query(ctx, stmt, pgx.QueryResultFormats{pgx.TextFormatCode})
 		if err != nil {
 			return nil, nil, err
@@ -359,6 +368,43 @@ func runSQL(ctx context.Context, pc *pgxpool.Conn, sql string) ([]string, [][]*s
 		if err := rows.Err(); err != nil {
 			return nil, nil, err
 		}
+	}
+	return columns, out, nil
+}
+
+// runSimple sends sql as one simple Query message through pgconn.PgConn.Exec
+// and reads every result: rows of all of them, in order; columns of the
+// last one with columns. The first error ends the string, as on the server.
+func runSimple(ctx context.Context, pc *pgxpool.Conn, sql string) ([]string, [][]*string, error) {
+	columns := []string{}
+	out := [][]*string{}
+	mrr := pc.Conn().PgConn().Exec(ctx, sql)
+	for mrr.NextResult() {
+		rr := mrr.ResultReader()
+		if fds := rr.FieldDescriptions(); len(fds) > 0 {
+			columns = make([]string, len(fds))
+			for i, fd := range fds {
+				columns[i] = fd.Name
+			}
+		}
+		for rr.NextRow() {
+			raw := rr.Values()
+			row := make([]*string, len(raw))
+			for i, v := range raw {
+				if v != nil {
+					s := string(v)
+					row[i] = &s
+				}
+			}
+			out = append(out, row)
+		}
+		if _, err := rr.Close(); err != nil {
+			mrr.Close()
+			return nil, nil, err
+		}
+	}
+	if err := mrr.Close(); err != nil {
+		return nil, nil, err
 	}
 	return columns, out, nil
 }
