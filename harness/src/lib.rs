@@ -18,6 +18,7 @@ pub mod browser;
 pub mod compare;
 pub mod conformance;
 pub mod faults;
+pub mod held_count;
 pub mod lab;
 pub use locklab_core::keys;
 pub use locklab_holders as holders;

@@ -33,6 +33,28 @@ pub struct LockRow {
     pub state: Option<String>,
     /// `pg_stat_activity.application_name`.
     pub application_name: Option<String>,
+    /// What `pg_stat_activity` says the backend waits for and whether it
+    /// holds a snapshot: only when [`advisory_locks`] was asked for it
+    /// (`None` otherwise, and then not written to `matrix.json`'s
+    /// `locks_left`, which never asks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activity: Option<Activity>,
+}
+
+/// A backend's wait and snapshot, from its `pg_stat_activity` row
+/// (PostgreSQL docs §27.2.3 "pg_stat_activity", and Table 27.4 "Wait Event
+/// Types": a backend waiting for an advisory lock shows `Lock` /
+/// `advisory`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Activity {
+    /// `wait_event_type:wait_event` (`Lock:advisory`, `Client:ClientRead`),
+    /// `None` when the backend waits for nothing (it runs, or it is gone).
+    pub wait_event: Option<String>,
+    /// Whether `backend_xmin` is set: the backend holds a snapshot, which
+    /// holds back the horizon below which `VACUUM` may remove dead rows
+    /// (docs §24.1 "Routine Vacuuming"). A statement keeps its snapshot while it waits for a
+    /// lock, and a `repeatable read` transaction its own until it ends.
+    pub holds_xmin: bool,
 }
 
 /// Serialises a key as its text: `7`, `(1, 2)`.
@@ -54,18 +76,25 @@ pub(crate) fn key_from_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Ad
 /// it joined the wait queue, so under load not always the queue's order; the
 /// runner's recorded snapshots order waiters by actor instead).
 const ADVISORY_LOCKS_SQL: &str = "\
-select l.classid::oid::bigint, l.objid::oid::bigint, l.objsubid, l.mode, l.granted, l.pid, a.state, a.application_name
+select l.classid::oid::bigint, l.objid::oid::bigint, l.objsubid, l.mode, l.granted, l.pid, a.state, a.application_name,
+  a.wait_event_type || ':' || a.wait_event, a.backend_xmin is not null
 from pg_locks l
 left join pg_stat_activity a on a.pid = l.pid
 where l.locktype = 'advisory'
   and l.database = (select oid from pg_database where datname = current_database())
 order by l.granted desc, l.waitstart, l.pid, l.classid, l.objid";
 
-/// Snapshots the advisory locks of the observer's database, optionally only `key`.
+/// Snapshots the advisory locks of the observer's database, optionally only
+/// `key`; with `activity`, each row's [`Activity`] too (the same query,
+/// the same instant: one `pg_locks` / `pg_stat_activity` read).
 ///
 /// # Errors
 /// A failed query, or a row that cannot be decoded.
-pub async fn advisory_locks(observer: &mut dyn Conn, key: Option<AdvisoryKey>) -> Result<Vec<LockRow>, DriverError> {
+pub async fn advisory_locks(
+    observer: &mut dyn Conn,
+    key: Option<AdvisoryKey>,
+    activity: bool,
+) -> Result<Vec<LockRow>, DriverError> {
     let rows = observer.simple_query(ADVISORY_LOCKS_SQL).await?;
     let mut out = Vec::new();
     for r in rows.rows {
@@ -87,6 +116,10 @@ pub async fn advisory_locks(observer: &mut dyn Conn, key: Option<AdvisoryKey>) -
             pid: num(5)? as i32,
             state: text(6),
             application_name: text(7),
+            activity: activity.then(|| Activity {
+                wait_event: text(8),
+                holds_xmin: text(9).as_deref() == Some("t"),
+            }),
         });
     }
     Ok(out)

@@ -170,6 +170,8 @@ fn every_property_is_violated_by_a_column_or_by_a_deliberately_wrong_cell() {
                 state: Some("idle".into()),
                 key: locklab::keys::AdvisoryKey::Big(1),
                 mode: "ExclusiveLock".into(),
+                wait: None,
+                xmin: None,
             }],
             waiters: vec![],
         })

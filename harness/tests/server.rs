@@ -110,17 +110,25 @@ async fn advisory_keys_decode_as_the_server_stores_them() {
         .await
         .unwrap()
         .get(0);
-    let rows = observe::advisory_locks(&mut observer, None).await.unwrap();
+    let rows = observe::advisory_locks(&mut observer, None, false).await.unwrap();
+    assert!(rows.iter().all(|r| r.activity.is_none()), "activity read unasked");
     let mut seen: Vec<AdvisoryKey> = rows.iter().filter(|r| r.pid == pid).map(|r| r.key).collect();
     seen.sort();
     let mut want = keys.to_vec();
     want.sort();
     assert_eq!(seen, want);
-    let only = observe::advisory_locks(&mut observer, Some(AdvisoryKey::Big((1 << 32) + 5)))
+    let only = observe::advisory_locks(&mut observer, Some(AdvisoryKey::Big((1 << 32) + 5)), true)
         .await
         .unwrap();
     assert_eq!(only.len(), 1);
     assert_eq!(only[0].state.as_deref(), Some("idle"));
+    // An idle session (no transaction) waits for no lock and holds no snapshot.
+    let activity = only[0].activity.as_ref().expect("activity asked for");
+    assert!(
+        !activity.wait_event.as_deref().unwrap_or_default().starts_with("Lock:"),
+        "{activity:?}"
+    );
+    assert!(!activity.holds_xmin, "{activity:?}");
     holder.close().await;
 }
 

@@ -225,6 +225,7 @@ fn shipped_scenarios_validate_against_the_schema() {
 #[case("expectation-value-type.yaml")]
 #[case("bad-params-shape.yaml")]
 #[case("blocked-wrong-type.yaml")]
+#[case("detail-unknown.yaml")]
 fn structural_fixture_errors_are_schema_errors(#[case] file: &str) {
     let doc = yaml_as_json(&root().join("harness/tests/fixtures/invalid").join(file));
     assert!(!schema_validator().is_valid(&doc), "{file} passes the schema");

@@ -163,6 +163,8 @@ mod tests {
             state: Some(state.to_owned()),
             key: AdvisoryKey::Big(43),
             mode: "ExclusiveLock".into(),
+            wait: None,
+            xmin: None,
         }
     }
 

@@ -355,6 +355,8 @@ mod tests {
             state: Some(state.to_owned()),
             key: AdvisoryKey::Big(41),
             mode: "ExclusiveLock".into(),
+            wait: None,
+            xmin: None,
         }
     }
 

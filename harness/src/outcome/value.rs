@@ -43,6 +43,15 @@ pub enum Value {
     Error(StatementError),
     /// An `observe` step: shown `held by a (idle); waiting: b`.
     Locks(LockSnapshot),
+    /// A `held_count` step: how many times the actor's session held the
+    /// session-level lock (how many unlocks it takes), of the exclusive or
+    /// the shared mode: shown `held 3×`, `held 2× (shared)`, `held 0×`.
+    HeldCount {
+        /// The count.
+        count: i64,
+        /// Whether the shared holds were counted.
+        shared: bool,
+    },
     /// An `order` step: the step ids in completion order, shown `a → b`.
     Order(Vec<String>),
     /// A checkout bounded by `client_timeout_ms`.
@@ -193,6 +202,44 @@ pub struct LockHolder {
     pub key: AdvisoryKey,
     /// `ExclusiveLock` or `ShareLock`.
     pub mode: String,
+    /// What the backend waited for, when the `observe` step asked
+    /// (`detail: [wait_event]`); not written otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<Wait>,
+    /// Whether the backend held a snapshot (`backend_xmin` set), when the
+    /// `observe` step asked (`detail: [xmin]`); not written otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xmin: Option<bool>,
+}
+
+/// What a backend waited for, from `pg_stat_activity` (`{"on":
+/// "Lock:advisory"}`, `"nothing"`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Wait {
+    /// `wait_event_type:wait_event`, e.g. `Lock:advisory`, `Client:ClientRead`.
+    On(String),
+    /// No wait event: the backend was running (or not in `pg_stat_activity`).
+    Nothing,
+}
+
+impl LockHolder {
+    /// The detail the step asked for, as the cell shows it after the
+    /// holder's state: `Lock:advisory`, `running`, `holds xmin`, `no xmin`.
+    fn detail(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        match &self.wait {
+            Some(Wait::On(w)) => out.push(w.clone()),
+            Some(Wait::Nothing) => out.push("running".to_owned()),
+            None => {}
+        }
+        match self.xmin {
+            Some(true) => out.push("holds xmin".to_owned()),
+            Some(false) => out.push("no xmin".to_owned()),
+            None => {}
+        }
+        out
+    }
 }
 
 impl Value {
@@ -284,6 +331,9 @@ impl fmt::Display for Value {
                 (None, false) => f.write_str("client error"),
             },
             Value::Locks(l) => l.fmt(f),
+            Value::HeldCount { count, shared } => {
+                write!(f, "held {count}×{}", if *shared { " (shared)" } else { "" })
+            }
             Value::Order(ids) => f.write_str(&ids.join(" → ")),
             Value::Checkout(c) => match c {
                 Checkout::Ok => f.write_str("ok"),
@@ -327,7 +377,9 @@ impl Return {
 
 impl fmt::Display for LockSnapshot {
     /// `held by worker (idle)`, `not held`, `held by a (idle in transaction); waiting: b`
-    /// (a backend no actor used is `backend PID`).
+    /// (a backend no actor used is `backend PID`); with the step's
+    /// `detail`, each backend's after its state: `held by a (idle,
+    /// Client:ClientRead, no xmin); waiting: b (Lock:advisory, holds xmin)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = |h: &LockHolder| h.actor.clone().unwrap_or_else(|| format!("backend {}", h.pid));
         if self.holders.is_empty() {
@@ -336,12 +388,23 @@ impl fmt::Display for LockSnapshot {
             let hs: Vec<String> = self
                 .holders
                 .iter()
-                .map(|h| format!("{} ({})", name(h), h.state.as_deref().unwrap_or("?")))
+                .map(|h| {
+                    let mut inside = vec![h.state.clone().unwrap_or_else(|| "?".to_owned())];
+                    inside.extend(h.detail());
+                    format!("{} ({})", name(h), inside.join(", "))
+                })
                 .collect();
             write!(f, "held by {}", hs.join(", "))?;
         }
         if !self.waiters.is_empty() {
-            let ws: Vec<String> = self.waiters.iter().map(name).collect();
+            let ws: Vec<String> = self
+                .waiters
+                .iter()
+                .map(|h| match h.detail() {
+                    d if d.is_empty() => name(h),
+                    d => format!("{} ({})", name(h), d.join(", ")),
+                })
+                .collect();
             write!(f, "; waiting: {}", ws.join(", "))?;
         }
         Ok(())
@@ -366,6 +429,8 @@ mod tests {
                 state: Some("idle".into()),
                 key: AdvisoryKey::Pair(1, 2),
                 mode: "ShareLock".into(),
+                wait: None,
+                xmin: None,
             }],
             waiters: Vec::new(),
         };
@@ -418,6 +483,10 @@ mod tests {
             Value::Released,
             Value::StillHeld(3000),
             Value::Invariant(Verdict::Finding),
+            Value::HeldCount {
+                count: 3,
+                shared: false,
+            },
         ];
         for v in &every {
             let back: Value = serde_json::from_str(&json(v)).unwrap();
@@ -458,18 +527,40 @@ mod tests {
             "cancel sent, no effect within 1000 ms; dropped at 200 ms"
         );
         assert_eq!(text(Value::Return(Return::Unfinished(300))), "unfinished at 300 ms");
+        assert_eq!(
+            text(Value::HeldCount {
+                count: 3,
+                shared: false
+            }),
+            "held 3×"
+        );
+        assert_eq!(text(Value::HeldCount { count: 2, shared: true }), "held 2× (shared)");
         let h = |actor: Option<&str>, pid| LockHolder {
             actor: actor.map(str::to_owned),
             pid,
             state: Some("idle".into()),
             key: AdvisoryKey::Big(7),
             mode: "ExclusiveLock".into(),
+            wait: None,
+            xmin: None,
         };
         let snapshot = LockSnapshot {
             held: true,
             holders: vec![h(Some("a"), 1)],
             waiters: vec![h(None, 2)],
         };
-        assert_eq!(text(Value::Locks(snapshot)), "held by a (idle); waiting: backend 2");
+        assert_eq!(
+            text(Value::Locks(snapshot.clone())),
+            "held by a (idle); waiting: backend 2"
+        );
+        let mut detailed = snapshot;
+        detailed.holders[0].wait = Some(Wait::On("Client:ClientRead".into()));
+        detailed.holders[0].xmin = Some(false);
+        detailed.waiters[0].wait = Some(Wait::On("Lock:advisory".into()));
+        detailed.waiters[0].xmin = Some(true);
+        assert_eq!(
+            text(Value::Locks(detailed)),
+            "held by a (idle, Client:ClientRead, no xmin); waiting: backend 2 (Lock:advisory, holds xmin)"
+        );
     }
 }

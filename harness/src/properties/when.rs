@@ -100,6 +100,7 @@ pub const KINDS: &[&str] = &[
     "text",
     "error",
     "locks",
+    "held_count",
     "order",
     "checkout",
     "return",
@@ -233,6 +234,7 @@ mod tests {
                 | Value::Text(_)
                 | Value::Error(_)
                 | Value::Locks(_)
+                | Value::HeldCount { .. }
                 | Value::Order(_)
                 | Value::Checkout(_)
                 | Value::Return(_)
@@ -264,6 +266,10 @@ mod tests {
                 holders: vec![],
                 waiters: vec![],
             }),
+            Value::HeldCount {
+                count: 1,
+                shared: false,
+            },
             Value::Order(vec![]),
             Value::Checkout(Checkout::Ok),
             Value::Return(crate::outcome::Return::ToPool),

@@ -312,6 +312,8 @@ mod tests {
                             state: Some("idle".into()),
                             key: crate::keys::AdvisoryKey::Big(1),
                             mode: "ExclusiveLock".into(),
+                            wait: None,
+                            xmin: None,
                         }],
                         waiters: Vec::new(),
                     }),

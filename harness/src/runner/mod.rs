@@ -21,6 +21,7 @@ mod expect;
 mod fault;
 mod faults;
 mod guard;
+mod held_count;
 mod library;
 mod observe;
 mod phases;

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use super::sql::late;
 use super::state::{Run, Slot};
 use super::{StepError, StepResult};
-use crate::observe::{self, LockRow, Polled, poll_until};
-use crate::outcome::{LockHolder, LockSnapshot, Value};
-use crate::scenario::{ObserveExpect, ObserveStep, Step};
+use crate::observe::{self, Activity, LockRow, Polled, poll_until};
+use crate::outcome::{LockHolder, LockSnapshot, Value, Wait};
+use crate::scenario::{ObserveDetail, ObserveExpect, ObserveStep, Step};
 
 /// How long the other backends must stay calm for a `settle: true` observe
 /// (ms): as long as [`observe::UNSETTLED_SQL`]'s own window for a state change.
@@ -26,7 +26,7 @@ impl Run<'_> {
             self.until_idle(o.observer, &o.idle, Instant::now() + deadline).await?;
         }
         let conn = self.conn(o.observer)?;
-        let rows = tokio::time::timeout(deadline, observe::advisory_locks(conn.as_mut(), o.key))
+        let rows = tokio::time::timeout(deadline, observe::advisory_locks(conn.as_mut(), o.key, true))
             .await
             .map_err(|_| late(step, "the pg_locks query had not answered"))?
             .map_err(|e| StepError::Driver(format!("observe failed: {e}")))?;
@@ -36,7 +36,7 @@ impl Run<'_> {
             self.check_observe(e, &holders, &waiters)?;
         }
         if step.record.is_some() {
-            let value = Value::Locks(self.snapshot(&holders, &waiters));
+            let value = Value::Locks(self.snapshot(&holders, &waiters, &o.detail));
             self.record_note(step, value, None);
         }
         Ok(())
@@ -94,6 +94,43 @@ impl Run<'_> {
                 r.state.as_deref().unwrap_or("?")
             )));
         }
+        self.check_waiters(e, holders, waiters)
+    }
+
+    /// `waiters.wait_event` and `waiters.xmin`: there is a waiter, and
+    /// every waiter's `pg_stat_activity` row says so.
+    fn check_waiters(&self, e: &ObserveExpect, holders: &[&LockRow], waiters: &[&LockRow]) -> StepResult {
+        if e.waiter_wait_event.is_none() && e.waiter_xmin.is_none() {
+            return Ok(());
+        }
+        if waiters.is_empty() {
+            return Err(StepError::Mismatch(format!(
+                "expected waiters, but {}",
+                self.describe(holders, waiters)
+            )));
+        }
+        for r in waiters {
+            let Some(a) = &r.activity else { continue };
+            if let Some(want) = &e.waiter_wait_event
+                && a.wait_event.as_deref() != Some(want.as_str())
+            {
+                return Err(StepError::Mismatch(format!(
+                    "expected every waiter to wait on {want}, but {} waits on {}",
+                    self.backend_name(r.pid),
+                    a.wait_event.as_deref().unwrap_or("nothing (running)")
+                )));
+            }
+            if let Some(want) = e.waiter_xmin
+                && a.holds_xmin != want
+            {
+                return Err(StepError::Mismatch(format!(
+                    "expected every waiter {}, but {} {}",
+                    if want { "to hold an xmin" } else { "to hold no xmin" },
+                    self.backend_name(r.pid),
+                    if a.holds_xmin { "holds one" } else { "holds none" }
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -107,13 +144,24 @@ impl Run<'_> {
     /// shows a later `waitstart` than one that queued after it (seen once in
     /// `waiters-queue-fifo` on a loaded machine). A scenario reads the turn
     /// order on the server instead (a sequence drawn under the lock).
-    fn snapshot(&self, holders: &[&LockRow], waiters: &[&LockRow]) -> LockSnapshot {
+    ///
+    /// `detail` (the step's `detail:`) says what of each backend's
+    /// `pg_stat_activity` row the snapshot keeps besides its state.
+    fn snapshot(&self, holders: &[&LockRow], waiters: &[&LockRow], detail: &[ObserveDetail]) -> LockSnapshot {
+        fn activity<'r>(r: &'r LockRow, detail: &[ObserveDetail], d: ObserveDetail) -> Option<&'r Activity> {
+            r.activity.as_ref().filter(|_| detail.contains(&d))
+        }
         let who = |r: &&LockRow| LockHolder {
             actor: self.actor_of(r.pid).map(str::to_owned),
             pid: r.pid,
             state: r.state.clone(),
             key: r.key,
             mode: r.mode.clone(),
+            wait: activity(r, detail, ObserveDetail::WaitEvent).map(|a| match &a.wait_event {
+                Some(w) => Wait::On(w.clone()),
+                None => Wait::Nothing,
+            }),
+            xmin: activity(r, detail, ObserveDetail::Xmin).map(|a| a.holds_xmin),
         };
         let ordered = |rows: &[&LockRow]| {
             let mut out: Vec<LockHolder> = rows.iter().map(who).collect();
@@ -129,7 +177,7 @@ impl Run<'_> {
 
     /// `held by worker (idle)`, `not held`, `held by a (idle in transaction); waiting: b`.
     fn describe(&self, holders: &[&LockRow], waiters: &[&LockRow]) -> String {
-        self.snapshot(holders, waiters).to_string()
+        self.snapshot(holders, waiters, &[]).to_string()
     }
 
     /// Waits until no other backend of the run's database runs a statement

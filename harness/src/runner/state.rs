@@ -149,6 +149,18 @@ impl<'a> Run<'a> {
                 .await
                 .map_err(|e| format!("{e:#}"))?;
         }
+        if self
+            .scenario
+            .steps
+            .iter()
+            .any(|s| matches!(s.kind, StepKind::HeldCount(_)))
+        {
+            let probe: Vec<(String, Pos)> = crate::held_count::install_sql()
+                .into_iter()
+                .map(|sql| (sql, Pos::default()))
+                .collect();
+            self.run_sql_list(&probe, "held-count-probe").await?;
+        }
         self.run_sql_list(&self.scenario.setup, "setup").await?;
         let opts = PoolOptions {
             max_size: self.scenario.pool_max_size,
@@ -318,6 +330,7 @@ impl<'a> Run<'a> {
                     .await
             }
             StepKind::Observe(o) => self.observe(step, o).await,
+            StepKind::HeldCount(h) => self.held_count(step, h).await,
             StepKind::Blocked { observer, targets } => self.blocked(step, *observer, targets).await,
             StepKind::Guard {
                 actor,

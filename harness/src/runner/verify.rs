@@ -65,7 +65,7 @@ impl Run<'_> {
                 }
             }
         }
-        match observe::advisory_locks(monitor, None).await {
+        match observe::advisory_locks(monitor, None, false).await {
             Ok(rows) => self.result.locks_left = rows.into_iter().filter(|r| r.granted).collect(),
             Err(e) => outcome = outcome.and(Err(format!("cannot read pg_locks after the run: {e}").into())),
         }

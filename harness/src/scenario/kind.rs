@@ -24,6 +24,8 @@ pub enum Kind {
     Do(Action),
     /// `observe: advisory_locks`.
     Observe,
+    /// `held_count: KEY`.
+    HeldCount,
     /// `blocked: ACTORS`.
     Blocked,
     /// `granted: ACTOR`.
@@ -209,6 +211,12 @@ impl Kind {
                 expects: Expects::Locks,
                 ..BASE
             },
+            // On the actor's own connection (a pool actor's checkout, a
+            // direct actor's), as the locks it counts are that session's.
+            Kind::HeldCount => Declaration {
+                word: "held_count",
+                ..BASE
+            },
             Kind::Blocked => Declaration {
                 word: "blocked",
                 side: Side::Observer,
@@ -362,6 +370,7 @@ mod tests {
         let mut kinds = vec![
             Kind::Sql,
             Kind::Observe,
+            Kind::HeldCount,
             Kind::Blocked,
             Kind::Granted,
             Kind::Restart,

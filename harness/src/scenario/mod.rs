@@ -28,12 +28,12 @@ pub use locklab_core::FileError as ScenarioError;
 /// A position in a scenario file (1-based line and column).
 pub use locklab_core::Pos;
 pub use raw::{
-    Action, Bounds, GuardEndRaw, LibraryCallRaw, MigrateRaw, Network, ObserveKind, OnTimeout, Process, RowsExpect,
-    Scalar, Via, When, json_schema,
+    Action, Bounds, GuardEndRaw, LibraryCallRaw, MigrateRaw, Network, ObserveDetail, ObserveKind, OnTimeout, Process,
+    RowsExpect, Scalar, Via, When, json_schema,
 };
 pub use step::{
-    AwaitStep, ClientBound, LibraryStep, ObserveExpect, ObserveStep, SqlExpect, SqlStep, Step, StepKind, Transaction,
-    TransactionStep,
+    AwaitStep, ClientBound, HeldCountStep, LibraryStep, ObserveExpect, ObserveStep, SqlExpect, SqlStep, Step, StepKind,
+    Transaction, TransactionStep,
 };
 pub use trials::{Invariant, InvariantCheck, Possible, RandomValue, Trials};
 
@@ -166,6 +166,8 @@ impl Scenario {
                 _ => None,
             }))
             .any(|sql| words.is_match(sql))
+            // `held_count` installs its probe function (`crate::held_count`).
+            || self.steps.iter().any(|st| matches!(st.kind, StepKind::HeldCount(_)))
             // sqlx's migrator makes its table and the migration's.
             || self.steps.iter().any(|st| {
                 matches!(&st.kind, StepKind::Library(l)

@@ -306,6 +306,24 @@ pub enum ObserveKind {
     AdvisoryLocks,
 }
 
+/// What an `observe` snapshot adds to each holder and waiter (`detail:`),
+/// from its backend's `pg_stat_activity` row (PostgreSQL docs §27.2.3,
+/// "pg_stat_activity"). Only a step that asks shows them, so the readings
+/// of the steps that do not ask stay as they were.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ObserveDetail {
+    /// `wait_event_type:wait_event` (`Lock:advisory` for a backend waiting
+    /// for an advisory lock, `Client:ClientRead` for an idle one), or that it
+    /// waits for nothing (running).
+    WaitEvent,
+    /// Whether `backend_xmin` is set: the backend holds a snapshot, which
+    /// holds back the horizon below which `VACUUM` may remove dead rows
+    /// (PostgreSQL docs §24.1 "Routine Vacuuming"). A lock call waits inside its statement,
+    /// whose snapshot it keeps while it waits.
+    Xmin,
+}
+
 /// Which driver kinds a step applies to (`when:`).
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -335,7 +353,7 @@ impl OneOrMany {
     }
 }
 
-/// One step: exactly one of `sql`, `do`, `observe`, `blocked`, `granted`, `await`, `order`, `lock_guard`, `library`.
+/// One step: exactly one of `sql`, `do`, `observe`, `held_count`, `blocked`, `granted`, `await`, `order`, `lock_guard`, `library`.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawStep {
@@ -360,6 +378,23 @@ pub(crate) struct RawStep {
     #[serde(default)]
     #[schemars(with = "Option<KeySchema>")]
     pub(crate) key: Option<AdvisoryKey>,
+    /// For `observe`: what to add to each holder and waiter of the recorded
+    /// snapshot, from its backend's `pg_stat_activity` row: `wait_event`
+    /// (`wait_event_type:wait_event`), `xmin` (whether `backend_xmin` is set).
+    #[serde(default)]
+    pub(crate) detail: Option<Vec<ObserveDetail>>,
+    /// How many times the actor's own session holds the session-level
+    /// advisory lock on this key (a bigint, or two integers): how many
+    /// `pg_advisory_unlock` calls it takes to release it. Probed on the
+    /// actor's connection in one statement that never lets the lock go
+    /// (see the docs); recorded as `held N×`.
+    #[serde(default)]
+    #[schemars(with = "Option<KeySchema>")]
+    pub(crate) held_count: Option<AdvisoryKey>,
+    /// For `held_count`: count the shared (`pg_advisory_lock_shared`) holds
+    /// instead of the exclusive ones.
+    #[serde(default)]
+    pub(crate) shared: bool,
     /// Wait (on a direct actor) until these actors' background steps are blocked on a lock,
     /// seen by the server (`pg_blocking_pids`); fails if one finishes instead.
     #[serde(default)]
@@ -541,6 +576,24 @@ pub(crate) struct RawExpect {
     /// `observe`: every holder is this backend (a saved pid) and/or in this state.
     #[serde(default)]
     pub(crate) holders: Option<RawHolders>,
+    /// `observe`: there is a waiter, and every waiter is so (its
+    /// `pg_stat_activity` row).
+    #[serde(default)]
+    pub(crate) waiters: Option<RawWaiters>,
+}
+
+/// `waiters:` expectation of an observe step: what `pg_stat_activity`
+/// says of every waiting backend.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawWaiters {
+    /// `wait_event_type:wait_event`, e.g. `Lock:advisory`.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub(crate) wait_event: Option<Spanned<String>>,
+    /// Whether its `backend_xmin` is set (it holds a snapshot).
+    #[serde(default)]
+    pub(crate) xmin: Option<bool>,
 }
 
 /// `rows:` as a count or as the expected rows.

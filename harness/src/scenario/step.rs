@@ -3,7 +3,7 @@
 //! ruled out at run time).
 
 use super::kind::Kind;
-use super::raw::{Action, Bounds, GuardEndRaw, OnTimeout, RowsExpect, Scalar, When};
+use super::raw::{Action, Bounds, GuardEndRaw, ObserveDetail, OnTimeout, RowsExpect, Scalar, When};
 use super::{Actor, Pos};
 use crate::keys::AdvisoryKey;
 
@@ -69,6 +69,9 @@ pub enum StepKind {
     },
     /// Snapshot advisory locks (`pg_locks` joined to `pg_stat_activity`).
     Observe(ObserveStep),
+    /// How many times the actor's session holds a session-level advisory
+    /// lock, probed on its own connection ([`crate::held_count`]).
+    HeldCount(HeldCountStep),
     /// Wait until every target (actor indices) is blocked on a lock, seen from
     /// the server (`pg_blocking_pids`); fails if one's background step
     /// finishes first.
@@ -259,10 +262,24 @@ pub struct ObserveStep {
     pub settle: bool,
     /// First wait until these actors' backends are not `active` (`idle:`).
     pub idle: Vec<usize>,
+    /// What the recorded snapshot adds to each holder and waiter
+    /// (`detail:`), sorted, without repeats; empty: nothing.
+    pub detail: Vec<ObserveDetail>,
     /// What must hold.
     pub expect: Option<ObserveExpect>,
     /// Only for some driver kinds.
     pub when: Option<When>,
+}
+
+/// A `held_count: KEY` step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeldCountStep {
+    /// Actor index (pool or direct; a pool actor needs a connection).
+    pub actor: usize,
+    /// The key whose session-level holds are counted.
+    pub key: AdvisoryKey,
+    /// Count the shared holds (`ShareLock`) rather than the exclusive ones.
+    pub shared: bool,
 }
 
 /// An `await` step.
@@ -302,6 +319,10 @@ pub struct ObserveExpect {
     pub holder_pid: Option<String>,
     /// Every granted lock's backend is in this `pg_stat_activity.state`.
     pub holder_state: Option<String>,
+    /// There is a waiter, and every waiter's `wait_event_type:wait_event` is this.
+    pub waiter_wait_event: Option<String>,
+    /// There is a waiter, and whether every waiter's `backend_xmin` is set is this.
+    pub waiter_xmin: Option<bool>,
 }
 
 impl StepKind {
@@ -317,6 +338,7 @@ impl StepKind {
             StepKind::Abandon { .. } => Kind::Do(Action::Abandon),
             StepKind::Fault { fault, .. } => Kind::Do(fault.action()),
             StepKind::Observe(_) => Kind::Observe,
+            StepKind::HeldCount(_) => Kind::HeldCount,
             StepKind::Blocked { .. } => Kind::Blocked,
             StepKind::Await(_) => Kind::Await,
             StepKind::Order { .. } => Kind::Order,
@@ -337,6 +359,7 @@ impl Step {
             StepKind::Observe(o) => o.observer,
             StepKind::Await(a) => a.actor,
             StepKind::Library(l) => l.actor,
+            StepKind::HeldCount(h) => h.actor,
             StepKind::Blocked { observer, .. }
             | StepKind::Granted { observer, .. }
             | StepKind::Restart { observer, .. } => *observer,
@@ -373,6 +396,9 @@ impl Step {
             StepKind::Disconnect { .. } => "disconnect".into(),
             StepKind::Abandon { .. } => "abandon".into(),
             StepKind::Observe(_) => "observe advisory_locks".into(),
+            StepKind::HeldCount(h) => {
+                format!("held_count {}{}", h.key, if h.shared { " (shared)" } else { "" })
+            }
             StepKind::Blocked { targets, .. } => {
                 let names: Vec<&str> = targets.iter().map(|a| actors[*a].name.as_str()).collect();
                 format!("blocked: {}", names.join(", "))

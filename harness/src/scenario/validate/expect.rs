@@ -5,7 +5,7 @@ use serde_saphyr::Spanned;
 
 use super::Validator;
 use crate::scenario::kind::{Expects, Kind};
-use crate::scenario::raw::{RawExpect, RawHolders, RowsExpect, Scalar};
+use crate::scenario::raw::{RawExpect, RawHolders, RawWaiters, RowsExpect, Scalar};
 use crate::scenario::step::{ObserveExpect, SqlExpect};
 use crate::scenario::{Pos, template};
 
@@ -80,14 +80,14 @@ impl Validator<'_> {
             );
             return None;
         }
-        let observe_keys = e.held.is_some() || e.holders.is_some();
+        let observe_keys = e.held.is_some() || e.holders.is_some() || e.waiters.is_some();
         let sql_keys =
             e.value.is_some() || e.rows.is_some() || e.error.is_some() || e.message.is_some() || e.notices.is_some();
         if !observe_keys && !sql_keys && e.elapsed_ms.is_none() {
             self.err(
                 pos,
                 format!(
-                    "step {n}: 'expect' is empty; give one of value, rows, error, message, notices, elapsed_ms, held, holders"
+                    "step {n}: 'expect' is empty; give one of value, rows, error, message, notices, elapsed_ms, held, holders, waiters"
                 ),
             );
             return None;
@@ -95,7 +95,7 @@ impl Validator<'_> {
         if observe_keys && !is_observe {
             self.err(
                 pos,
-                format!("step {n}: 'held' and 'holders' apply to 'observe' steps only"),
+                format!("step {n}: 'held', 'holders' and 'waiters' apply to 'observe' steps only"),
             );
         }
         if sql_keys && !runs_sql {
@@ -130,6 +130,7 @@ impl Validator<'_> {
         self.expect_placeholders(n, pos, &e, saved);
         let error = self.expect_error(n, pos, e.error.as_deref());
         let (holder_pid, holder_state) = self.expect_holders(n, pos, e.holders, saved);
+        let (waiter_wait_event, waiter_xmin) = self.expect_waiters(n, pos, e.waiters);
         Some(Expect {
             sql: SqlExpect {
                 value: e.value,
@@ -143,6 +144,8 @@ impl Validator<'_> {
                 held: e.held,
                 holder_pid,
                 holder_state,
+                waiter_wait_event,
+                waiter_xmin,
             },
         })
     }
@@ -264,5 +267,29 @@ impl Validator<'_> {
             }
             None => (None, None),
         }
+    }
+
+    /// `waiters:` gives a `wait_event_type:wait_event` (two words of letters,
+    /// digits and `_`, as `pg_stat_activity` has them) and/or `xmin`.
+    fn expect_waiters(&mut self, n: usize, pos: Pos, waiters: Option<RawWaiters>) -> (Option<String>, Option<bool>) {
+        let Some(w) = waiters else {
+            return (None, None);
+        };
+        if w.wait_event.is_none() && w.xmin.is_none() {
+            self.err(pos, format!("step {n}: 'waiters' needs 'wait_event' or 'xmin'"));
+        }
+        let word = |t: &str| !t.is_empty() && t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if let Some(ev) = &w.wait_event
+            && !ev.value.split_once(':').is_some_and(|(a, b)| word(a) && word(b))
+        {
+            self.err(
+                Pos::of(&ev.referenced),
+                format!(
+                    "step {n}: waiters.wait_event '{}' is not 'wait_event_type:wait_event' (e.g. 'Lock:advisory')",
+                    ev.value
+                ),
+            );
+        }
+        (w.wait_event.map(|e| e.value), w.xmin)
     }
 }

@@ -9,9 +9,9 @@ use super::Validator;
 use super::walk::{ABANDONED, Conn, Walk};
 use crate::keys::AdvisoryKey;
 use crate::scenario::kind::{Kind, Placement, Side};
-use crate::scenario::raw::{Action, GuardEndRaw, Process, RawStep, Via};
+use crate::scenario::raw::{Action, GuardEndRaw, ObserveDetail, Process, RawStep, Via};
 use crate::scenario::step::{
-    AwaitStep, ClientBound, Fault, ObserveStep, SqlStep, Step, StepKind, Transaction, TransactionStep,
+    AwaitStep, ClientBound, Fault, HeldCountStep, ObserveStep, SqlStep, Step, StepKind, Transaction, TransactionStep,
 };
 use crate::scenario::{Actor, Pos, template};
 
@@ -22,6 +22,7 @@ pub(super) enum Parsed {
     Sql(String),
     Do(Action),
     Observe(Option<AdvisoryKey>),
+    HeldCount(AdvisoryKey, bool),
     Blocked(Vec<usize>),
     Granted(usize),
     Restart(bool),
@@ -41,6 +42,7 @@ impl Parsed {
             Parsed::Sql(_) => Kind::Sql,
             Parsed::Do(a) => Kind::Do(*a),
             Parsed::Observe(_) => Kind::Observe,
+            Parsed::HeldCount(..) => Kind::HeldCount,
             Parsed::Blocked(_) => Kind::Blocked,
             Parsed::Granted(_) => Kind::Granted,
             Parsed::Restart(_) => Kind::Restart,
@@ -170,11 +172,20 @@ impl Validator<'_> {
             on_timeout: s.on_timeout.unwrap_or_default(),
         });
         let idle = self.idle_actors(walk, n, s.idle.as_ref());
+        let mut detail = s.detail.clone().unwrap_or_default();
+        detail.sort_unstable();
+        detail.dedup();
+        if kind == Kind::HeldCount && s.record.is_none() {
+            self.err(
+                pos,
+                format!("step {n}: 'held_count' is a reading; name it with 'record'"),
+            );
+        }
         let kind = typed(
             parsed,
             actor,
             s.background,
-            (s.settle, idle),
+            (s.settle, idle, detail),
             s.save.map(|v| v.value),
             s.when,
             bound,
@@ -206,6 +217,7 @@ impl Validator<'_> {
             sql,
             action,
             observe,
+            held_count,
             blocked,
             granted,
             restart,
@@ -214,6 +226,8 @@ impl Validator<'_> {
             lock_guard,
             library,
             // The fields that go with a kind, or with any.
+            detail: _,
+            shared: _,
             call: _,
             migrate: _,
             actor: _,
@@ -236,6 +250,7 @@ impl Validator<'_> {
             sql.as_ref().map(|_| Kind::Sql),
             action.map(Kind::Do),
             observe.as_ref().map(|_| Kind::Observe),
+            held_count.as_ref().map(|_| Kind::HeldCount),
             blocked.as_ref().map(|_| Kind::Blocked),
             granted.as_ref().map(|_| Kind::Granted),
             restart.map(|_| Kind::Restart),
@@ -253,7 +268,7 @@ impl Validator<'_> {
                 self.err(
                     pos,
                     format!(
-                        "step {n} must have exactly one of 'sql', 'do', 'observe', 'blocked', 'granted', 'restart', 'await', 'order', 'lock_guard', 'library' (found {count})"
+                        "step {n} must have exactly one of 'sql', 'do', 'observe', 'held_count', 'blocked', 'granted', 'restart', 'await', 'order', 'lock_guard', 'library' (found {count})"
                     ),
                 );
                 None
@@ -297,6 +312,12 @@ impl Validator<'_> {
                 pos,
                 format!("step {n}: 'call' and 'migrate' only apply to 'library' steps"),
             );
+        }
+        if s.detail.is_some() && !observe {
+            self.err(pos, format!("step {n}: 'detail' only applies to 'observe' steps"));
+        }
+        if s.shared && kind != Kind::HeldCount {
+            self.err(pos, format!("step {n}: 'shared' only applies to 'held_count' steps"));
         }
         if s.settle && !observe {
             self.err(pos, format!("step {n}: 'settle' only applies to 'observe' steps"));
@@ -453,6 +474,7 @@ impl Validator<'_> {
                 Parsed::Library(library, self.library_call(n, pos, s, library, deadline_ms)?)
             }
             Kind::Observe => Parsed::Observe(s.key),
+            Kind::HeldCount => Parsed::HeldCount(s.held_count?, s.shared),
             Kind::Blocked => Parsed::Blocked(self.blocked(walk, n, s.blocked.as_ref()?)?),
             Kind::Restart => Parsed::Restart(s.restart? == crate::scenario::raw::RestartMode::Immediate),
             Kind::Granted => {
@@ -499,7 +521,7 @@ fn typed(
     kind: Parsed,
     actor: usize,
     background: bool,
-    (settle, idle): (bool, Vec<usize>),
+    (settle, idle, detail): (bool, Vec<usize>, Vec<ObserveDetail>),
     save: Option<String>,
     when: Option<crate::scenario::When>,
     bound: Option<ClientBound>,
@@ -567,9 +589,11 @@ fn typed(
             key,
             settle,
             idle,
+            detail,
             expect: expect.map(|e| e.observe),
             when,
         }),
+        Parsed::HeldCount(key, shared) => StepKind::HeldCount(HeldCountStep { actor, key, shared }),
         Parsed::Blocked(targets) => StepKind::Blocked {
             observer: actor,
             targets,
