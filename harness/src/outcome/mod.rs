@@ -10,7 +10,7 @@ pub mod trials;
 mod value;
 
 pub use reading::{Counted, LeftLock, LocksLeft, Reading, Seen};
-pub use value::{Cancel, Checkout, GuardEnded, LockHolder, LockSnapshot, Return, StatementError, Value, Verdict};
+pub use value::{Cancel, Checkout, GuardEnded, LockHolder, LockSnapshot, Return, StatementError, Value, Verdict, Wait};
 
 use crate::observe::LockRow;
 

@@ -72,6 +72,44 @@ pub enum Value {
     /// The row of an invariant over a race cell's trials (or, in its
     /// distribution, how it came out on one trial).
     Invariant(Verdict),
+    /// A recorded `blocked` step: what the actor's background call was
+    /// doing when the step ended ([`Wait`]).
+    Wait(Wait),
+}
+
+/// What a `blocked` step read of a background call (`blocked on a lock`,
+/// `queued in the pooler`, `finished first (value f)`); in `matrix.json`
+/// `{"kind": "wait", "value": "blocked_on_lock"}`, `"queued_in_pooler"` or
+/// `{"finished_first": VALUE}`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Wait {
+    /// Its backend waits for a lock another backend holds
+    /// (`pg_blocking_pids` not empty; PostgreSQL docs §9.27, "System
+    /// Information Functions").
+    BlockedOnLock,
+    /// Its client waits in the pooler for a server connection: listed as
+    /// waiting by the pooler (PgBouncer's `SHOW CLIENTS` state `waiting`,
+    /// Odyssey's `show clients` state `queue`), or, behind pgagroal, which
+    /// lists no clients, its statement runs on no backend while none of
+    /// the pooler's server connections to the database is idle.
+    QueuedInPooler,
+    /// The call finished before either was seen: its outcome (a value, or
+    /// the statement's error).
+    FinishedFirst(Box<Value>),
+}
+
+impl fmt::Display for Wait {
+    /// `blocked on a lock`, `queued in the pooler`, `finished first (value
+    /// false)`, `finished first (error 55P03)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Wait::BlockedOnLock => f.write_str("blocked on a lock"),
+            Wait::QueuedInPooler => f.write_str("queued in the pooler"),
+            Wait::FinishedFirst(v) if matches!(**v, Value::Error(_)) => write!(f, "finished first (error {v})"),
+            Wait::FinishedFirst(v) => write!(f, "finished first (value {v})"),
+        }
+    }
 }
 
 /// An invariant's row (`"holds"`, `"violated"`, `"finding"`).
@@ -235,6 +273,7 @@ impl Value {
                 from_server: e.from_server || e.sqlstate.is_some(),
             }),
             Value::Unsupported(_) => Value::Unsupported(String::new()),
+            Value::Wait(Wait::FinishedFirst(v)) => Value::Wait(Wait::FinishedFirst(Box::new(v.as_read()))),
             other => other.clone(),
         }
     }
@@ -309,6 +348,7 @@ impl fmt::Display for Value {
             Value::Invariant(Verdict::Holds) => f.write_str("holds"),
             Value::Invariant(Verdict::Violated) => f.write_str("violated"),
             Value::Invariant(Verdict::Finding) => f.write_str("measured (the finding)"),
+            Value::Wait(w) => w.fmt(f),
         }
     }
 }

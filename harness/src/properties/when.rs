@@ -110,6 +110,7 @@ pub const KINDS: &[&str] = &[
     "released",
     "still_held",
     "invariant",
+    "wait",
 ];
 
 impl When {
@@ -242,7 +243,8 @@ mod tests {
                 | Value::NoConnection(_)
                 | Value::Released
                 | Value::StillHeld(_)
-                | Value::Invariant(_) => v.clone(),
+                | Value::Invariant(_)
+                | Value::Wait(_) => v.clone(),
             }
         };
         let values = [
@@ -277,6 +279,7 @@ mod tests {
             Value::Released,
             Value::StillHeld(1),
             Value::Invariant(crate::outcome::Verdict::Holds),
+            Value::Wait(crate::outcome::Wait::QueuedInPooler),
         ];
         assert_eq!(values.len(), KINDS.len());
         for v in &values {
