@@ -311,3 +311,38 @@ pub const TERMINATE_DATABASE_BACKENDS_SQL: &str = "select pg_terminate_backend(p
 pub fn databases_like_sql(pattern: &str) -> String {
     format!("select datname from pg_database where datname like '{pattern}'")
 }
+
+/// Whether statement `sql` waits in pgagroal's queue, read from the server
+/// (pgagroal 1.6 lists no clients: [`crate::server::pooler_queue`]): `t`
+/// when no backend of the current database runs it (`active` with that
+/// text in `pg_stat_activity.query`, compared on its first 1000
+/// characters, below the default `track_activity_query_size` of 1024
+/// bytes) and none of pgagroal's server connections to the database
+/// (`application_name` `pgagroal`: it does not pass its clients' on) is
+/// `idle`, so the pooler has none to give it: "in a statement, on no
+/// backend".
+pub fn queued_on_no_backend_sql(sql: &str) -> String {
+    let lit = sql.replace('\'', "''");
+    format!(
+        "select count(*) filter (where state = 'active' and left(query, 1000) = left('{lit}', 1000)) = 0 \
+         and count(*) filter (where application_name = 'pgagroal' and state = 'idle') = 0 \
+         and count(*) filter (where application_name = 'pgagroal') > 0 \
+         from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()"
+    )
+}
+
+/// Whether some backend of the current database runs statement `sql`
+/// (`active`, the same text on its first 1000 characters) and waits for a
+/// lock another backend holds (`pg_blocking_pids`): `t` or `f`. Behind a
+/// transaction-mode pooler a client's statement runs on whichever server
+/// connection the pooler gives it, not necessarily the backend its
+/// checkout's `select pg_backend_pid()` met, so the statement is looked
+/// for by its text.
+pub fn statement_blocked_sql(sql: &str) -> String {
+    let lit = sql.replace('\'', "''");
+    format!(
+        "select exists (select 1 from pg_stat_activity where datname = current_database() \
+         and pid <> pg_backend_pid() and state = 'active' and left(query, 1000) = left('{lit}', 1000) \
+         and cardinality(pg_blocking_pids(pid)) > 0)"
+    )
+}

@@ -119,6 +119,15 @@ fn main() {
         ));
     }
     trials.push(common::trial(
+        "or_finished_reads_a_call_that_finishes_first_and_leaves_it_to_its_await",
+        or_finished_reads_a_call_that_finishes_first_and_leaves_it_to_its_await,
+    ));
+    let queued = common::trial(
+        "a_queued_call_reads_alike_behind_every_transaction_pooler::container",
+        a_queued_call_reads_alike_behind_every_transaction_pooler,
+    );
+    trials.push(queued);
+    trials.push(common::trial(
         "a_reading_outside_the_declared_outcomes_or_one_violation_fails_a_race_cell",
         a_reading_outside_the_declared_outcomes_or_one_violation_fails_a_race_cell,
     ));
@@ -623,6 +632,81 @@ fn holders_named_after_latest_actor(driver: &str) {
     }
     assert_eq!(holders.len(), 1, "{}", o.seen());
     assert_eq!(holders[0].actor.as_deref(), Some(want), "{}", o.seen());
+}
+
+/// `blocked` with `or_finished`: a background call that finishes before it
+/// is seen waiting is read as `finished first` with its value, and its
+/// `await` still checks and records the same outcome.
+fn or_finished_reads_a_call_that_finishes_first_and_leaves_it_to_its_await() {
+    let r = run_inline(
+        "name: finishes\ndescription: a call that never waits\nactors: { a: { via: direct }, o: { via: direct } }\nsteps:\n  - { actor: a, id: bg, sql: select 42, background: true }\n  - { actor: o, blocked: a, or_finished: true, record: wait }\n  - { await: bg, expect: { value: 42 }, record: outcome }\n",
+        "tokio-postgres",
+    );
+    assert!(r.passed(), "{:?}", r.failure);
+    let wait = r.observation("wait").unwrap();
+    assert_eq!(
+        wait.value,
+        Value::Wait(locklab::outcome::Wait::FinishedFirst(Box::new(Value::Int(42)))),
+        "{}",
+        wait.seen()
+    );
+    assert_eq!(r.observation("outcome").unwrap().value, Value::Int(42));
+}
+
+/// The shipped `waiter-queued-in-pooler` through the four transaction-mode
+/// poolers (PgBouncer 1.18 and 1.24, pgagroal, Odyssey): the `blocked`
+/// step reads the same in all four, well before its deadline (a queued
+/// call is recognised, not timed out), and not what a client with a
+/// connection of its own reads (tokio-postgres without a pooler).
+fn a_queued_call_reads_alike_behind_every_transaction_pooler() {
+    let s = all_scenarios()
+        .into_iter()
+        .find(|s| s.name == "waiter-queued-in-pooler")
+        .expect("the shipped scenario waiter-queued-in-pooler");
+    let step = s
+        .steps
+        .iter()
+        .find(|st| st.record.as_deref() == Some("waiter_while_holder_in_transaction"))
+        .expect("its blocked step");
+    let read = |driver: &str| {
+        let d = locklab_drivers::find(driver).unwrap();
+        let r = common::block_on_multi(runner::run(common::server(), &s, d.as_ref()));
+        assert!(r.passed(), "{driver}: {:?}", r.failure);
+        let took = r
+            .steps
+            .iter()
+            .find(|rep| rep.step == step.index + 1)
+            .map(|rep| rep.elapsed_ms)
+            .unwrap_or(f64::MAX);
+        assert!(
+            took < step.deadline_ms as f64 / 2.0,
+            "{driver}: the blocked step took {took} ms of its {} ms deadline",
+            step.deadline_ms
+        );
+        r.observation("waiter_while_holder_in_transaction")
+            .unwrap()
+            .value
+            .clone()
+    };
+    let poolers = [
+        "pgbouncer-transaction",
+        "pgbouncer-trixie-transaction",
+        "pgagroal-transaction",
+        "odyssey-transaction",
+    ];
+    let readings: Vec<(&str, Value)> = poolers.iter().map(|d| (*d, read(d))).collect();
+    for (d, v) in &readings {
+        assert_eq!(
+            v, &readings[0].1,
+            "{d} reads otherwise than {}: {readings:?}",
+            readings[0].0
+        );
+    }
+    let own = read("tokio-postgres");
+    assert_ne!(
+        own, readings[0].1,
+        "a client with a server connection of its own reads as the poolers' queued one"
+    );
 }
 
 /// A checkout that hands out a connection in an aborted transaction does not

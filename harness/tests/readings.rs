@@ -11,7 +11,7 @@ mod common;
 use std::path::Path;
 
 use libtest_mimic::Trial;
-use locklab::outcome::{RunResult, Value, Wait};
+use locklab::outcome::{RunResult, Value, WaitEvent};
 use locklab::runner;
 use locklab::scenario;
 
@@ -204,7 +204,7 @@ async fn observe_detail_is_what_pg_stat_activity_says_and_only_when_asked() {
     assert_eq!(detailed.waiters.len(), 1, "{detailed:?}");
     let waiter = &detailed.waiters[0];
     assert!(
-        matches!(&waiter.wait, Some(Wait::On(w)) if w.starts_with("Lock:")),
+        matches!(&waiter.wait, Some(WaitEvent::On(w)) if w.starts_with("Lock:")),
         "{waiter:?}"
     );
     let Value::Bool(server_xmin) = recorded(&r, "server_xmin")[0] else {

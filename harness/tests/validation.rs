@@ -92,9 +92,11 @@ steps:
         s.steps[3].kind,
         StepKind::Blocked {
             observer: 1,
-            targets: vec![0]
+            targets: vec![0],
+            or_finished: false,
         }
     );
+    assert_eq!(s.pooler_server_connections, None);
     let StepKind::Await(a) = &s.steps[4].kind else {
         panic!("not an await: {:?}", s.steps[4].kind)
     };
@@ -111,6 +113,37 @@ steps:
     assert_eq!(sql.expect.as_ref().unwrap().error.as_deref(), Some("55P03"));
     assert_eq!(sql.when, Some(scenario::When::Pooled));
     assert_eq!((s.steps[6].pos.line, s.steps[6].pos.column), (27, 5));
+}
+
+/// `pooler.server_connections` and a recorded `blocked` with `or_finished`
+/// reach the model.
+#[test]
+fn pooler_cap_and_or_finished_parse_into_the_model() {
+    let text = r#"
+name: queue-check
+description: a capped pooler and a bounded blocked step
+pooler: { server_connections: 1 }
+actors:
+  w: { via: pool }
+  obs: { via: direct }
+steps:
+  - { actor: w, do: checkout }
+  - { actor: w, id: bg, sql: select 1, background: true }
+  - { actor: obs, blocked: w, or_finished: true, record: wait }
+  - { await: bg }
+"#;
+    let all = scenario::parse(Path::new("inline.yaml"), text).unwrap_or_else(|e| panic!("{e:?}"));
+    let s = &all[0];
+    assert_eq!(s.pooler_server_connections, Some(1));
+    assert_eq!(
+        s.steps[2].kind,
+        StepKind::Blocked {
+            observer: 1,
+            targets: vec![0],
+            or_finished: true,
+        }
+    );
+    assert_eq!(s.steps[2].record.as_deref(), Some("wait"));
 }
 
 #[test]
@@ -226,6 +259,8 @@ fn shipped_scenarios_validate_against_the_schema() {
 #[case("bad-params-shape.yaml")]
 #[case("blocked-wrong-type.yaml")]
 #[case("detail-unknown.yaml")]
+#[case("pooler-unknown-key.yaml")]
+#[case("pooler-server-connections-range.yaml")]
 fn structural_fixture_errors_are_schema_errors(#[case] file: &str) {
     let doc = yaml_as_json(&root().join("harness/tests/fixtures/invalid").join(file));
     assert!(!schema_validator().is_valid(&doc), "{file} passes the schema");

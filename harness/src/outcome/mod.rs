@@ -10,7 +10,9 @@ pub mod trials;
 mod value;
 
 pub use reading::{Counted, LeftLock, LocksLeft, Reading, Seen};
-pub use value::{Cancel, Checkout, GuardEnded, LockHolder, LockSnapshot, Return, StatementError, Value, Verdict, Wait};
+pub use value::{
+    Cancel, Checkout, GuardEnded, LockHolder, LockSnapshot, Return, StatementError, Value, Verdict, Wait, WaitEvent,
+};
 
 use crate::observe::LockRow;
 

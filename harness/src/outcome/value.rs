@@ -81,6 +81,44 @@ pub enum Value {
     /// The row of an invariant over a race cell's trials (or, in its
     /// distribution, how it came out on one trial).
     Invariant(Verdict),
+    /// A recorded `blocked` step: what the actor's background call was
+    /// doing when the step ended ([`Wait`]).
+    Wait(Wait),
+}
+
+/// What a `blocked` step read of a background call (`blocked on a lock`,
+/// `queued in the pooler`, `finished first (value f)`); in `matrix.json`
+/// `{"kind": "wait", "value": "blocked_on_lock"}`, `"queued_in_pooler"` or
+/// `{"finished_first": VALUE}`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Wait {
+    /// Its backend waits for a lock another backend holds
+    /// (`pg_blocking_pids` not empty; PostgreSQL docs §9.27, "System
+    /// Information Functions").
+    BlockedOnLock,
+    /// Its client waits in the pooler for a server connection: listed as
+    /// waiting by the pooler (PgBouncer's `SHOW CLIENTS` state `waiting`,
+    /// Odyssey's `show clients` state `queue`), or, behind pgagroal, which
+    /// lists no clients, its statement runs on no backend while none of
+    /// the pooler's server connections to the database is idle.
+    QueuedInPooler,
+    /// The call finished before either was seen: its outcome (a value, or
+    /// the statement's error).
+    FinishedFirst(Box<Value>),
+}
+
+impl fmt::Display for Wait {
+    /// `blocked on a lock`, `queued in the pooler`, `finished first (value
+    /// false)`, `finished first (error 55P03)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Wait::BlockedOnLock => f.write_str("blocked on a lock"),
+            Wait::QueuedInPooler => f.write_str("queued in the pooler"),
+            Wait::FinishedFirst(v) if matches!(**v, Value::Error(_)) => write!(f, "finished first (error {v})"),
+            Wait::FinishedFirst(v) => write!(f, "finished first (value {v})"),
+        }
+    }
 }
 
 /// An invariant's row (`"holds"`, `"violated"`, `"finding"`).
@@ -205,7 +243,7 @@ pub struct LockHolder {
     /// What the backend waited for, when the `observe` step asked
     /// (`detail: [wait_event]`); not written otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wait: Option<Wait>,
+    pub wait: Option<WaitEvent>,
     /// Whether the backend held a snapshot (`backend_xmin` set), when the
     /// `observe` step asked (`detail: [xmin]`); not written otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -216,7 +254,7 @@ pub struct LockHolder {
 /// "Lock:advisory"}`, `"nothing"`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Wait {
+pub enum WaitEvent {
     /// `wait_event_type:wait_event`, e.g. `Lock:advisory`, `Client:ClientRead`.
     On(String),
     /// No wait event: the backend was running (or not in `pg_stat_activity`).
@@ -229,8 +267,8 @@ impl LockHolder {
     fn detail(&self) -> Vec<String> {
         let mut out = Vec::new();
         match &self.wait {
-            Some(Wait::On(w)) => out.push(w.clone()),
-            Some(Wait::Nothing) => out.push("running".to_owned()),
+            Some(WaitEvent::On(w)) => out.push(w.clone()),
+            Some(WaitEvent::Nothing) => out.push("running".to_owned()),
             None => {}
         }
         match self.xmin {
@@ -282,6 +320,7 @@ impl Value {
                 from_server: e.from_server || e.sqlstate.is_some(),
             }),
             Value::Unsupported(_) => Value::Unsupported(String::new()),
+            Value::Wait(Wait::FinishedFirst(v)) => Value::Wait(Wait::FinishedFirst(Box::new(v.as_read()))),
             other => other.clone(),
         }
     }
@@ -359,6 +398,7 @@ impl fmt::Display for Value {
             Value::Invariant(Verdict::Holds) => f.write_str("holds"),
             Value::Invariant(Verdict::Violated) => f.write_str("violated"),
             Value::Invariant(Verdict::Finding) => f.write_str("measured (the finding)"),
+            Value::Wait(w) => w.fmt(f),
         }
     }
 }
@@ -554,9 +594,9 @@ mod tests {
             "held by a (idle); waiting: backend 2"
         );
         let mut detailed = snapshot;
-        detailed.holders[0].wait = Some(Wait::On("Client:ClientRead".into()));
+        detailed.holders[0].wait = Some(WaitEvent::On("Client:ClientRead".into()));
         detailed.holders[0].xmin = Some(false);
-        detailed.waiters[0].wait = Some(Wait::On("Lock:advisory".into()));
+        detailed.waiters[0].wait = Some(WaitEvent::On("Lock:advisory".into()));
         detailed.waiters[0].xmin = Some(true);
         assert_eq!(
             text(Value::Locks(detailed)),

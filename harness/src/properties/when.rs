@@ -111,6 +111,7 @@ pub const KINDS: &[&str] = &[
     "released",
     "still_held",
     "invariant",
+    "wait",
 ];
 
 impl When {
@@ -244,7 +245,8 @@ mod tests {
                 | Value::NoConnection(_)
                 | Value::Released
                 | Value::StillHeld(_)
-                | Value::Invariant(_) => v.clone(),
+                | Value::Invariant(_)
+                | Value::Wait(_) => v.clone(),
             }
         };
         let values = [
@@ -283,6 +285,7 @@ mod tests {
             Value::Released,
             Value::StillHeld(1),
             Value::Invariant(crate::outcome::Verdict::Holds),
+            Value::Wait(crate::outcome::Wait::QueuedInPooler),
         ];
         assert_eq!(values.len(), KINDS.len());
         for v in &values {

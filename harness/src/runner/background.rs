@@ -20,6 +20,7 @@ impl Run<'_> {
             )));
         };
         let started = Instant::now();
+        let sent = sql.clone();
         let handle = tokio::spawn(async move {
             let t0 = Instant::now();
             let r = conn.simple_query(&sql).await;
@@ -27,7 +28,11 @@ impl Run<'_> {
             let took = conn.last_elapsed().unwrap_or(done - t0);
             (conn, (r, took), done)
         });
-        self.slots[actor] = Slot::Busy { started, handle };
+        self.slots[actor] = Slot::Busy {
+            started,
+            handle,
+            sql: sent,
+        };
         Ok(())
     }
 

@@ -1,15 +1,16 @@
 //! Steps that ask the server from an observer (a direct actor): `observe`
 //! (a `pg_locks` snapshot, optionally after the other backends settle) and
-//! `blocked` (`pg_blocking_pids`).
+//! `blocked` (`pg_blocking_pids`, and the pooler's queue).
 
 use std::time::{Duration, Instant};
 
-use super::sql::late;
+use super::sql::{late, outcome_value};
 use super::state::{Run, Slot};
 use super::{StepError, StepResult};
 use crate::observe::{self, Activity, LockRow, Polled, poll_until};
-use crate::outcome::{LockHolder, LockSnapshot, Value, Wait};
+use crate::outcome::{LockHolder, LockSnapshot, Value, Wait, WaitEvent};
 use crate::scenario::{ObserveDetail, ObserveExpect, ObserveStep, Step};
+use crate::server::pooler_queue::QueueView;
 
 /// How long the other backends must stay calm for a `settle: true` observe
 /// (ms): as long as [`observe::UNSETTLED_SQL`]'s own window for a state change.
@@ -158,8 +159,8 @@ impl Run<'_> {
             key: r.key,
             mode: r.mode.clone(),
             wait: activity(r, detail, ObserveDetail::WaitEvent).map(|a| match &a.wait_event {
-                Some(w) => Wait::On(w.clone()),
-                None => Wait::Nothing,
+                Some(w) => WaitEvent::On(w.clone()),
+                None => WaitEvent::Nothing,
             }),
             xmin: activity(r, detail, ObserveDetail::Xmin).map(|a| a.holds_xmin),
         };
@@ -218,40 +219,80 @@ impl Run<'_> {
         }
     }
 
-    /// Waits until every target's background step is blocked on a lock, seen
-    /// by the server; fails when one finishes instead.
-    pub(super) async fn blocked(&mut self, step: &Step, observer: usize, targets: &[usize]) -> StepResult {
+    /// Waits until every target's background step is blocked on a lock,
+    /// seen by the server, or queued in the pooler for a server connection,
+    /// seen by the pooler ([`crate::server::pooler_queue`]); fails when one
+    /// finishes instead, unless `or_finished` (one target), which reads
+    /// that as `finished first` and leaves the outcome for its `await`.
+    /// With `record` (one target), records which ([`Wait`]).
+    pub(super) async fn blocked(
+        &mut self,
+        step: &Step,
+        observer: usize,
+        targets: &[usize],
+        or_finished: bool,
+    ) -> StepResult {
         let mut pids = Vec::new();
         for t in targets {
             pids.push((*t, self.pid_of(*t)?));
         }
+        let mut queue: Option<QueueView> = None;
         let polled = poll_until(Instant::now() + Duration::from_millis(step.deadline_ms), async || {
+            let mut read: Vec<(usize, Wait)> = Vec::new();
+            let mut pending: Vec<usize> = Vec::new();
             for (t, pid) in &pids {
                 if let Slot::Busy { handle, .. } = &self.slots[*t]
                     && handle.is_finished()
                 {
-                    return Err(StepError::Mismatch(format!(
-                        "'{}' finished its background step instead of blocking",
-                        self.scenario.actors[*t].name
-                    )));
+                    if !or_finished {
+                        return Err(StepError::Mismatch(format!(
+                            "'{}' finished its background step instead of blocking",
+                            self.scenario.actors[*t].name
+                        )));
+                    }
+                    let value = self.finished_value(*t).await?;
+                    read.push((*t, Wait::FinishedFirst(Box::new(value))));
+                    continue;
                 }
-                let conn = self.conn(observer)?;
-                if !observe::is_blocked(conn.as_mut(), *pid)
-                    .await
-                    .map_err(|e| StepError::Driver(e.to_string()))?
-                {
-                    return Ok(None);
+                if self.blocked_on_lock(observer, *t, *pid).await? {
+                    read.push((*t, Wait::BlockedOnLock));
+                } else {
+                    pending.push(*t);
                 }
             }
-            Ok(Some(()))
+            if !pending.is_empty() && self.info.pooler.is_some() {
+                if queue.is_none() {
+                    let view = self
+                        .server
+                        .pooler_queue(self.info.pooler, self.db, self.scenario.pooler_server_connections)
+                        .await
+                        .map_err(|e| StepError::Harness(format!("{e:#}")))?;
+                    queue = Some(view);
+                }
+                let view = queue
+                    .as_mut()
+                    .ok_or_else(|| StepError::Harness("no queue view".into()))?;
+                if self.queued(observer, view, &pending).await? {
+                    read.extend(pending.drain(..).map(|t| (t, Wait::QueuedInPooler)));
+                }
+            }
+            Ok::<_, StepError>(pending.is_empty().then_some(read))
         })
-        .await?;
-        match polled {
-            Polled::Done(()) => {
-                for (t, _) in &pids {
-                    if let Slot::Busy { started, .. } = &self.slots[*t] {
+        .await;
+        if let Some(view) = queue {
+            view.close().await;
+        }
+        match polled? {
+            Polled::Done(read) => {
+                for (t, w) in &read {
+                    if *w == Wait::BlockedOnLock
+                        && let Slot::Busy { started, .. } = &self.slots[*t]
+                    {
                         self.faults.saw_blocked(*t, *started);
                     }
+                }
+                if let [(_, w)] = read.as_slice() {
+                    self.record_note(step, Value::Wait(w.clone()), None);
                 }
                 Ok(())
             }
@@ -261,11 +302,93 @@ impl Run<'_> {
                     .map(|(t, pid)| format!("'{}' (backend pid {pid})", self.scenario.actors[*t].name))
                     .collect();
                 Err(StepError::Deadline(format!(
-                    "{} not all blocked on a lock within {} ms",
+                    "{} not all blocked on a lock or queued in the pooler within {} ms",
                     names.join(", "),
                     step.deadline_ms
                 )))
             }
         }
+    }
+
+    /// Whether `actor`'s background call (its backend `pid`) waits for a
+    /// lock another backend holds. Behind a transaction-mode pooler a pool
+    /// actor's statement may run on another backend than `pid` (the one its
+    /// checkout met): there, its statement is also looked for by its text
+    /// ([`observe::statement_blocked_sql`]).
+    async fn blocked_on_lock(&mut self, observer: usize, actor: usize, pid: i32) -> Result<bool, StepError> {
+        let conn = self.conn(observer)?;
+        if observe::is_blocked(conn.as_mut(), pid)
+            .await
+            .map_err(|e| StepError::Driver(e.to_string()))?
+        {
+            return Ok(true);
+        }
+        let pooled_by_transaction = self.info.pooler_mode() == Some(locklab_drivers::PoolerMode::Transaction)
+            && self.scenario.actors[actor].via == crate::scenario::Via::Pool;
+        let Slot::Busy { sql, .. } = &self.slots[actor] else {
+            return Ok(false);
+        };
+        if !pooled_by_transaction {
+            return Ok(false);
+        }
+        let query = observe::statement_blocked_sql(sql);
+        let conn = self.conn(observer)?;
+        let rows = conn
+            .simple_query(&query)
+            .await
+            .map_err(|e| StepError::Driver(e.to_string()))?;
+        Ok(rows.first_value().flatten() == Some("t"))
+    }
+
+    /// Whether the `pending` targets' calls (neither finished nor blocked on
+    /// a lock) wait in the pooler's queue: its console lists at least as
+    /// many of the run's database's clients as waiting (the console names
+    /// clients by address, which the harness does not learn of a pooled
+    /// connection, so the count stands for them), or, behind pgagroal, each
+    /// one's statement runs on no backend while none of the pooler's server
+    /// connections is idle ([`observe::queued_on_no_backend_sql`]).
+    async fn queued(&mut self, observer: usize, view: &mut QueueView, pending: &[usize]) -> Result<bool, StepError> {
+        if let Some(waiting) = view
+            .waiting(self.db)
+            .await
+            .map_err(|e| StepError::Driver(format!("{e:#}")))?
+        {
+            return Ok(waiting as usize >= pending.len());
+        }
+        if !matches!(view, QueueView::Server) {
+            return Ok(false);
+        }
+        for t in pending {
+            let Slot::Busy { sql, .. } = &self.slots[*t] else {
+                return Ok(false);
+            };
+            let query = observe::queued_on_no_backend_sql(sql);
+            let conn = self.conn(observer)?;
+            let rows = conn
+                .simple_query(&query)
+                .await
+                .map_err(|e| StepError::Driver(e.to_string()))?;
+            if rows.first_value().flatten() != Some("t") {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The outcome of `actor`'s finished background step, as its recorded
+    /// value; the step stays in flight for its `await`, which checks and
+    /// records it as it would have.
+    async fn finished_value(&mut self, actor: usize) -> Result<Value, StepError> {
+        let Slot::Busy { started, handle, sql } = std::mem::replace(&mut self.slots[actor], Slot::Empty) else {
+            return Err(StepError::Harness("no background step".into()));
+        };
+        let (conn, (result, took), done) = handle
+            .await
+            .map_err(|e| StepError::Harness(format!("background step panicked: {e}")))?;
+        let value = outcome_value(&result);
+        // The same outcome, handed to the `await` as if it had just come in.
+        let handle = tokio::spawn(async move { (conn, (result, took), done) });
+        self.slots[actor] = Slot::Busy { started, handle, sql };
+        Ok(value)
     }
 }

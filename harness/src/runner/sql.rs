@@ -125,18 +125,29 @@ impl Run<'_> {
             (Ok(r), Via::Direct) => r.notices.clone(),
             _ => Vec::new(),
         };
-        let value = match result {
-            Ok(rows) => match rows.first_value() {
-                None => Value::NoRows,
-                Some(None) => Value::Null,
-                Some(Some(t)) => Value::of_text(t),
-            },
-            Err(e) => Value::Error(StatementError {
-                message: e.to_string(),
-                sqlstate: e.sqlstate().map(str::to_owned),
-                from_server: matches!(e, DriverError::Db(_)),
-            }),
-        };
-        Observation::new(name, step.index + 1, value, notices, Some(elapsed), waited.map(ms))
+        Observation::new(
+            name,
+            step.index + 1,
+            outcome_value(result),
+            notices,
+            Some(elapsed),
+            waited.map(ms),
+        )
+    }
+}
+
+/// A statement's outcome as a recorded value: its first value, or its error.
+pub(super) fn outcome_value(result: &Result<locklab_drivers::Rows, DriverError>) -> Value {
+    match result {
+        Ok(rows) => match rows.first_value() {
+            None => Value::NoRows,
+            Some(None) => Value::Null,
+            Some(Some(t)) => Value::of_text(t),
+        },
+        Err(e) => Value::Error(StatementError {
+            message: e.to_string(),
+            sqlstate: e.sqlstate().map(str::to_owned),
+            from_server: matches!(e, DriverError::Db(_)),
+        }),
     }
 }

@@ -37,6 +37,9 @@ pub(super) enum Slot {
         started: Instant,
         /// Its task.
         handle: Background,
+        /// The statement it sent (saved values substituted): what a
+        /// backend running it shows as `pg_stat_activity.query`.
+        sql: String,
     },
 }
 
@@ -145,7 +148,7 @@ impl<'a> Run<'a> {
         let mut spec = self.spec(&format!("locklab-{}", self.info.id), &self.scenario.pool_settings);
         if let Some(pooler) = self.info.pooler {
             self.server
-                .route(pooler, &mut spec)
+                .route_capped(pooler, &mut spec, self.scenario.pooler_server_connections)
                 .await
                 .map_err(|e| format!("{e:#}"))?;
         }
@@ -331,7 +334,11 @@ impl<'a> Run<'a> {
             }
             StepKind::Observe(o) => self.observe(step, o).await,
             StepKind::HeldCount(h) => self.held_count(step, h).await,
-            StepKind::Blocked { observer, targets } => self.blocked(step, *observer, targets).await,
+            StepKind::Blocked {
+                observer,
+                targets,
+                or_finished,
+            } => self.blocked(step, *observer, targets, *or_finished).await,
             StepKind::Guard {
                 actor,
                 key,

@@ -220,7 +220,6 @@ impl Kind {
             Kind::Blocked => Declaration {
                 word: "blocked",
                 side: Side::Observer,
-                record: Record::No,
                 ..BASE
             },
             Kind::Granted => Declaration {

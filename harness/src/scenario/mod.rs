@@ -76,6 +76,12 @@ pub struct Scenario {
     pub pool_max_size: u32,
     /// Connection settings of every pooled connection.
     pub pool_settings: Settings,
+    /// `pooler.server_connections`: behind a transaction-mode pooler, the
+    /// most server connections it may hold for the cell's database (1–16);
+    /// the cell gets a pooler instance of its own started with that limit
+    /// ([`crate::server::Server::route_capped`]). `None`: the column's
+    /// usual pooler.
+    pub pooler_server_connections: Option<u32>,
     /// Where the pool under test lives: `Harness` (in the harness's own
     /// process) or `Child` (`pool.process: child`: in a process of its own,
     /// which `do: crash` on a pool actor kills with SIGKILL).

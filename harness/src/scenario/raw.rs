@@ -61,6 +61,10 @@ pub(crate) struct RawScenario {
     /// The pool under test.
     #[serde(default)]
     pub(crate) pool: RawPool,
+    /// What the harness asks of a pooler in front of the server for this
+    /// scenario's cells (`server_connections`).
+    #[serde(default)]
+    pub(crate) pooler: RawPooler,
     /// Deadline of every step in ms unless the step sets its own (default 10000, at most 600000).
     #[serde(default)]
     #[schemars(with = "Option<u32>", range(min = 1, max = 600000))]
@@ -146,6 +150,21 @@ pub(crate) struct RawPool {
     /// out-of-process pool in an adapter started for it alone).
     #[serde(default)]
     pub(crate) process: Process,
+}
+
+/// `pooler:` (see [`crate::scenario::Scenario::pooler_server_connections`]).
+#[derive(Deserialize, Default, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPooler {
+    /// Behind a transaction-mode pooler, the most server connections (1–16)
+    /// it may hold for the cell's database: the cell gets an instance of the
+    /// pooler of its own started so (PgBouncer `default_pool_size`, pgagroal
+    /// `max_connections` and its limits file, Odyssey `pool_size`), so that
+    /// more busy clients than that queue in the pooler. Session-mode
+    /// poolers, Pgpool-II, pools and direct connections are not capped.
+    #[serde(default)]
+    #[schemars(with = "Option<u32>", range(min = 1, max = 16))]
+    pub(crate) server_connections: Option<Spanned<i64>>,
 }
 
 /// An actor: a named connection.
@@ -396,7 +415,9 @@ pub(crate) struct RawStep {
     #[serde(default)]
     pub(crate) shared: bool,
     /// Wait (on a direct actor) until these actors' background steps are blocked on a lock,
-    /// seen by the server (`pg_blocking_pids`); fails if one finishes instead.
+    /// seen by the server (`pg_blocking_pids`), or queued in the pooler for a server
+    /// connection, seen by the pooler; fails if one finishes instead (unless `or_finished`).
+    /// With `record` (one actor): records `blocked on a lock` or `queued in the pooler`.
     #[serde(default)]
     #[schemars(with = "Option<OneOrMany>")]
     pub(crate) blocked: Option<Spanned<OneOrMany>>,
@@ -464,6 +485,11 @@ pub(crate) struct RawStep {
     #[serde(default)]
     #[schemars(with = "Option<OrParam<OnTimeout>>")]
     pub(crate) on_timeout: Option<OnTimeout>,
+    /// For `blocked` (one actor): a call that finishes before it is seen blocked or
+    /// queued is not a failure; with `record`, the step records `finished first (value …)`
+    /// (the call's outcome; its `await` still checks and records it).
+    #[serde(default)]
+    pub(crate) or_finished: bool,
     /// For `observe`: first wait (within the deadline) until no other backend
     /// of the run's database is running a statement other than a lock wait
     /// and none changed state in the last 100 ms, seen twice in a row, so

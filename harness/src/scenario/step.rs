@@ -73,13 +73,17 @@ pub enum StepKind {
     /// lock, probed on its own connection ([`crate::held_count`]).
     HeldCount(HeldCountStep),
     /// Wait until every target (actor indices) is blocked on a lock, seen from
-    /// the server (`pg_blocking_pids`); fails if one's background step
-    /// finishes first.
+    /// the server (`pg_blocking_pids`), or queued in the pooler for a server
+    /// connection, seen by the pooler; fails if one's background step
+    /// finishes first, unless `or_finished`.
     Blocked {
         /// The observer (a direct actor) that asks the server.
         observer: usize,
-        /// Actors whose background steps must be blocked.
+        /// Actors whose background steps must be blocked or queued.
         targets: Vec<usize>,
+        /// `or_finished: true` (one target): a call that finishes first is
+        /// a reading (`finished first (value …)`), not a failure.
+        or_finished: bool,
     },
     /// Wait for a background step to finish and check its expectation.
     Await(AwaitStep),

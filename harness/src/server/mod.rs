@@ -17,6 +17,7 @@ mod external;
 pub mod local;
 mod options;
 pub mod pgbouncer;
+pub mod pooler_queue;
 mod pooler_setup;
 pub mod poolers;
 pub mod shared;

@@ -117,7 +117,14 @@ impl PgBouncer {
     /// # Errors
     /// No binary, a directory or configuration that cannot be written,
     /// PgBouncer exiting or not ready in time (with the end of its log).
-    pub(super) async fn start(up: &Upstream<'_>, mode: PoolerMode, timeout: Duration) -> Result<PgBouncer> {
+    /// `pool_size`: its `default_pool_size` ([`DEFAULT_POOL_SIZE`] unless a
+    /// scenario caps it for a cell of its own).
+    pub(super) async fn start(
+        up: &Upstream<'_>,
+        mode: PoolerMode,
+        pool_size: u32,
+        timeout: Duration,
+    ) -> Result<PgBouncer> {
         let launcher = resolve_binary()?;
         let who = run_as()?;
         let dir = bouncer_dir_name();
@@ -164,7 +171,7 @@ impl PgBouncer {
         if let Some(p) = up.password {
             server.push_str(&format!(" password={}", quote(p)));
         }
-        let ini = config(&server, port, &dir.display().to_string(), mode, up.user);
+        let ini = config(&server, port, &dir.display().to_string(), mode, up.user, pool_size);
         let config = dir.join("pgbouncer.ini");
         write_private(&config, &ini)?;
         write_private(&dir.join("userlist.txt"), &format!("\"{}\" \"{password}\"\n", up.user))?;
@@ -205,10 +212,15 @@ impl PgBouncer {
     }
 }
 
+/// PgBouncer's `default_pool_size`: server connections per (database,
+/// user) pair, unless a scenario caps them (`pooler.server_connections`).
+pub const DEFAULT_POOL_SIZE: u32 = 100;
+
 /// PgBouncer's configuration (see the module documentation): `server` is
 /// the wildcard database's connection string, `dir` holds `userlist.txt`,
-/// the log and the pid file, `admin` is the console's admin user.
-pub(super) fn config(server: &str, port: u16, dir: &str, mode: PoolerMode, admin: &str) -> String {
+/// the log and the pid file, `admin` is the console's admin user,
+/// `pool_size` its `default_pool_size`.
+pub(super) fn config(server: &str, port: u16, dir: &str, mode: PoolerMode, admin: &str, pool_size: u32) -> String {
     format!(
         "[databases]\n\
          * = {server}\n\
@@ -222,7 +234,7 @@ pub(super) fn config(server: &str, port: u16, dir: &str, mode: PoolerMode, admin
          admin_users = {admin}\n\
          pool_mode = {mode}\n\
          max_client_conn = 1000\n\
-         default_pool_size = 100\n\
+         default_pool_size = {pool_size}\n\
          ignore_startup_parameters = extra_float_digits\n\
          logfile = {dir}/pgbouncer.log\n\
          pidfile = {dir}/pgbouncer.pid\n\

@@ -89,13 +89,23 @@ pub(super) fn product_version(line: &str) -> String {
 /// each `LOCKLAB_FILE_<NAME>` variable into `/tmp/locklab/<name>`, prints
 /// `locklab-version: …`, and runs the pooler in the foreground. `database`:
 /// the one database an instance per database serves.
+///
+/// `server_connections`: how many server connections it may hold
+/// ([`SERVER_CONNECTIONS`], or a scenario's cap): PgBouncer's
+/// `default_pool_size` (else [`super::pgbouncer::DEFAULT_POOL_SIZE`]),
+/// pgagroal's `max_connections` and limits file, Odyssey's `pool_size`.
+/// Odyssey's admin console is configured too (database `console`, same
+/// user and password as the clients; Odyssey docs, "Console"), for
+/// [`super::pooler_queue`].
 pub(super) fn setup(
     pooler: Pooler,
     up: &Upstream<'_>,
     port: u16,
     password: &str,
     database: Option<&str>,
+    server_connections: Option<u32>,
 ) -> Result<(String, Vec<String>)> {
+    let cap = server_connections.unwrap_or(SERVER_CONNECTIONS);
     if [up.user, up.password.unwrap_or_default()]
         .iter()
         .any(|v| v.contains(['\n', '\r', '"', '\'', ':']))
@@ -117,8 +127,15 @@ pub(super) fn setup(
             files.push((
                 "pgbouncer.ini",
                 // Its log on stderr, for `docker logs`.
-                super::pgbouncer::config(&server, port, dir, pooler.mode, up.user)
-                    .replace(&format!("logfile = {dir}/pgbouncer.log\n"), ""),
+                super::pgbouncer::config(
+                    &server,
+                    port,
+                    dir,
+                    pooler.mode,
+                    up.user,
+                    server_connections.unwrap_or(super::pgbouncer::DEFAULT_POOL_SIZE),
+                )
+                .replace(&format!("logfile = {dir}/pgbouncer.log\n"), ""),
             ));
             files.push(("userlist.txt", format!("\"{}\" \"{password}\"\n", up.user)));
             "echo \"locklab-version: $(pgbouncer --version | head -n 1)\"; exec pgbouncer /tmp/locklab/pgbouncer.ini"
@@ -187,7 +204,7 @@ pub(super) fn setup(
                      port = {port}\n\
                      log_type = console\n\
                      log_level = info\n\
-                     max_connections = {SERVER_CONNECTIONS}\n\
+                     max_connections = {cap}\n\
                      idle_timeout = 0\n\
                      blocking_timeout = 0\n\
                      validation = off\n\
@@ -216,7 +233,7 @@ pub(super) fn setup(
                 }
                 files.push((
                     "pgagroal_databases.conf",
-                    format!("{db} {user} {n} {n} {n}\n", user = up.user, n = SERVER_CONNECTIONS),
+                    format!("{db} {user} {n} {n} {n}\n", user = up.user, n = cap),
                 ));
                 args.push_str(" -l /tmp/locklab/pgagroal_databases.conf");
             }
@@ -258,7 +275,15 @@ pub(super) fn setup(
                      \t\tstorage_user \"{user}\"\n\
                      {storage_password}\
                      \t\tpool \"{mode}\"\n\
-                     \t\tpool_size {SERVER_CONNECTIONS}\n\
+                     \t\tpool_size {cap}\n\
+                     \t}}\n}}\n\
+                     storage \"local\" {{\n\ttype \"local\"\n}}\n\
+                     database \"console\" {{\n\tuser \"{user}\" {{\n\
+                     \t\tauthentication \"scram-sha-256\"\n\
+                     \t\tpassword \"{password}\"\n\
+                     \t\trole \"admin\"\n\
+                     \t\tpool \"session\"\n\
+                     \t\tstorage \"local\"\n\
                      \t}}\n}}\n",
                     host = up.host,
                     up_port = up.port,

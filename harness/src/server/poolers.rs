@@ -133,10 +133,13 @@ impl ContainerPooler {
     /// No Docker engine or image; Docker refusing the container; the pooler
     /// exiting or not ready in time (with its last log lines). No container
     /// is left behind in these cases.
+    /// `cap`: a scenario's limit on its server connections
+    /// ([`super::pooler_setup::setup`]).
     pub(super) async fn start(
         pooler: Pooler,
         up: &Upstream<'_>,
         database: Option<&str>,
+        cap: Option<u32>,
         timeout: Duration,
     ) -> Result<ContainerPooler> {
         let host = docker_host()?;
@@ -154,7 +157,7 @@ impl ContainerPooler {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match ContainerPooler::start_on(&docker, &host, &image, pooler, up, database, timeout).await {
+            match ContainerPooler::start_on(&docker, &host, &image, pooler, up, (database, cap), timeout).await {
                 Err(e) if attempt < 3 && port_taken(&format!("{e:#}")).is_some() => {
                     tracing::warn!("{}: its port was taken before it bound it; another try", pooler.label());
                 }
@@ -173,7 +176,7 @@ impl ContainerPooler {
         image: &str,
         pooler: Pooler,
         up: &Upstream<'_>,
-        database: Option<&str>,
+        (database, cap): (Option<&str>, Option<u32>),
         timeout: Duration,
     ) -> Result<ContainerPooler> {
         let host = host.to_owned();
@@ -190,9 +193,9 @@ impl ContainerPooler {
             _ => super::pgbouncer::random_password()?,
         };
         let token = super::unique_token();
-        let (script, env) = setup(pooler, up, port, &password, database)?;
+        let (script, env) = setup(pooler, up, port, &password, database, cap)?;
         // pgagroal's backends in the database before this instance makes its own.
-        let before = match database {
+        let before = match database.filter(|_| pooler.kind == PoolerKind::Pgagroal) {
             Some(db) => {
                 let admin = server_connection(up).await?;
                 let n = pgagroal_backends(&admin, db).await;
@@ -239,9 +242,10 @@ impl ContainerPooler {
             .start_container(&running.id, None)
             .await
             .with_context(|| format!("Docker could not start the {} container", pooler.kind.product()))?;
-        running
-            .wait_ready(docker, pooler, up, database.zip(before), timeout)
-            .await?;
+        let prefilled = database
+            .zip(before)
+            .map(|(db, n)| (db, n, cap.unwrap_or(SERVER_CONNECTIONS)));
+        running.wait_ready(docker, pooler, up, prefilled, timeout).await?;
         if let Some(v) = log_lines(docker, &running.id, 200)
             .await
             .lines()
@@ -257,23 +261,24 @@ impl ContainerPooler {
         docker: &Docker,
         pooler: Pooler,
         up: &Upstream<'_>,
-        database: Option<(&str, i64)>,
+        database: Option<(&str, i64, u32)>,
         timeout: Duration,
     ) -> Result<()> {
         let spec = super::loopback_spec(
             self.port,
             up.user,
             &self.password,
-            database.map_or(up.admin_db, |(db, _)| db),
+            database.map_or(up.admin_db, |(db, _, _)| db),
             "locklab-ready",
         );
         let deadline = Instant::now() + timeout;
-        if let Some((db, before)) = database {
+        if let Some((db, before, made)) = database {
             // pgagroal makes its server connections for `db` after it starts
             // listening; a client before they are all made could make one
             // itself, and hang or crash (`PoolerKind::Pgagroal`).
             // Observed on the server: its backends in `db`.
-            self.wait_prefilled(docker, pooler, up, db, before, deadline).await?;
+            self.wait_prefilled(docker, pooler, up, (db, before, made), deadline)
+                .await?;
         }
         loop {
             let last_error = match tokio::time::timeout(Duration::from_secs(5), DirectConn::connect(&spec)).await {
@@ -321,7 +326,8 @@ impl ContainerPooler {
         }
     }
 
-    /// Waits until the server has [`SERVER_CONNECTIONS`] more backends in
+    /// Waits until the server has `made` ([`SERVER_CONNECTIONS`] unless a
+    /// scenario caps them) more backends in
     /// `db` that pgagroal made than the `before` it had when this instance
     /// started (their `application_name` is `pgagroal`: it does not pass a
     /// client's on; another instance may serve `db` too), by asking the
@@ -335,8 +341,7 @@ impl ContainerPooler {
         docker: &Docker,
         pooler: Pooler,
         up: &Upstream<'_>,
-        db: &str,
-        before: i64,
+        (db, before, made): (&str, i64, u32),
         deadline: Instant,
     ) -> Result<()> {
         let admin = server_connection(up)
@@ -346,7 +351,7 @@ impl ContainerPooler {
         let out = loop {
             if let Ok(n) = pgagroal_backends(&admin, db).await {
                 seen = n - before;
-                if seen >= i64::from(SERVER_CONNECTIONS) {
+                if seen >= i64::from(made) {
                     break Ok(());
                 }
             }
@@ -367,13 +372,13 @@ impl ContainerPooler {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             };
-            let made = if seen == 0 {
+            let text = if seen == 0 {
                 NONE_MADE.to_owned()
             } else {
                 format!("had made {seen} of")
             };
             break Err(anyhow!(
-                "{} {made} its {SERVER_CONNECTIONS} server connections to {db} when {why}; its last log lines:\n{log}",
+                "{} {text} its {made} server connections to {db} when {why}; its last log lines:\n{log}",
                 pooler.label()
             ));
         };
@@ -441,6 +446,33 @@ impl super::Server {
     /// The pooler cannot be installed or started (no Docker engine or image
     /// for one in a container), or is not ready within 30 s.
     pub async fn route(&self, pooler: Pooler, spec: &mut locklab_drivers::ConnectSpec) -> Result<()> {
+        self.route_capped(pooler, spec, None).await
+    }
+
+    /// As [`Server::route`], with a scenario's cap on the pooler's server
+    /// connections (`pooler.server_connections`): behind a transaction-mode
+    /// pooler ([`caps`]), the cell's database gets an instance of its own
+    /// started with that limit, stopped by [`Server::pooler_close_database`].
+    ///
+    /// # Errors
+    /// As [`Server::route`]; a cap on a pooler the harness does not start
+    /// (a user's own, or a PgBouncer attached to a shared server).
+    pub async fn route_capped(
+        &self,
+        pooler: Pooler,
+        spec: &mut locklab_drivers::ConnectSpec,
+        cap: Option<u32>,
+    ) -> Result<()> {
+        let cap = cap.filter(|_| caps(pooler));
+        if cap.is_some()
+            && (pooler.kind == PoolerKind::External
+                || (pooler.kind == PoolerKind::PgBouncer && self.attached_poolers.contains_key(&pooler.mode)))
+        {
+            bail!(
+                "the scenario caps the pooler's server connections (pooler.server_connections), and locklab does not start {}",
+                pooler.label()
+            );
+        }
         if let (PoolerKind::External, Some((host, port))) = (pooler.kind, pooler.address) {
             // The user's pooler authenticates the server's role as the
             // server does (its password, if any, stays).
@@ -448,7 +480,7 @@ impl super::Server {
             spec.port = port;
             return Ok(());
         }
-        let (port, _, password) = self.pooler_for(pooler, &spec.dbname).await?;
+        let (port, _, password) = self.pooler_instance(pooler, &spec.dbname, cap).await?;
         spec.host = "127.0.0.1".into();
         spec.port = port;
         spec.password = Some(password);
@@ -475,17 +507,34 @@ impl super::Server {
     /// # Errors
     /// As [`Server::pooler`].
     pub async fn pooler_for(&self, pooler: Pooler, dbname: &str) -> Result<(u16, String, String)> {
+        self.pooler_instance(pooler, dbname, None).await
+    }
+
+    /// As [`Server::pooler_for`], for a cell whose scenario caps the
+    /// pooler's server connections at `cap` ([`caps`] says where): an
+    /// instance for `dbname` alone, started with that limit.
+    ///
+    /// # Errors
+    /// As [`Server::pooler`].
+    pub async fn pooler_instance(
+        &self,
+        pooler: Pooler,
+        dbname: &str,
+        cap: Option<u32>,
+    ) -> Result<(u16, String, String)> {
         if pooler.kind == PoolerKind::External {
             bail!("a pooler of your own is not started by locklab");
         }
+        let cap = cap.filter(|_| caps(pooler));
         if pooler.kind == PoolerKind::PgBouncer
+            && cap.is_none()
             && let Some(attached) = self.attached_poolers.get(&pooler.mode)
         {
             return Ok(attached.clone());
         }
         let key = (
             pooler,
-            pooler.kind.one_instance_per_database().then(|| dbname.to_owned()),
+            (pooler.kind.one_instance_per_database() || cap.is_some()).then(|| dbname.to_owned()),
         );
         let mut poolers = self.poolers.lock().await;
         let own_database = key.1.is_some();
@@ -511,15 +560,20 @@ impl super::Server {
         };
         let started = if pooler.kind.in_container() {
             RunningPooler::Container(
-                ContainerPooler::start(pooler, &up, key.1.as_deref(), Duration::from_secs(30))
+                ContainerPooler::start(pooler, &up, key.1.as_deref(), cap, Duration::from_secs(30))
                     .await
                     .with_context(|| format!("cannot start {}", pooler.label()))?,
             )
         } else {
             RunningPooler::Process(
-                super::pgbouncer::PgBouncer::start(&up, pooler.mode, Duration::from_secs(30))
-                    .await
-                    .with_context(|| format!("cannot start PgBouncer in {} mode", pooler.mode.as_str()))?,
+                super::pgbouncer::PgBouncer::start(
+                    &up,
+                    pooler.mode,
+                    cap.unwrap_or(super::pgbouncer::DEFAULT_POOL_SIZE),
+                    Duration::from_secs(30),
+                )
+                .await
+                .with_context(|| format!("cannot start PgBouncer in {} mode", pooler.mode.as_str()))?,
             )
         };
         let out = started.address();
@@ -563,23 +617,26 @@ impl super::Server {
     /// # Errors
     /// PgBouncer's admin console or the server refuses the connection or a command.
     pub async fn pooler_close_database(&self, pooler: Pooler, dbname: &str, reuse: bool) -> Result<()> {
-        if pooler.kind.one_instance_per_database() {
-            // The instance for `dbname` stops (its container removed; the
-            // lock is not held meanwhile), then whatever of its server
-            // connections is left is ended from the server, as below.
-            let stopped = self.poolers.lock().await.remove(&(pooler, Some(dbname.to_owned())));
-            // Its removal (`docker rm -f`) blocks.
+        // An instance for `dbname` alone (pgagroal's, or one a scenario's
+        // cap started) stops (its container removed, or its process ended;
+        // the lock is not held meanwhile), then whatever of its server
+        // connections is left is ended from the server, as below.
+        let stopped = self.poolers.lock().await.remove(&(pooler, Some(dbname.to_owned())));
+        let own_instance = stopped.is_some() || pooler.kind.one_instance_per_database();
+        if stopped.is_some() {
+            // Its removal (`docker rm -f`, or waiting for the process) blocks.
             let _ = tokio::task::spawn_blocking(move || drop(stopped)).await;
         }
         // The console is reached without holding the lock that every run's
         // `pooler()` takes.
+        let from_server = pooler.kind == PoolerKind::External || own_instance;
         let target = match self.attached_poolers.get(&pooler.mode) {
-            Some((port, _, password)) if pooler.kind == PoolerKind::PgBouncer => Some((*port, password.clone())),
+            Some((port, _, password)) if pooler.kind == PoolerKind::PgBouncer && !from_server => {
+                Some((*port, password.clone()))
+            }
             // A user's own pooler, or one that was started for this database
             // alone: server connections are ended from the server.
-            _ if pooler.kind == PoolerKind::External || pooler.kind.one_instance_per_database() => {
-                Some((0, String::new()))
-            }
+            _ if from_server => Some((0, String::new())),
             _ => self.poolers.lock().await.get(&(pooler, None)).map(|b| {
                 let (port, _, password) = b.address();
                 (port, password)
@@ -587,10 +644,10 @@ impl super::Server {
         };
         match (target, pooler.kind) {
             (None, _) => Ok(()),
-            (Some((port, password)), PoolerKind::PgBouncer | PoolerKind::PgBouncerTrixie) => {
+            (Some((port, password)), PoolerKind::PgBouncer | PoolerKind::PgBouncerTrixie) if !from_server => {
                 super::pgbouncer::kill_database(port, &password, &self.user, dbname, reuse).await
             }
-            (Some(_), PoolerKind::Pgpool | PoolerKind::Pgagroal | PoolerKind::Odyssey | PoolerKind::External) => {
+            (Some(_), _) => {
                 let admin = self.admin().await?;
                 let ended = tokio::time::timeout(
                     Duration::from_secs(10),
@@ -614,4 +671,14 @@ impl super::Server {
             }
         }
     }
+}
+
+/// Whether a scenario's cap on server connections (`pooler.server_connections`)
+/// applies behind `pooler`: in transaction mode, where a server connection
+/// serves one client's transaction at a time and others queue for it. In
+/// session mode a client keeps its server connection while connected, so a
+/// cap would hold up connecting rather than a statement; Pgpool-II has no
+/// transaction mode.
+pub fn caps(pooler: Pooler) -> bool {
+    pooler.mode == locklab_drivers::PoolerMode::Transaction && pooler.kind != PoolerKind::Pgpool
 }

@@ -75,6 +75,17 @@ impl Validator<'_> {
             Some(s) => s.value as u32,
             None => DEFAULT_POOL_MAX_SIZE,
         };
+        let pooler_server_connections = match &raw.pooler.server_connections {
+            Some(s) if !(1..=16).contains(&s.value) => {
+                self.err(
+                    Pos::of(&s.referenced),
+                    format!("pooler.server_connections must be between 1 and 16, got {}", s.value),
+                );
+                None
+            }
+            Some(s) => Some(s.value as u32),
+            None => None,
+        };
         let pool_settings = self.settings(raw.pool.settings, "pool.settings");
         let server_settings = self.settings(raw.server_settings, "server_settings");
         let actors_pos = Pos::of(&raw.actors.referenced);
@@ -123,6 +134,7 @@ impl Validator<'_> {
             readings_vary: raw.readings_vary.map(|r| r.trim().to_owned()).filter(|r| !r.is_empty()),
             file: self.file.to_owned(),
             pool_max_size,
+            pooler_server_connections,
             pool_process,
             actors,
             steps,

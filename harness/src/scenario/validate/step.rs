@@ -23,7 +23,7 @@ pub(super) enum Parsed {
     Do(Action),
     Observe(Option<AdvisoryKey>),
     HeldCount(AdvisoryKey, bool),
-    Blocked(Vec<usize>),
+    Blocked(Vec<usize>, bool),
     Granted(usize),
     Restart(bool),
     Await(usize),
@@ -43,7 +43,7 @@ impl Parsed {
             Parsed::Do(a) => Kind::Do(*a),
             Parsed::Observe(_) => Kind::Observe,
             Parsed::HeldCount(..) => Kind::HeldCount,
-            Parsed::Blocked(_) => Kind::Blocked,
+            Parsed::Blocked(..) => Kind::Blocked,
             Parsed::Granted(_) => Kind::Granted,
             Parsed::Restart(_) => Kind::Restart,
             Parsed::Await(_) => Kind::Await,
@@ -238,6 +238,7 @@ impl Validator<'_> {
             client_timeout_ms: _,
             on_timeout: _,
             settle: _,
+            or_finished: _,
             idle: _,
             deadline_ms: _,
             expect: _,
@@ -324,6 +325,9 @@ impl Validator<'_> {
         }
         if s.idle.is_some() && !observe {
             self.err(pos, format!("step {n}: 'idle' only applies to 'observe' steps"));
+        }
+        if s.or_finished && kind != Kind::Blocked {
+            self.err(pos, format!("step {n}: 'or_finished' only applies to 'blocked' steps"));
         }
         if s.end.is_some() != (kind == Kind::Guard) {
             self.err(pos, format!("step {n}: 'lock_guard' and 'end' go together"));
@@ -475,7 +479,19 @@ impl Validator<'_> {
             }
             Kind::Observe => Parsed::Observe(s.key),
             Kind::HeldCount => Parsed::HeldCount(s.held_count?, s.shared),
-            Kind::Blocked => Parsed::Blocked(self.blocked(walk, n, s.blocked.as_ref()?)?),
+            Kind::Blocked => {
+                let b = s.blocked.as_ref()?;
+                let targets = self.blocked(walk, n, b)?;
+                if targets.len() > 1 && (s.or_finished || s.record.is_some()) {
+                    self.err(
+                        Pos::of(&b.referenced),
+                        format!(
+                            "step {n}: a 'blocked' step with 'record' or 'or_finished' reads one actor's call; list one actor"
+                        ),
+                    );
+                }
+                Parsed::Blocked(targets, s.or_finished)
+            }
             Kind::Restart => Parsed::Restart(s.restart? == crate::scenario::raw::RestartMode::Immediate),
             Kind::Granted => {
                 let g = s.granted.as_ref()?;
@@ -594,9 +610,10 @@ fn typed(
             when,
         }),
         Parsed::HeldCount(key, shared) => StepKind::HeldCount(HeldCountStep { actor, key, shared }),
-        Parsed::Blocked(targets) => StepKind::Blocked {
+        Parsed::Blocked(targets, or_finished) => StepKind::Blocked {
             observer: actor,
             targets,
+            or_finished,
         },
         Parsed::Await(target) => StepKind::Await(AwaitStep {
             actor,
