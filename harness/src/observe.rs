@@ -322,27 +322,43 @@ pub fn databases_like_sql(pattern: &str) -> String {
 /// `idle`, so the pooler has none to give it: "in a statement, on no
 /// backend".
 pub fn queued_on_no_backend_sql(sql: &str) -> String {
-    let lit = sql.replace('\'', "''");
+    let lit = dollar_quoted(sql);
     format!(
-        "select count(*) filter (where state = 'active' and left(query, 1000) = left('{lit}', 1000)) = 0 \
+        "select count(*) filter (where state = 'active' and left(query, 1000) = left({lit}, 1000)) = 0 \
          and count(*) filter (where application_name = 'pgagroal' and state = 'idle') = 0 \
          and count(*) filter (where application_name = 'pgagroal') > 0 \
          from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()"
     )
 }
 
-/// Whether some backend of the current database runs statement `sql`
-/// (`active`, the same text on its first 1000 characters) and waits for a
-/// lock another backend holds (`pg_blocking_pids`): `t` or `f`. Behind a
+/// The backends of the current database that run statement `sql`
+/// (`active`, the same text on its first 1000 characters) and wait for a
+/// lock another backend holds (`pg_blocking_pids`): one pid a row. Behind a
 /// transaction-mode pooler a client's statement runs on whichever server
 /// connection the pooler gives it, not necessarily the backend its
 /// checkout's `select pg_backend_pid()` met, so the statement is looked
-/// for by its text.
+/// for by its text (and the caller gives each client a backend of its own:
+/// several may send the same text).
 pub fn statement_blocked_sql(sql: &str) -> String {
-    let lit = sql.replace('\'', "''");
+    let lit = dollar_quoted(sql);
     format!(
-        "select exists (select 1 from pg_stat_activity where datname = current_database() \
-         and pid <> pg_backend_pid() and state = 'active' and left(query, 1000) = left('{lit}', 1000) \
-         and cardinality(pg_blocking_pids(pid)) > 0)"
+        "select pid from pg_stat_activity where datname = current_database() \
+         and pid <> pg_backend_pid() and state = 'active' and left(query, 1000) = left({lit}, 1000) \
+         and cardinality(pg_blocking_pids(pid)) > 0 order by pid"
     )
+}
+
+/// `text` as a dollar-quoted string literal, its tag chosen so that the
+/// text does not contain it (PostgreSQL docs §4.1.2.4): unlike `'…'` with
+/// doubled quotes, its meaning does not depend on
+/// `standard_conforming_strings`, which a scenario's `server_settings` may
+/// turn off.
+fn dollar_quoted(text: &str) -> String {
+    let mut tag = "$ll$".to_owned();
+    let mut n = 0;
+    while text.contains(&tag) {
+        n += 1;
+        tag = format!("$ll{n}$");
+    }
+    format!("{tag}{text}{tag}")
 }

@@ -60,7 +60,8 @@
 //!   reads anew with the properties of its checkout): per server, `server` (a `servers[].id`) and `properties[]`: `id`,
 //!   `severity`, `scope`, `columns[]`: `driver`, `verdict` (`holds`/`violated`/`n/a`/`undecided`),
 //!   `reasons` (why n/a or undecided), `evidence[]` (`scenario`, `record`, `reading` as the
-//!   report shows it, `reads`, `says`, `advice`, and for a race row `trials`: `{violated, of}`)
+//!   report shows it, `reads`, `says`, `advice`, for a race row `trials`: `{violated, of}`, and for a
+//!   cell whose repeats read differently `repeats`: `{violated, of}`)
 //!
 //! All times are in ms. With `repeat` > 1 a cell's values are its first
 //! repeat's (its first failing one's, if any failed). Version 9 called

@@ -297,6 +297,7 @@ pub fn compare_with(
 /// nature (`varies`: its column's [`BaselineDriver::readings_vary`], behind
 /// pgagroal or Odyssey, where which server connection a client gets varies;
 /// or its scenario's, [`BaselineCell::readings_vary`], on both sides; or a
+/// cell an old baseline called unstable, which kept no variants)
 /// compares by its status alone: a run that fails, or is `n/a` where the
 /// baseline's was not (or the other way round), is a change; its readings'
 /// differences are information lines. (`varies` needs both columns to vary:
@@ -312,10 +313,13 @@ fn cell_changes(
     rule: Shares,
 ) -> (Vec<String>, Vec<String>) {
     use crate::outcome::Status::Varies;
-    if !varies && (before.status == Varies || after.status == Varies) {
+    // A baseline written before the variation rule keeps no variants of a
+    // cell it called unstable: that compares by status alone, as then.
+    let unkept = before.status == Varies && before.variants.is_empty();
+    if !varies && !unkept && (before.status == Varies || after.status == Varies) {
         return set_changes(before, after);
     }
-    if varies {
+    if varies || unkept {
         let (b, a) = (before.outcome(), after.outcome());
         let info: Vec<String> = compare::diff(&b, &a, None)
             .iter()

@@ -363,3 +363,28 @@ fn a_scenario_whose_readings_vary_compares_by_status_alone() {
     );
     assert!(!c.is_clean(), "a scenario without readings_vary compares its readings");
 }
+
+/// A baseline written before the variation rule keeps no variants of a cell
+/// it called unstable: that compares by status alone, as then.
+#[test]
+fn an_unstable_cell_of_an_old_baseline_compares_by_status_alone() {
+    let mut old = cell("s", "a", "true", 1.0);
+    old.status = crate::outcome::Status::Varies;
+    let before = baseline(vec![old], "1", "x");
+    let c = compare(
+        &before,
+        &baseline(vec![cell("s", "a", "false", 1.0)], "1", "x"),
+        Tolerance::default(),
+        &|_| true,
+    );
+    assert!(c.is_clean(), "{:?}", c.diffs);
+    let mut failed = cell("s", "a", "true", 1.0);
+    failed.status = crate::outcome::Status::Fail;
+    let c = compare(
+        &before,
+        &baseline(vec![failed], "1", "x"),
+        Tolerance::default(),
+        &|_| true,
+    );
+    assert_eq!(c.diffs.len(), 1, "{:?}", c.diffs);
+}

@@ -15,7 +15,8 @@ use crate::shard::Shard;
 ///
 /// # Errors
 /// The file cannot be read, is not JSON, has another `schema_version` than
-/// [`SCHEMA_VERSION`] (or 8, the version before verdicts), or does not have a report's fields (the message
+/// [`SCHEMA_VERSION`] (or 9, before the variation rule, or 8, before
+/// verdicts), or does not have a report's fields (the message
 /// names the path and, from serde, the line and column).
 pub fn load(path: &Path) -> Result<Report> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -31,8 +32,18 @@ pub fn load(path: &Path) -> Result<Report> {
         ),
         None => bail!("{}: no schema_version: not a locklab matrix.json", path.display()),
     }
-    let report: Report =
+    let mut report: Report =
         serde_json::from_str(&text).with_context(|| format!("{}: not a locklab matrix.json", path.display()))?;
+    if report.schema_version < 10 {
+        // Version 9 failed a cell whose repeats disagreed with a failure of
+        // its own making; under the variation rule that cell varies.
+        for r in &mut report.runs {
+            let made_up = format!("{} × {}: unstable over ", r.scenario, r.driver);
+            if !r.varied.is_empty() && r.failure.as_deref().is_some_and(|f| f.starts_with(&made_up)) {
+                r.failure = None;
+            }
+        }
+    }
     // The totals are the cells' (a file whose cells were put together by
     // hand keeps no stale count).
     let summary = Summary::of(&report.runs, &report.drivers, report.summary.elapsed_ms);
@@ -181,6 +192,46 @@ fn same_matrix(a_name: &str, a: &Report, b_name: &str, b: &Report) -> Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A version 9 file (before the variation rule) failed a cell whose
+    /// repeats disagreed, with a failure of its own making and the list in
+    /// `unstable`: read today, that cell varies and fails nothing.
+    #[test]
+    fn a_version_9_file_reads_its_unstable_cells_as_varied() {
+        let path = crate::server::workspace_root().join("reports").join("matrix.json");
+        let mut json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        json["schema_version"] = 9.into();
+        let run = json["runs"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|r| r["failure"].is_null() && r["skipped"].is_null())
+            .unwrap();
+        let name = format!(
+            "{} × {}",
+            run["scenario"].as_str().unwrap(),
+            run["driver"].as_str().unwrap()
+        );
+        let run = run.as_object_mut().unwrap();
+        run.remove("varied");
+        run.remove("variants");
+        run.insert("unstable".into(), serde_json::json!(["`x`: true ×2, false ×1"]));
+        run.insert(
+            "failure".into(),
+            serde_json::json!(format!("{name}: unstable over 3 repeats: `x`: true ×2, false ×1")),
+        );
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), serde_json::to_string(&json).unwrap()).unwrap();
+        let report = load(file.path()).unwrap();
+        let r = report
+            .runs
+            .iter()
+            .find(|r| format!("{} × {}", r.scenario, r.driver) == name)
+            .unwrap();
+        assert_eq!(r.status(), crate::outcome::Status::Varies);
+        assert!(r.passed());
+        assert_eq!(r.varied, ["`x`: true ×2, false ×1"]);
+    }
 
     /// Every value the committed report holds reads back into the same
     /// JSON, and (where the cell shows the value itself) the same cell text,

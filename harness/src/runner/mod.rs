@@ -226,11 +226,16 @@ async fn run_in_database(
             // pgagroal's application_name: session semantics the scenario
             // assumes do not hold. That is the finding, recorded.
             result.deviation = Some(fail(e.to_string()));
-        } else if e.is_connection_closed() && info.pooler.is_some_and(|p| p.kind.closes_client_connections()) {
+        } else if e.is_connection_closed()
+            && info.pooler.is_some_and(|p| p.kind.closes_client_connections())
+            && !scenario.steps.iter().any(|s| s.kind.is_fault())
+        {
             // pgagroal 1.6.0 closes a client connection when one of its
             // workers crashes: the pooler's behaviour, measured, not a
             // cell that could not run (the variation rule counts it over
-            // the repeats).
+            // the repeats). Not in a scenario that ends connections itself
+            // (crash, terminate, partition, restart): there a closed
+            // connection may be the fault's.
             result.deviation = Some(fail(format!("{POOLER_CLOSED}: {e}")));
         } else {
             result.failure = Some(fail(e.to_string()));

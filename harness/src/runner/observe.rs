@@ -240,6 +240,9 @@ impl Run<'_> {
         let polled = poll_until(Instant::now() + Duration::from_millis(step.deadline_ms), async || {
             let mut read: Vec<(usize, Wait)> = Vec::new();
             let mut pending: Vec<usize> = Vec::new();
+            // Backends already counted as one target's: each target's call
+            // is on a backend of its own.
+            let mut claimed: Vec<i32> = pids.iter().map(|(_, p)| *p).collect();
             for (t, pid) in &pids {
                 if let Slot::Busy { handle, .. } = &self.slots[*t]
                     && handle.is_finished()
@@ -254,13 +257,18 @@ impl Run<'_> {
                     read.push((*t, Wait::FinishedFirst(Box::new(value))));
                     continue;
                 }
-                if self.blocked_on_lock(observer, *t, *pid).await? {
+                if self.blocked_on_lock(observer, *t, *pid, &mut claimed).await? {
                     read.push((*t, Wait::BlockedOnLock));
                 } else {
                     pending.push(*t);
                 }
             }
-            if !pending.is_empty() && self.info.pooler.is_some() {
+            // The pooler's queue is read where a scenario makes one (it caps
+            // the pooler's server connections) or asks what the call did
+            // (`record`, `or_finished`): elsewhere a client waits in it only
+            // for a moment, while the pooler opens a server connection.
+            let asks = self.scenario.pooler_server_connections.is_some() || or_finished || step.record.is_some();
+            if !pending.is_empty() && asks && self.info.pooler.is_some() {
                 if queue.is_none() {
                     let view = self
                         .server
@@ -314,8 +322,15 @@ impl Run<'_> {
     /// lock another backend holds. Behind a transaction-mode pooler a pool
     /// actor's statement may run on another backend than `pid` (the one its
     /// checkout met): there, its statement is also looked for by its text
-    /// ([`observe::statement_blocked_sql`]).
-    async fn blocked_on_lock(&mut self, observer: usize, actor: usize, pid: i32) -> Result<bool, StepError> {
+    /// ([`observe::statement_blocked_sql`]), on a backend no other target
+    /// has (`claimed`, to which the one found is added).
+    async fn blocked_on_lock(
+        &mut self,
+        observer: usize,
+        actor: usize,
+        pid: i32,
+        claimed: &mut Vec<i32>,
+    ) -> Result<bool, StepError> {
         let conn = self.conn(observer)?;
         if observe::is_blocked(conn.as_mut(), pid)
             .await
@@ -337,7 +352,13 @@ impl Run<'_> {
             .simple_query(&query)
             .await
             .map_err(|e| StepError::Driver(e.to_string()))?;
-        Ok(rows.first_value().flatten() == Some("t"))
+        let found = rows
+            .rows
+            .iter()
+            .filter_map(|r| r.first().cloned().flatten())
+            .filter_map(|t| t.parse::<i32>().ok())
+            .find(|p| !claimed.contains(p));
+        Ok(found.inspect(|p| claimed.push(*p)).is_some())
     }
 
     /// Whether the `pending` targets' calls (neither finished nor blocked on

@@ -330,6 +330,15 @@ pub struct ObserveExpect {
 }
 
 impl StepKind {
+    /// Whether the step ends or cuts connections itself: a fault (`do:
+    /// crash | terminate | partition`) or a server restart.
+    pub fn is_fault(&self) -> bool {
+        matches!(
+            self.kind(),
+            Kind::Restart | Kind::Do(Action::Crash | Action::Terminate | Action::Partition)
+        )
+    }
+
     /// The kind as the file names it, whose [`Kind::declaration`] says
     /// what the validator and the runner's placement need to know of it.
     pub fn kind(&self) -> Kind {

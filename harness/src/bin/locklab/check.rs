@@ -232,7 +232,7 @@ pub fn between_columns(
             "\nfailed: {} × {}: {}",
             r.scenario,
             r.driver,
-            r.failure.as_deref().unwrap_or("unstable over its repeats")
+            r.failure.as_deref().unwrap_or_default()
         );
     }
     Ok((text, comparison.is_clean() && failed.is_empty()))
