@@ -26,11 +26,26 @@ impl Run<'_> {
         if !o.idle.is_empty() {
             self.until_idle(o.observer, &o.idle, Instant::now() + deadline).await?;
         }
-        let conn = self.conn(o.observer)?;
-        let rows = tokio::time::timeout(deadline, observe::advisory_locks(conn.as_mut(), o.key, true))
-            .await
-            .map_err(|_| late(step, "the pg_locks query had not answered"))?
-            .map_err(|e| StepError::Driver(format!("observe failed: {e}")))?;
+        let until = Instant::now() + deadline;
+        let mut rows;
+        loop {
+            let conn = self.conn(o.observer)?;
+            rows = tokio::time::timeout(deadline, observe::advisory_locks(conn.as_mut(), o.key, true))
+                .await
+                .map_err(|_| late(step, "the pg_locks query had not answered"))?
+                .map_err(|e| StepError::Driver(format!("observe failed: {e}")))?;
+            // With `detail: [wait_event]`: a backend that has just sent its
+            // result shows `idle` with no wait event for a moment, before it
+            // waits for its client's next message (Client:ClientRead); read
+            // again until none is caught so, or the deadline.
+            let between = |r: &LockRow| {
+                r.state.as_deref().is_some_and(|s| s.starts_with("idle"))
+                    && r.activity.as_ref().is_some_and(|a| a.wait_event.is_none())
+            };
+            if !o.detail.contains(&ObserveDetail::WaitEvent) || !rows.iter().any(between) || Instant::now() >= until {
+                break;
+            }
+        }
         let holders: Vec<&LockRow> = rows.iter().filter(|r| r.granted).collect();
         let waiters: Vec<&LockRow> = rows.iter().filter(|r| !r.granted).collect();
         if let Some(e) = &o.expect {
