@@ -516,6 +516,12 @@ fn assert_observations_well_formed(s: &Scenario, r: &RunResult, pooled: bool) {
                 };
                 assert_eq!(got.len(), ids.len(), "{name}: {got:?}");
             }
+            StepKind::Blocked { .. } => {
+                // What the call was doing when the wait ended; the step's
+                // own time is the poll's, not the call's.
+                assert!(matches!(o.value, Value::Wait(_)), "{name}: {:?}", o.value);
+                assert!(o.elapsed_ms.is_none(), "{name}: a blocked step with a time");
+            }
             StepKind::Await(a) if timed_by_granted(s, a, step.index) => {
                 assert!(
                     o.elapsed_ms.is_none(),
