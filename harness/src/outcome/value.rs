@@ -281,6 +281,16 @@ impl LockHolder {
 }
 
 impl Value {
+    /// The error a driver call ended with, as a step records it: its
+    /// message, its SQLSTATE, and whether the server sent it.
+    pub fn of_driver_error(e: &locklab_drivers::DriverError) -> Value {
+        Value::Error(StatementError {
+            message: e.to_string(),
+            sqlstate: e.sqlstate().map(str::to_owned),
+            from_server: matches!(e, locklab_drivers::DriverError::Db(_)),
+        })
+    }
+
     /// A value the server sent as text: `t`/`f` become booleans, integers
     /// numbers, anything else text.
     pub fn of_text(t: &str) -> Value {

@@ -3,13 +3,11 @@
 
 use std::time::{Duration, Instant};
 
-use locklab_drivers::DriverError;
-
 use super::StepResult;
 use super::sql::late;
 use super::state::Run;
 use crate::held_count;
-use crate::outcome::{StatementError, Value};
+use crate::outcome::Value;
 use crate::scenario::{HeldCountStep, Step};
 
 impl Run<'_> {
@@ -36,11 +34,7 @@ impl Run<'_> {
                     shared: h.shared,
                 }
             }
-            Err(e) => Value::Error(StatementError {
-                message: e.to_string(),
-                sqlstate: e.sqlstate().map(str::to_owned),
-                from_server: matches!(e, DriverError::Db(_)),
-            }),
+            Err(e) => Value::of_driver_error(&e),
         };
         self.record_note(step, value, Some(took));
         Ok(())

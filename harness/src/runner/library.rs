@@ -9,7 +9,7 @@ use locklab_drivers::{Conn, DirectConn, DriverError, Pool};
 use super::StepResult;
 use super::sql::late;
 use super::state::Run;
-use crate::outcome::{StatementError, Value};
+use crate::outcome::Value;
 use crate::scenario::{LibraryStep, Step};
 
 impl Run<'_> {
@@ -38,11 +38,7 @@ impl Run<'_> {
                 self.record_note(step, Value::Unsupported(why), None);
                 return Ok(());
             }
-            Err(e) => Value::Error(StatementError {
-                message: e.to_string(),
-                sqlstate: e.sqlstate().map(str::to_owned),
-                from_server: matches!(e, DriverError::Db(_)),
-            }),
+            Err(e) => Value::of_driver_error(&e),
         };
         self.record_note(step, value, Some(took));
         Ok(())

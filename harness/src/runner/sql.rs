@@ -7,7 +7,7 @@ use locklab_drivers::DriverError;
 
 use super::state::{Run, SqlOutcome};
 use super::{StepError, StepResult, expect, ms};
-use crate::outcome::{Observation, StatementError, Value};
+use crate::outcome::{Observation, Value};
 use crate::scenario::{RowsExpect, Scalar, SqlExpect, SqlStep, Step, TransactionStep, Via};
 
 /// What a missed deadline says: the deadline, and what was still awaited.
@@ -144,10 +144,6 @@ pub(super) fn outcome_value(result: &Result<locklab_drivers::Rows, DriverError>)
             Some(None) => Value::Null,
             Some(Some(t)) => Value::of_text(t),
         },
-        Err(e) => Value::Error(StatementError {
-            message: e.to_string(),
-            sqlstate: e.sqlstate().map(str::to_owned),
-            from_server: matches!(e, DriverError::Db(_)),
-        }),
+        Err(e) => Value::of_driver_error(e),
     }
 }
