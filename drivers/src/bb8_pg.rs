@@ -71,6 +71,7 @@ macro_rules! bb8_driver {
                         configuration: "Builder defaults (test_on_check_out = true)",
                         kind: DriverKind::Pooled,
                         pooler: None,
+                        notices: $crate::Notices::NotPassedOn($crate::TOKIO_POSTGRES_SPAWNED),
                     }
                 }
 

@@ -115,6 +115,7 @@ macro_rules! deadpool_driver {
                         configuration: self.configuration,
                         kind: DriverKind::Pooled,
                         pooler: None,
+                        notices: $crate::Notices::NotPassedOn($crate::TOKIO_POSTGRES_SPAWNED),
                     }
                 }
 

@@ -198,6 +198,10 @@ macro_rules! diesel_async_driver {
                         configuration: "deadpool integration, RecyclingMethod::Verified (default)",
                         kind: DriverKind::Pooled,
                         pooler: None,
+                        notices: $crate::Notices::NotPassedOn(
+                            "diesel-async's connection task keeps notifications and drops notices \
+                             (diesel-async src/pg/mod.rs)",
+                        ),
                     }
                 }
 

@@ -246,6 +246,7 @@ impl Driver for TokioPostgresDirect {
             configuration: "no pool: connect on checkout, close on return",
             kind: DriverKind::Direct,
             pooler: None,
+            notices: crate::Notices::PassedOn,
         }
     }
 

@@ -86,7 +86,40 @@ pub struct DriverInfo {
     /// harness starts that pooler in front of the server and points the
     /// driver's [`ConnectSpec`] at it.
     pub pooler: Option<Pooler>,
+    /// Whether the column's pooled connections hand the server's notices to
+    /// their caller ([`Rows::notices`]); a scenario that expects notices on a
+    /// pool actor is `n/a` on a column whose library does not.
+    pub notices: Notices,
 }
+
+/// Whether a client library hands the server's notices (`WARNING`, `NOTICE`:
+/// PostgreSQL protocol, NoticeResponse) to the code that ran the statement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Notices {
+    /// They are in [`Rows::notices`] of the statement that drew them.
+    PassedOn,
+    /// The library keeps them from its callers (it logs or drops them):
+    /// where, with the source, as a sentence.
+    NotPassedOn(&'static str),
+}
+
+impl Notices {
+    /// Why not, if the notices are not passed on.
+    pub fn not_passed_on(self) -> Option<&'static str> {
+        match self {
+            Notices::PassedOn => None,
+            Notices::NotPassedOn(why) => Some(why),
+        }
+    }
+}
+
+/// Why a pool built on tokio-postgres (deadpool-postgres, bb8-postgres,
+/// mobc-postgres) passes no notices on: its manager spawns the
+/// `Connection` future, which logs each notice at `info` and drops it
+/// (tokio-postgres `src/connection.rs`, `impl Future for Connection`).
+pub const TOKIO_POSTGRES_SPAWNED: &str =
+    "the pool's manager spawns tokio-postgres' Connection future, which logs notices and drops them \
+     (tokio-postgres src/connection.rs)";
 
 impl DriverInfo {
     /// The mode of the pooler this configuration goes through, if any.
@@ -153,8 +186,8 @@ pub struct Rows {
     /// Data rows of every statement in the string, in order.
     pub rows: Vec<Vec<Option<String>>>,
     /// Server notices received while the statement ran, as `SEVERITY: message`
-    /// (e.g. `WARNING: you don't own a lock of type ExclusiveLock`). Only
-    /// [`DirectConn`] captures them; pooled connections leave this empty.
+    /// (e.g. `WARNING: you don't own a lock of type ExclusiveLock`), where the
+    /// library passes them on ([`DriverInfo::notices`]); empty otherwise.
     pub notices: Vec<String>,
 }
 

@@ -111,6 +111,7 @@ macro_rules! mobc_driver {
                         configuration: "Builder defaults (test_on_check_out = true)",
                         kind: DriverKind::Pooled,
                         pooler: None,
+                        notices: $crate::Notices::NotPassedOn($crate::TOKIO_POSTGRES_SPAWNED),
                     }
                 }
 

@@ -366,6 +366,9 @@ impl Driver for ViaPooler {
             configuration: self.configuration,
             kind: crate::DriverKind::Pooled,
             pooler: Some(self.pooler),
+            // A pooler relays the server's notices; whether they reach the
+            // caller is up to the client in front of it.
+            notices: inner.notices,
         }
     }
 

@@ -86,7 +86,32 @@ macro_rules! r2d2_driver {
                 DriverError::Client(format!("blocking task failed: {e}"))
             }
 
+            std::thread_local! {
+                /// The notices of the statement this thread is running, if it
+                /// collects them ([`query`]). The `postgres` crate calls a
+                /// connection's notice callback on the thread that waits on
+                /// the statement (postgres `src/connection.rs`, `poll_block_on`).
+                static NOTICES: std::cell::RefCell<Option<Vec<String>>> = const { std::cell::RefCell::new(None) };
+            }
+
+            /// The connections' notice callback: into [`NOTICES`] of the
+            /// thread running the statement (the crate's default logs them).
+            fn collect_notice(n: $r2p::postgres::error::DbError) {
+                NOTICES.with(|s| {
+                    if let Some(v) = s.borrow_mut().as_mut() {
+                        v.push(format!("{}: {}", n.severity(), n.message()));
+                    }
+                });
+            }
+
             fn query(client: &mut $r2p::postgres::Client, sql: &str) -> Result<Rows, DriverError> {
+                NOTICES.with(|s| *s.borrow_mut() = Some(Vec::new()));
+                let result = query_rows(client, sql);
+                let notices = NOTICES.with(|s| s.borrow_mut().take()).unwrap_or_default();
+                result.map(|rows| Rows { notices, ..rows })
+            }
+
+            fn query_rows(client: &mut $r2p::postgres::Client, sql: &str) -> Result<Rows, DriverError> {
                 let mut out = Rows::default();
                 for msg in client.simple_query(sql)? {
                     match msg {
@@ -173,6 +198,7 @@ macro_rules! r2d2_driver {
                         configuration: "Builder defaults (test_on_check_out = true), via spawn_blocking",
                         kind: DriverKind::Pooled,
                         pooler: None,
+                        notices: $crate::Notices::PassedOn,
                     }
                 }
 
@@ -184,7 +210,8 @@ macro_rules! r2d2_driver {
                         .user(&spec.user)
                         .dbname(&spec.dbname)
                         .application_name(&spec.application_name)
-                        .connect_timeout(std::time::Duration::from_secs(10));
+                        .connect_timeout(std::time::Duration::from_secs(10))
+                        .notice_callback(collect_notice);
                     if let Some(p) = &spec.password {
                         config.password(p);
                     }

@@ -223,6 +223,12 @@ macro_rules! sqlx_driver {
                         configuration: self.configuration,
                         kind: DriverKind::Pooled,
                         pooler: None,
+                        // sqlx-postgres src/connection/stream.rs: a NoticeResponse
+                        // is logged (target `sqlx::postgres::notice`), not returned.
+                        notices: $crate::Notices::NotPassedOn(
+                            "sqlx logs notices (target sqlx::postgres::notice) and does not return them \
+                             (sqlx-postgres src/connection/stream.rs)",
+                        ),
                     }
                 }
 

@@ -165,6 +165,7 @@ mod tests {
                 elapsed_ms: Some(ms),
                 waited_ms: None,
                 notices: Vec::new(),
+                notices_read: Default::default(),
                 elapsed_stats: None,
                 waited_stats: None,
                 distribution: None,

@@ -217,6 +217,7 @@ fn a_broken_adapter_fails_the_cell_clearly(mode: &str) {
         base: None,
         kind: locklab_drivers::external::ColumnKind::Adapter,
         pooler: None,
+        notices: true,
     });
     let began = Instant::now();
     let r = common::block_on_multi(runner::run(server, &s, &driver));

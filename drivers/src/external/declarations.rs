@@ -51,6 +51,12 @@ pub struct AdapterSpec {
     /// cells are `n/a` with that command, not failed.
     #[serde(default)]
     pub toolchain: Option<Toolchain>,
+    /// Whether the library hands the server's notices to its caller, so that
+    /// the adapter answers them in `query`'s `notices` (default true).
+    /// `false` makes a scenario that expects notices on a pool actor `n/a`
+    /// on this column instead of failed.
+    #[serde(default = "yes")]
+    pub notices: bool,
     /// The directory the paths of `install` and `command` are relative to,
     /// and their working directory: the declaring file's directory for a
     /// user's columns file, the workspace root for `drivers/adapters/adapters.yaml`.

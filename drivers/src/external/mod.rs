@@ -119,6 +119,7 @@ impl ExternalDriver {
                 base: None,
                 kind: ColumnKind::Adapter,
                 pooler: None,
+                notices: info.notices == crate::Notices::PassedOn,
             },
             own_process: true,
             hosted: Some(info),
@@ -195,6 +196,11 @@ impl Driver for ExternalDriver {
             configuration: leak(&self.spec.configuration),
             kind: DriverKind::Pooled,
             pooler: None,
+            notices: if self.spec.notices {
+                crate::Notices::PassedOn
+            } else {
+                crate::Notices::NotPassedOn("its columns file says the library does not pass notices on (notices: false)")
+            },
         }
     }
 

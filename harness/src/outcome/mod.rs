@@ -184,9 +184,14 @@ pub struct Observation {
     /// e.g. how long a waiter still waited once the step before it released the lock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waited_ms: Option<f64>,
-    /// Server notices of the step (`SEVERITY: message`; direct actors only).
+    /// Server notices of the step (`SEVERITY: message`): a direct actor's,
+    /// and a pool actor's where the column's library passes them on
+    /// ([`NoticesRead`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notices: Vec<String>,
+    /// Whose notices `notices` are, and whether they are part of the reading.
+    #[serde(default, skip_serializing_if = "NoticesRead::is_compared")]
+    pub notices_read: NoticesRead,
     /// Spread of `elapsed_ms` over the cell's repeats (`--repeat`), in ms; set
     /// by [`crate::matrix::run_all`], `None` for observations without a timing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -204,6 +209,33 @@ pub struct Observation {
     /// baseline keeps no p50 of it and `check` does not compare it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub time_varies: bool,
+}
+
+/// How a recorded step's notices were read. A direct actor's notices are
+/// read alike on every column (the harness's own connection), so its
+/// reading carries the first one's severity. A pool actor's go through the
+/// column's client library: shown and checked by `notices:` expectations,
+/// but left out of the reading, which would otherwise differ between
+/// columns by whether their libraries pass notices on (one meaning per
+/// step: [`locklab_drivers::Notices`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoticesRead {
+    /// A direct actor's: in the reading (`true + WARNING`).
+    #[default]
+    Compared,
+    /// A pool actor's, on a column whose library passes them on: shown, not compared.
+    Shown,
+    /// A pool actor's, on a column whose library keeps them from its caller:
+    /// none could be read ([`locklab_drivers::Notices::NotPassedOn`]).
+    NotPassedOn,
+}
+
+impl NoticesRead {
+    /// A direct actor's (the default, not serialised).
+    pub fn is_compared(&self) -> bool {
+        *self == NoticesRead::Compared
+    }
 }
 
 /// min / p50 / p95 / max of one timing over a cell's repeats, in ms
@@ -377,6 +409,7 @@ impl Observation {
             elapsed_ms,
             waited_ms,
             notices,
+            notices_read: NoticesRead::Compared,
             elapsed_stats: None,
             waited_stats: None,
             distribution: None,
@@ -384,9 +417,18 @@ impl Observation {
         }
     }
 
-    /// Its [`Reading`]: the value as compared, with its first notice's severity.
+    /// Its [`Reading`]: the value as compared, with its first notice's
+    /// severity when the notices are compared ([`NoticesRead::Compared`]).
     pub fn reading(&self) -> Reading {
-        Reading::of(&self.value, &self.notices)
+        Reading::of(&self.value, self.compared_notices())
+    }
+
+    /// The notices that are part of its reading: a direct actor's.
+    pub fn compared_notices(&self) -> &[String] {
+        match self.notices_read {
+            NoticesRead::Compared => &self.notices,
+            NoticesRead::Shown | NoticesRead::NotPassedOn => &[],
+        }
     }
 
     /// What it compares as: its reading, or in a race cell the readings seen
@@ -565,5 +607,26 @@ mod tests {
         }
         // Files written before the variation rule.
         assert_eq!(serde_json::from_str::<Status>("\"unstable\"").unwrap(), Status::Varies);
+    }
+
+    /// A direct actor's notice is part of the reading; a pool actor's is
+    /// kept and shown but not compared, and a file without `notices_read`
+    /// reads as a direct actor's.
+    #[test]
+    fn only_a_direct_actors_notices_are_in_the_reading() {
+        let warning = vec!["WARNING: you don't own a lock of type ExclusiveLock".to_owned()];
+        let mut o = Observation::new("u", 2, Value::Bool(false), warning.clone(), Some(1.0), None);
+        assert_eq!(o.reading().to_string(), "false + WARNING");
+        let direct = serde_json::to_value(&o).unwrap();
+        assert!(direct.get("notices_read").is_none(), "{direct}");
+        o.notices_read = NoticesRead::Shown;
+        assert_eq!(o.reading().to_string(), "false");
+        assert_eq!(o.notices, warning);
+        let shown = serde_json::to_value(&o).unwrap();
+        assert_eq!(shown["notices_read"], "shown");
+        let back: Observation = serde_json::from_value(shown).unwrap();
+        assert_eq!(back.notices_read, NoticesRead::Shown);
+        let old: Observation = serde_json::from_value(direct).unwrap();
+        assert_eq!(old.notices_read, NoticesRead::Compared);
     }
 }

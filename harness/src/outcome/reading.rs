@@ -13,7 +13,9 @@ use crate::keys::AdvisoryKey;
 
 /// One observation's value as comparisons see it: [`Value::as_read`] (no
 /// backend pids of named actors, no driver messages) and the severity of
-/// the step's first server notice (`WARNING`), shown `true + WARNING`.
+/// the step's first server notice (`WARNING`), shown `true + WARNING`, where
+/// the notices are compared (a direct actor's step:
+/// [`super::NoticesRead`]).
 /// Serialised as the value's `{"kind", "value"}` plus `"notice"` when there
 /// is one.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

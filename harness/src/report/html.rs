@@ -321,6 +321,7 @@ mod tests {
                     elapsed_ms: Some(200.0),
                     waited_ms: None,
                     notices: Vec::new(),
+                    notices_read: Default::default(),
                     elapsed_stats: Stats::of(&[200.0, 210.0]),
                     waited_stats: None,
                     distribution: None,

@@ -168,7 +168,7 @@ fn readings_markdown(report: &Report, families: &[&str], heading: &str) -> Strin
                 for name in &s.observations {
                     key.push(r.observations.iter().find(|o| &o.name == name).map_or_else(
                         || "—".to_owned(),
-                        |o| crate::outcome::Reading::of(&o.value, &o.notices).to_string(),
+                        |o| o.reading().to_string(),
                     ));
                 }
                 match rows.iter_mut().find(|(k, _)| *k == key) {

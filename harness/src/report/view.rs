@@ -210,6 +210,9 @@ fn evidence(header: &str, o: &Observation, run: &RunResult) -> Vec<String> {
         lines.push(format!("at await: {}", stats_line(w)));
     }
     lines.extend(o.notices.iter().cloned());
+    if o.notices_read == crate::outcome::NoticesRead::NotPassedOn {
+        lines.push("notices: not passed on by this column's library".to_owned());
+    }
     for u in &run.varied {
         lines.push(format!("varies: {u}"));
     }
@@ -546,6 +549,7 @@ mod tests {
             elapsed_ms: None,
             waited_ms: None,
             notices: Vec::new(),
+            notices_read: Default::default(),
             elapsed_stats: None,
             waited_stats: None,
             distribution: None,

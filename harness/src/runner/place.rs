@@ -55,6 +55,14 @@ pub(super) fn not_applicable(scenario: &Scenario, info: &DriverInfo) -> Option<N
             locklab_drivers::libraries::NOT_APPLICABLE.to_owned(),
         ));
     }
+    if scenario.expects_pool_notices()
+        && let Some(why) = info.notices.not_passed_on()
+    {
+        return Some(NotRun::NotApplicable(format!(
+            "the scenario expects a pool actor's notices, and {}'s are not passed on: {why}",
+            info.crate_name
+        )));
+    }
     if info.pooler.is_some() && scenario.pool_settings.list.iter().any(|(k, _)| k != "application_name") {
         return Some(NotRun::SettingsCannotPass);
     }

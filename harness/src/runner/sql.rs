@@ -7,7 +7,7 @@ use locklab_drivers::DriverError;
 
 use super::state::{Run, SqlOutcome};
 use super::{StepError, StepResult, expect, ms};
-use crate::outcome::{Observation, Value};
+use crate::outcome::{NoticesRead, Observation, Value};
 use crate::scenario::{RowsExpect, Scalar, SqlExpect, SqlStep, Step, TransactionStep, Via};
 
 /// What a missed deadline says: the deadline, and what was still awaited.
@@ -108,7 +108,9 @@ impl Run<'_> {
     }
 
     /// The observation a recorded statement makes: its first value (or its
-    /// error), timing and, on direct actors, its notices.
+    /// error), timing and its notices: a direct actor's, in its reading; a
+    /// pool actor's where the column's library passes them on, shown but
+    /// not compared ([`NoticesRead`]).
     fn observation(
         &self,
         name: &str,
@@ -118,21 +120,21 @@ impl Run<'_> {
         elapsed: f64,
         waited: Option<Duration>,
     ) -> Observation {
-        // Only direct actors capture notices for every driver; a pool actor's
-        // would show for the tokio-postgres driver alone (its "pool" opens
-        // direct connections), a difference that is not the pools'.
-        let notices = match (result, self.scenario.actors[actor].via) {
-            (Ok(r), Via::Direct) => r.notices.clone(),
-            _ => Vec::new(),
-        };
-        Observation::new(
+        let notices = result.as_ref().map(|r| r.notices.clone()).unwrap_or_default();
+        let mut o = Observation::new(
             name,
             step.index + 1,
             outcome_value(result),
             notices,
             Some(elapsed),
             waited.map(ms),
-        )
+        );
+        o.notices_read = match self.scenario.actors[actor].via {
+            Via::Direct => NoticesRead::Compared,
+            Via::Pool if self.info.notices.not_passed_on().is_some() => NoticesRead::NotPassedOn,
+            Via::Pool => NoticesRead::Shown,
+        };
+        o
     }
 }
 

@@ -102,6 +102,18 @@ pub struct Scenario {
 }
 
 impl Scenario {
+    /// Whether a step of a pool actor expects notices (`expect: notices:`):
+    /// such a scenario is `n/a` on a column whose library does not pass
+    /// notices on ([`locklab_drivers::Notices`]).
+    pub fn expects_pool_notices(&self) -> bool {
+        let pooled = |actor: usize| self.actors[actor].via == Via::Pool;
+        self.steps.iter().any(|s| match &s.kind {
+            StepKind::Sql(q) => pooled(q.actor) && q.expect.as_ref().is_some_and(|e| e.notices.is_some()),
+            StepKind::Await(a) => pooled(a.actor) && a.expect.as_ref().is_some_and(|e| e.notices.is_some()),
+            _ => false,
+        })
+    }
+
     /// The names of its report rows, in step order: each step's `record:`,
     /// then one row per invariant of a race scenario (`invariant NAME`).
     pub fn records(&self) -> Vec<String> {

@@ -224,7 +224,7 @@ pub enum Via {
     Pool,
     /// A dedicated tokio-postgres connection the harness owns for the whole run,
     /// never pooled: observers and dedicated lock holders. Server notices
-    /// (`WARNING`, `NOTICE`) are captured on these connections.
+    /// (`WARNING`, `NOTICE`) are read on these connections on every column.
     Direct,
 }
 
@@ -589,7 +589,9 @@ pub(crate) struct RawExpect {
     pub(crate) message: Option<Spanned<String>>,
     /// Server notices the step must produce, each a regular expression matched against
     /// `SEVERITY: message` (e.g. `^WARNING: you don't own a lock`), in order; `[]` means none.
-    /// Captured on direct actors only.
+    /// Read on direct actors, and on pool actors where the column's client library passes
+    /// notices on; on a column whose library does not, a scenario expecting a pool actor's
+    /// notices is `n/a`.
     #[serde(default)]
     #[schemars(with = "Option<Vec<String>>")]
     pub(crate) notices: Option<Vec<Spanned<String>>>,

@@ -321,7 +321,9 @@ pub struct RunArgs {
     #[arg(long, default_value_t = DEFAULT_JOBS as u16, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub jobs: u16,
     /// Run each cell this many times (1-1000): timings become min / p50 / p95 /
-    /// max, and a cell whose outcome differs between repeats is unstable (fails).
+    /// max, and a cell whose readings differ between repeats varies (each way
+    /// it read is kept with its count; properties are judged over every repeat;
+    /// never a failure by itself: the variation rule, docs/src/faults-and-races.md).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub repeat: u16,
     /// At most this many trials per race cell (scenarios with `trials:`, e.g.

@@ -1,7 +1,7 @@
 //! `locklab`: run advisory-lock scenarios through Rust pools and write the driver matrix.
 //!
-//! Exit codes: 0 all runs passed (or all files valid); 1 a run failed or was
-//! unstable (or `validate`, `check`, `soak` found what they look for); 2
+//! Exit codes: 0 no run failed (or all files valid); 1 a run failed (or
+//! `validate`, `check`, `soak` found what they look for); 2
 //! nothing could run (bad arguments, invalid scenario files, no server, …);
 //! 130 / 143 stopped by SIGINT / SIGTERM, after cleaning up.
 

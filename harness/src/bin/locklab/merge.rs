@@ -12,7 +12,7 @@ use crate::run::summary;
 
 /// Reads every shard file, merges them and writes the report's files into
 /// `--out`; prints what it wrote and the summary. Exit code 1 when a merged
-/// cell failed or was unstable, as for `report`.
+/// cell failed, as for `report` (a cell that varied is no failure).
 ///
 /// # Errors
 /// A file that cannot be read or is not a shard's `matrix.json`; shards that

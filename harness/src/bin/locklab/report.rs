@@ -25,7 +25,8 @@ const SHOT_HEIGHT: u32 = 1700;
 /// `custom_dir` says whether another directory was given) and prints what
 /// it wrote and the summary. Written into this repository's `reports/`, it
 /// also rewrites the generated findings of the README and the book
-/// ([`locklab::report::regions`]). Exit code 1 when a run failed or was unstable.
+/// ([`locklab::report::regions`]). Exit code 1 when a run failed (a cell that
+/// varied between repeats is no failure: the variation rule).
 ///
 /// # Errors
 /// A selection without `--out`; a `--from` file that is not a matrix.json;

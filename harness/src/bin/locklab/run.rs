@@ -97,6 +97,9 @@ fn cell_lines(lines: &mut Vec<String>, r: &RunResult, several: bool, width: usiz
             Some(t) => lines.push(format!("        {:<obs_width$} {} ({t})", o.name, o.seen())),
             None => lines.push(format!("        {:<obs_width$} {}", o.name, o.seen())),
         }
+        for n in &o.notices {
+            lines.push(format!("        {:<obs_width$}   {n}", ""));
+        }
     }
     if !r.locks_left.is_empty() {
         lines.push(format!(

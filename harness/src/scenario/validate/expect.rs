@@ -58,14 +58,12 @@ pub(crate) fn sqlstate_of(s: &str) -> Option<String> {
 }
 
 impl Validator<'_> {
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn expect(
         &mut self,
         n: usize,
         e: Spanned<RawExpect>,
         kind: Kind,
         background: bool,
-        direct: bool,
         saved: &[String],
     ) -> Option<Expect> {
         let pos = Pos::of(&e.referenced);
@@ -119,7 +117,7 @@ impl Validator<'_> {
                 format!("step {n}: 'message' matches the error's message; add 'error' with its SQLSTATE"),
             );
         }
-        self.expect_patterns(n, pos, &e, direct);
+        self.expect_patterns(n, pos, &e);
         if let Some(b) = e.elapsed_ms {
             let (min, max) = (b.min.unwrap_or(0.0), b.max.unwrap_or(f64::INFINITY));
             let finite = !min.is_nan() && !max.is_nan() && min.is_finite() && (b.max.is_none() || max.is_finite());
@@ -151,8 +149,8 @@ impl Validator<'_> {
     }
 
     /// `message` and `notices` are regular expressions; notices are kept on
-    /// direct actors' successful steps only.
-    fn expect_patterns(&mut self, n: usize, pos: Pos, e: &RawExpect, direct: bool) {
+    /// successful steps only.
+    fn expect_patterns(&mut self, n: usize, pos: Pos, e: &RawExpect) {
         for pattern in e.message.iter().chain(e.notices.iter().flatten()) {
             if let Err(err) = regex::Regex::new(&pattern.value) {
                 let why = err.to_string().lines().last().unwrap_or_default().trim().to_owned();
@@ -167,14 +165,6 @@ impl Validator<'_> {
             self.err(
                 pos,
                 format!("step {n}: 'notices' are checked on steps that succeed; a failed step's notices are not kept"),
-            );
-        }
-        if e.notices.is_some() && !direct {
-            self.err(
-                pos,
-                format!(
-                    "step {n}: 'notices' are captured on direct actors only (the pools' client libraries do not hand notices to their callers)"
-                ),
             );
         }
     }

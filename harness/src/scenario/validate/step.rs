@@ -162,9 +162,8 @@ impl Validator<'_> {
         debug_assert_eq!(parsed.kind(), kind, "step {n}: parsed as another kind than its key");
         self.connection_rules(walk, n, pos, kind, actor);
         self.uses(walk, n, pos, index, &s, kind, actor, client_timeout_ms);
-        let direct = walk.actors[actor].via == Via::Direct;
         let expect = match s.expect {
-            Some(e) => self.expect(n, e, kind, s.background, direct, &walk.saved),
+            Some(e) => self.expect(n, e, kind, s.background, &walk.saved),
             None => None,
         };
         let bound = client_timeout_ms.map(|ms| ClientBound {
