@@ -117,8 +117,7 @@ impl Notices {
 /// mobc-postgres) passes no notices on: its manager spawns the
 /// `Connection` future, which logs each notice at `info` and drops it
 /// (tokio-postgres `src/connection.rs`, `impl Future for Connection`).
-pub const TOKIO_POSTGRES_SPAWNED: &str =
-    "the pool's manager spawns tokio-postgres' Connection future, which logs notices and drops them \
+pub const TOKIO_POSTGRES_SPAWNED: &str = "the pool's manager spawns tokio-postgres' Connection future, which logs notices and drops them \
      (tokio-postgres src/connection.rs)";
 
 impl DriverInfo {

@@ -95,19 +95,41 @@ macro_rules! r2d2_driver {
             }
 
             /// The connections' notice callback: into [`NOTICES`] of the
-            /// thread running the statement (the crate's default logs them).
+            /// thread running the statement; a notice outside [`query`] (the
+            /// pool's own check on checkout) is logged, as the crate's
+            /// default callback does (postgres `src/config.rs`).
             fn collect_notice(n: $r2p::postgres::error::DbError) {
-                NOTICES.with(|s| {
-                    if let Some(v) = s.borrow_mut().as_mut() {
-                        v.push(format!("{}: {}", n.severity(), n.message()));
-                    }
-                });
+                let line = format!("{}: {}", n.severity(), n.message());
+                let kept = NOTICES.with(|s| s.borrow_mut().as_mut().map(|v| v.push(line.clone())).is_some());
+                if !kept {
+                    $crate::try_kit::unclaimed_notice(&line);
+                }
+            }
+
+            /// Collects this thread's notices until dropped (also on a panic).
+            struct Collecting;
+
+            impl Collecting {
+                fn start() -> Collecting {
+                    NOTICES.with(|s| *s.borrow_mut() = Some(Vec::new()));
+                    Collecting
+                }
+
+                fn notices(self) -> Vec<String> {
+                    NOTICES.with(|s| s.borrow_mut().take()).unwrap_or_default()
+                }
+            }
+
+            impl Drop for Collecting {
+                fn drop(&mut self) {
+                    NOTICES.with(|s| *s.borrow_mut() = None);
+                }
             }
 
             fn query(client: &mut $r2p::postgres::Client, sql: &str) -> Result<Rows, DriverError> {
-                NOTICES.with(|s| *s.borrow_mut() = Some(Vec::new()));
+                let collecting = Collecting::start();
                 let result = query_rows(client, sql);
-                let notices = NOTICES.with(|s| s.borrow_mut().take()).unwrap_or_default();
+                let notices = collecting.notices();
                 result.map(|rows| Rows { notices, ..rows })
             }
 

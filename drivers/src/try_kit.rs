@@ -205,6 +205,13 @@ pub fn serve_blocking(driver: Box<dyn Driver>, program: &str) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Logs a server notice no statement of a step claimed (one that arrived
+/// during a pool's own check on checkout), at `info`, as the client
+/// libraries' default notice handlers do.
+pub fn unclaimed_notice(line: &str) {
+    tracing::info!(notice = %line, "a connection's notice outside a step's statement");
+}
+
 #[cfg(all(test, feature = "columns"))]
 mod tests {
     use super::*;

@@ -40,10 +40,10 @@
 //!   `observations[]` (`name`, `step`, `value` (typed: `{"kind": KIND, "value": …}`,
 //!   see [`crate::outcome::Value`]; in a race cell the first trial's), `sqlstate`, `elapsed_ms`,
 //!   `waited_ms` for `await` steps (the part of `elapsed_ms` spent at the await),
-//!   `notices` when the server sent any (`SEVERITY: message`), `notices_read`
-//!   on a pool actor's step (`shown`: read, not part of the reading;
-//!   `not_passed_on`: the column's library keeps them; absent: a direct
-//!   actor's, compared: [`crate::outcome::NoticesRead`]), `elapsed_stats`/`waited_stats`:
+//!   `notices` when the server sent any (`SEVERITY: message`), `notices_read:
+//!   "shown"` when they are a pool actor's (read, not part of the reading;
+//!   absent: a direct actor's, compared: [`crate::outcome::NoticesRead`]),
+//!   `elapsed_stats`/`waited_stats`:
 //!   `{n, min, p50, p95, max}` over the repeats; in a race cell
 //!   `distribution`: `[{"kind", "value", "notice", "trials"}]`, each
 //!   [`crate::outcome::Reading`] and in how many trials it was seen),

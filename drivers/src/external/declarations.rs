@@ -215,6 +215,13 @@ pub fn read_declarations(path: &Path) -> Result<Vec<AdapterSpec>, String> {
             }
             _ => {}
         }
+        if s.kind == ColumnKind::Pooler && !s.notices {
+            return Err(format!(
+                "{at}: driver '{}' (kind: pooler): `notices` is for an adapter; a pooler column's notices are its \
+                 client's (`pooler.client`)",
+                s.id
+            ));
+        }
         if s.id.is_empty()
             || !s
                 .id
@@ -502,6 +509,21 @@ mod tests {
         ))
         .unwrap_err();
         assert!(e.contains("`pooler` is for `kind: pooler`"), "{e}");
+        let e = read(&format!(
+            "{HEAD}  kind: pooler\n  notices: false\n  pooler: {{host: h, port: 1, mode: session}}\n"
+        ))
+        .unwrap_err();
+        assert!(e.contains("`notices` is for an adapter"), "{e}");
+    }
+
+    /// An adapter's column says whether its library passes notices on
+    /// (default: it does).
+    #[test]
+    fn an_adapter_column_may_say_its_library_keeps_notices() {
+        let default = read(&format!("{HEAD}  command: [x]\n")).unwrap();
+        assert!(default[0].notices);
+        let not = read(&format!("{HEAD}  command: [x]\n  notices: false\n")).unwrap();
+        assert!(!not[0].notices);
     }
 
     #[test]

@@ -199,7 +199,9 @@ impl Driver for ExternalDriver {
             notices: if self.spec.notices {
                 crate::Notices::PassedOn
             } else {
-                crate::Notices::NotPassedOn("its columns file says the library does not pass notices on (notices: false)")
+                crate::Notices::NotPassedOn(
+                    "its columns file says the library does not pass notices on (notices: false)",
+                )
             },
         }
     }

@@ -187,9 +187,10 @@ fn notices(s: &mut Session<'_>) -> Result<(), String> {
             o["rows"]
         ));
     }
-    // A library that does not expose notices answers `notices: []`
-    // (tokio-postgres's pooled connections); one that does must pass on
-    // this one as `SEVERITY: message`.
+    // A library that does not expose notices answers `notices: []` (its
+    // column then says `notices: false` in its columns file, which this
+    // check does not see); one that does must pass on this one as
+    // `SEVERITY: message`.
     let notices = o["notices"].as_array().cloned().unwrap_or_default();
     if !notices.is_empty()
         && !notices.iter().any(|n| {

@@ -217,18 +217,17 @@ pub struct Observation {
 /// column's client library: shown and checked by `notices:` expectations,
 /// but left out of the reading, which would otherwise differ between
 /// columns by whether their libraries pass notices on (one meaning per
-/// step: [`locklab_drivers::Notices`]).
+/// step). Where a library does not pass them on, a pool actor's step has
+/// none ([`locklab_drivers::Notices`], and a scenario that expects them is
+/// `n/a` on that column with the reason).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NoticesRead {
     /// A direct actor's: in the reading (`true + WARNING`).
     #[default]
     Compared,
-    /// A pool actor's, on a column whose library passes them on: shown, not compared.
+    /// A pool actor's step that drew notices: shown, not compared.
     Shown,
-    /// A pool actor's, on a column whose library keeps them from its caller:
-    /// none could be read ([`locklab_drivers::Notices::NotPassedOn`]).
-    NotPassedOn,
 }
 
 impl NoticesRead {
@@ -427,7 +426,7 @@ impl Observation {
     pub fn compared_notices(&self) -> &[String] {
         match self.notices_read {
             NoticesRead::Compared => &self.notices,
-            NoticesRead::Shown | NoticesRead::NotPassedOn => &[],
+            NoticesRead::Shown => &[],
         }
     }
 

@@ -166,10 +166,12 @@ fn readings_markdown(report: &Report, families: &[&str], heading: &str) -> Strin
                 }
                 let mut key = vec![status.to_string()];
                 for name in &s.observations {
-                    key.push(r.observations.iter().find(|o| &o.name == name).map_or_else(
-                        || "—".to_owned(),
-                        |o| o.reading().to_string(),
-                    ));
+                    key.push(
+                        r.observations
+                            .iter()
+                            .find(|o| &o.name == name)
+                            .map_or_else(|| "—".to_owned(), |o| o.reading().to_string()),
+                    );
                 }
                 match rows.iter_mut().find(|(k, _)| *k == key) {
                     Some((_, cols)) => cols.push(d.id.as_str()),

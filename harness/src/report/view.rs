@@ -210,9 +210,6 @@ fn evidence(header: &str, o: &Observation, run: &RunResult) -> Vec<String> {
         lines.push(format!("at await: {}", stats_line(w)));
     }
     lines.extend(o.notices.iter().cloned());
-    if o.notices_read == crate::outcome::NoticesRead::NotPassedOn {
-        lines.push("notices: not passed on by this column's library".to_owned());
-    }
     for u in &run.varied {
         lines.push(format!("varies: {u}"));
     }

@@ -109,7 +109,7 @@ impl Run<'_> {
 
     /// The observation a recorded statement makes: its first value (or its
     /// error), timing and its notices: a direct actor's, in its reading; a
-    /// pool actor's where the column's library passes them on, shown but
+    /// pool actor's (where the column's library passes them on), shown but
     /// not compared ([`NoticesRead`]).
     fn observation(
         &self,
@@ -129,11 +129,9 @@ impl Run<'_> {
             Some(elapsed),
             waited.map(ms),
         );
-        o.notices_read = match self.scenario.actors[actor].via {
-            Via::Direct => NoticesRead::Compared,
-            Via::Pool if self.info.notices.not_passed_on().is_some() => NoticesRead::NotPassedOn,
-            Via::Pool => NoticesRead::Shown,
-        };
+        if self.scenario.actors[actor].via == Via::Pool && !o.notices.is_empty() {
+            o.notices_read = NoticesRead::Shown;
+        }
         o
     }
 }

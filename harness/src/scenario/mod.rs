@@ -102,14 +102,18 @@ pub struct Scenario {
 }
 
 impl Scenario {
-    /// Whether a step of a pool actor expects notices (`expect: notices:`):
-    /// such a scenario is `n/a` on a column whose library does not pass
-    /// notices on ([`locklab_drivers::Notices`]).
+    /// Whether a step of a pool actor expects notices (`expect: notices:`)
+    /// on a pooling column (a `when: direct` step runs on the unpooled
+    /// column only, whose connections pass notices on): such a scenario is
+    /// `n/a` on a column whose library does not pass notices on
+    /// ([`locklab_drivers::Notices`]).
     pub fn expects_pool_notices(&self) -> bool {
         let pooled = |actor: usize| self.actors[actor].via == Via::Pool;
+        let notices = |e: &Option<SqlExpect>| e.as_ref().is_some_and(|e| e.notices.is_some());
         self.steps.iter().any(|s| match &s.kind {
-            StepKind::Sql(q) => pooled(q.actor) && q.expect.as_ref().is_some_and(|e| e.notices.is_some()),
-            StepKind::Await(a) => pooled(a.actor) && a.expect.as_ref().is_some_and(|e| e.notices.is_some()),
+            StepKind::Sql(q) => pooled(q.actor) && q.when != Some(When::Direct) && notices(&q.expect),
+            StepKind::Await(a) => pooled(a.actor) && notices(&a.expect),
+            StepKind::Transaction(t) => pooled(t.actor) && notices(&t.expect),
             _ => false,
         })
     }
@@ -462,5 +466,35 @@ mod tests {
         assert!(inline("select nextval('s')"));
         assert!(!inline("select pg_advisory_lock(1)"));
         assert!(!inline("select pg_try_advisory_xact_lock(7), pg_advisory_unlock_all()"));
+    }
+
+    /// A pool actor's `sql`, `await` or transaction step that expects
+    /// notices makes the scenario need a column that passes them on; a
+    /// direct actor's, or a `when: direct` step's, does not.
+    #[test]
+    fn the_steps_that_need_a_pool_actors_notices() {
+        let needs = |step: &str| {
+            let text = format!(
+                "name: t\ndescription: d\nactors: {{ p: {{ via: pool }}, d: {{ via: direct }} }}\nsteps:\n  - {{ actor: p, do: checkout }}\n  - {step}\n  - {{ actor: p, do: return }}\n"
+            );
+            parse(Path::new("t.yaml"), &text)
+                .unwrap_or_else(|e| panic!("{step}: {e:?}"))
+                .remove(0)
+                .expects_pool_notices()
+        };
+        let warning = r#"notices: ["^WARNING"]"#;
+        assert!(needs(&format!(
+            "{{ actor: p, sql: select pg_advisory_unlock(1), expect: {{ {warning} }} }}"
+        )));
+        assert!(needs(&format!("{{ actor: p, do: commit, expect: {{ {warning} }} }}")));
+        assert!(!needs(&format!(
+            "{{ actor: d, sql: select pg_advisory_unlock(1), expect: {{ {warning} }} }}"
+        )));
+        assert!(!needs(&format!(
+            "{{ actor: p, sql: select pg_advisory_unlock(1), when: direct, expect: {{ {warning} }} }}"
+        )));
+        assert!(!needs(
+            "{ actor: p, sql: select pg_advisory_unlock(1), expect: { value: false } }"
+        ));
     }
 }
