@@ -343,15 +343,7 @@ fn adapter_check_names_what_the_broken_adapter_does_wrong() {
         ),
         ("bad: an unknown op (kind protocol)", "no answer to request"),
     ] {
-        let line = stdout
-            .lines()
-            .position(|l| l.trim_start() == format!("✗ {check}"))
-            .unwrap_or_else(|| panic!("check {check:?} should fail by name:\n{stdout}"));
-        let detail = stdout.lines().nth(line + 1).unwrap_or_default();
-        assert!(
-            detail.contains(why),
-            "check {check:?} should say {why:?}, says: {detail}"
-        );
+        assert_fails_by_name(&stdout, check, why);
     }
     assert!(
         stdout.contains("✓ stdin closed: the adapter exits"),
@@ -411,15 +403,7 @@ fn adapter_check_fails_an_adapter_that_splits_statements() {
             "table ll_check_rolled_back exists after it",
         ),
     ] {
-        let line = stdout
-            .lines()
-            .position(|l| l.trim_start() == format!("✗ {check}"))
-            .unwrap_or_else(|| panic!("check {check:?} should fail by name:\n{stdout}"));
-        let detail = stdout.lines().nth(line + 1).unwrap_or_default();
-        assert!(
-            detail.contains(why),
-            "check {check:?} should say {why:?}, says: {detail}"
-        );
+        assert_fails_by_name(&stdout, check, why);
     }
     let (passed, _) = counted(&stdout);
     assert!(passed >= 20, "the rest must pass:\n{stdout}");
@@ -519,5 +503,19 @@ fn a_failed_install_is_na_with_its_reason() {
         text.contains("1 not applicable, 0 failed")
             && text.contains("failed (exit status: 1): cannot reach the package index"),
         "the cell must be n/a with the install's reason:\n{text}"
+    );
+}
+
+/// `adapter check`'s output (`stdout`) names `check` as failed (`✗ CHECK`)
+/// and says `why` on the line after it.
+fn assert_fails_by_name(stdout: &str, check: &str, why: &str) {
+    let line = stdout
+        .lines()
+        .position(|l| l.trim_start() == format!("✗ {check}"))
+        .unwrap_or_else(|| panic!("check {check:?} should fail by name:\n{stdout}"));
+    let detail = stdout.lines().nth(line + 1).unwrap_or_default();
+    assert!(
+        detail.contains(why),
+        "check {check:?} should say {why:?}, says: {detail}"
     );
 }
