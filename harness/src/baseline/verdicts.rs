@@ -14,7 +14,12 @@ impl Comparison {
     /// cells (the race rule: a run with fewer or luckier trials can only say
     /// "not contradicted"); else it is a note. So is a violated verdict that
     /// a run missed by chance by the variation rule
-    /// ([`crate::properties::variation::missed_by_chance`]).
+    /// ([`crate::properties::variation::missed_by_chance`]), and a change
+    /// between `holds` and `holds where tried` that no differing cell
+    /// explains: no violation on either side, only what was tried moved
+    /// (a coordinate such as the hand-back read off a reading that varies
+    /// by nature, behind a pooler that hands out any server connection);
+    /// where a deciding cell differs, the change counts with it.
     pub fn judge(&mut self, properties: &[crate::properties::Property], baseline: &Baseline, fresh: &Baseline) {
         // The fresh run's column facts judge both sides, so no change comes
         // from them (a baseline written before they were kept has none).
@@ -68,13 +73,26 @@ impl Comparison {
                     .and_then(|p| p.of(&c.driver))
                     .cloned()
             };
-            let chance = match (column(&before), column(&after)) {
-                (Some(b), Some(a)) => crate::properties::variation::missed_by_chance(&b, &a, fresh.repeat),
+            let (b, a) = (column(&before), column(&after));
+            let chance = match (&b, &a) {
+                (Some(b), Some(a)) => crate::properties::variation::missed_by_chance(b, a, fresh.repeat),
                 _ => None,
             };
+            use crate::properties::Mark::{Holds, HoldsWhereTried};
+            let coverage_only = matches!((c.before, c.after), (Holds, HoldsWhereTried) | (HoldsWhereTried, Holds));
+            let deciding_cell_differs = [&b, &a].into_iter().flatten().flat_map(|v| &v.evidence).any(|e| {
+                self.diffs
+                    .iter()
+                    .any(|d| d.driver == c.driver && d.scenario == e.scenario)
+            });
             if let Some(why) = chance {
                 self.verdict_notes
                     .push(format!("{line}: by the variation rule not contradicted: {why}"));
+            } else if coverage_only && !differs && !deciding_cell_differs {
+                self.verdict_notes.push(format!(
+                    "{line}: no violation on either side and no deciding cell differs, only what was tried: not \
+                     contradicted"
+                ));
             } else if c.race && !differs {
                 self.verdict_notes.push(line);
             } else {
@@ -103,7 +121,7 @@ impl Comparison {
                 out,
                 "\ninformation, not differences: {} verdict(s) differ, but the race rule finds no change in their \
                  race cells, or the variation rule says the run may have missed its varying cells' violations by \
-                 chance: not contradicted",
+                 chance, or only what was tried moved: not contradicted",
                 self.verdict_notes.len()
             );
             for v in &self.verdict_notes {
@@ -246,5 +264,63 @@ mod tests {
         let c = judged(&often, &never);
         assert_eq!(c.verdicts, ["p × d: violated → holds (unsafe; decided by s)"], "{c:?}");
         assert!(c.render_verdicts().starts_with("\nverdicts changed: 1\n"));
+    }
+
+    /// On the committed baseline: the next checkout behind Odyssey in
+    /// transaction mode getting another server connection (seen on a fresh
+    /// machine: `same_backend_on_next_checkout` true → false) widens what
+    /// `session-lock-released-on-return` was tried across, `holds where
+    /// tried` → `holds`: a note, as that cell's readings vary by nature. The
+    /// same change on a column whose readings are compared (psycopg-pool
+    /// with its unlock-all reset) is a differing cell, and the verdict
+    /// change counts with it.
+    #[test]
+    fn a_verdict_that_only_moves_what_was_tried_counts_only_with_a_differing_cell() {
+        let root = crate::server::workspace_root();
+        let scenarios = crate::scenario::load_dir(&root.join("scenarios")).unwrap();
+        let properties = crate::properties::load_dir(&root.join("properties"), &scenarios).unwrap();
+        let before = Baseline::load(&root.join("reports/baseline.json")).unwrap();
+        let other_connection = |driver: &str| {
+            let mut after = before.clone();
+            let cell = after
+                .cells
+                .iter_mut()
+                .find(|c| c.scenario == "session-lock-pool-return-other" && c.driver == driver)
+                .unwrap();
+            let o = cell.observations.get_mut("same_backend_on_next_checkout").unwrap();
+            assert_eq!(o.seen, Seen::Value(Reading::plain(Value::Bool(true))), "{driver}");
+            o.seen = Seen::Value(Reading::plain(Value::Bool(false)));
+            let mut c = compare(&before, &after, Tolerance::default(), &|_| true);
+            c.judge(&properties, &before, &after);
+            c
+        };
+        let line = |v: &[String], driver: &str| {
+            v.iter()
+                .find(|l| {
+                    l.starts_with(&format!(
+                        "session-lock-released-on-return × {driver}: holds where tried → holds"
+                    ))
+                })
+                .cloned()
+        };
+        let varies = other_connection("odyssey-transaction");
+        assert!(
+            line(&varies.verdicts, "odyssey-transaction").is_none(),
+            "{:?}",
+            varies.verdicts
+        );
+        assert!(
+            line(&varies.verdict_notes, "odyssey-transaction").is_some_and(|l| l.contains("only what was tried")),
+            "{:?}",
+            varies.verdict_notes
+        );
+        let compared = other_connection("psycopg-pool-unlock-all");
+        assert!(!compared.diffs.is_empty());
+        assert!(
+            line(&compared.verdicts, "psycopg-pool-unlock-all").is_some(),
+            "{:?} / {:?}",
+            compared.verdicts,
+            compared.verdict_notes
+        );
     }
 }
