@@ -1,11 +1,16 @@
 //! The progress bar of a run: drawn on a terminal; on CI or into a pipe or
-//! file, at most one line per finished repeat round.
+//! file, a line at most once a minute ([`PIPED_EVERY`]) and one per finished
+//! repeat round.
 
 use std::io::IsTerminal;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use locklab::outcome::RunResult;
+
+/// How often, at most, a run without a bar (CI, a pipe, a file) says how
+/// far it got: a report's first round runs for a quarter of an hour.
+pub const PIPED_EVERY: Duration = Duration::from_secs(60);
 
 /// Progress over `total` runs, `repeat` rounds of them.
 pub struct Progress {
@@ -15,6 +20,8 @@ pub struct Progress {
     per_round: u64,
     done: u64,
     began: Instant,
+    /// When the last line without a bar was written (or the runs began).
+    said: Instant,
 }
 
 impl Progress {
@@ -39,6 +46,7 @@ impl Progress {
             per_round: total / repeat as u64,
             done: 0,
             began,
+            said: began,
         }
     }
 
@@ -55,13 +63,22 @@ impl Progress {
         self.bar.inc(1);
         self.done += 1;
         let done = self.done;
-        // Without a bar, a long repeated run still says how far it got: one
-        // line per finished round.
-        if self.bar.is_hidden() && repeat > 1 && self.per_round > 0 && done.is_multiple_of(self.per_round) {
+        // Without a bar, a long run still says how far it got: one line per
+        // finished round, and one at most every PIPED_EVERY in between.
+        if !self.bar.is_hidden() {
+            return;
+        }
+        let took = self.began.elapsed().as_secs_f64();
+        if repeat > 1 && self.per_round > 0 && done.is_multiple_of(self.per_round) {
+            eprintln!("locklab: repeat {round}/{repeat} done ({done} of {total} runs, {took:.0} s)");
+            self.said = Instant::now();
+        } else if self.said.elapsed() >= PIPED_EVERY && done < total {
+            let left = took * (total - done) as f64 / done as f64;
             eprintln!(
-                "locklab: repeat {round}/{repeat} done ({done} of {total} runs, {:.0} s)",
-                self.began.elapsed().as_secs_f64()
+                "locklab: {done} of {total} runs done ({:.0} %), {took:.0} s, about {left:.0} s left",
+                100.0 * done as f64 / total as f64
             );
+            self.said = Instant::now();
         }
     }
 
