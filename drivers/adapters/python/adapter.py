@@ -248,9 +248,14 @@ class Asyncpg:
 
     async def give_back(self, pool, conn):
         # The proxy handed out by acquire() is unusable once released: ask the
-        # connection behind it whether the pool closed it.
-        raw = getattr(conn, "_con", None) or conn
+        # connection behind it whether the pool closed it. A proxy without
+        # one was already released by asyncpg when its connection closed
+        # (PoolConnectionHolder._release_on_close detaches it; release() of it
+        # then does nothing): closed.
+        raw = getattr(conn, "_con", None)
         await pool.release(conn)
+        if raw is None:
+            return "closed"
         return "closed" if raw.is_closed() else "to_pool"
 
     async def settle_cancel(self, conn):
