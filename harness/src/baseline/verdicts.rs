@@ -80,6 +80,9 @@ impl Comparison {
             };
             use crate::properties::Mark::{Holds, HoldsWhereTried};
             let coverage_only = matches!((c.before, c.after), (Holds, HoldsWhereTried) | (HoldsWhereTried, Holds));
+            // Every deciding cell, not only those whose reading changed
+            // (`c.cells`, which `differs` reads): what was tried moves with
+            // a coordinate's reading too.
             let deciding_cell_differs = [&b, &a].into_iter().flatten().flat_map(|v| &v.evidence).any(|e| {
                 self.diffs
                     .iter()
@@ -88,7 +91,7 @@ impl Comparison {
             if let Some(why) = chance {
                 self.verdict_notes
                     .push(format!("{line}: by the variation rule not contradicted: {why}"));
-            } else if coverage_only && !differs && !deciding_cell_differs {
+            } else if coverage_only && !deciding_cell_differs {
                 self.verdict_notes.push(format!(
                     "{line}: no violation on either side and no deciding cell differs, only what was tried: not \
                      contradicted"
