@@ -80,6 +80,10 @@ stress *args:
 holders *args:
     cargo run --release --quiet -p locklab -- holders {{args}}
 
+# What a cell costs next to the same SQL from a bare client on the same server (docs/src/speed.md): per kind of cell (plain through a column of each family, a race, a fault) and backend (the local cluster, and a container when a Docker engine answers), wall time per run and per cell, CPU per cell, the matrix's cells per second; about two minutes (e.g. just bench --runs 100 --only plain).
+bench *args:
+    cargo run --release --quiet -p locklab -- bench {{args}}
+
 # How the holders snapshot grows from 100 to 10,000 advisory locks over 200 connections, against a plain pg_locks join in the same run (a local cluster of its own; a Markdown table).
 bench-holders:
     cargo bench -p locklab --bench holders

@@ -17,6 +17,13 @@ pub const POLL_INTERVAL_MS: u64 = 2;
 /// has gone on for a while is polled less often (see [`poll_until`]).
 pub const MAX_POLL_INTERVAL_MS: u64 = 10;
 
+/// The shortest pause between polls for a backend to exit after its
+/// connection was closed (the leak guard's wait for a closed pool's
+/// backends, a closed connection's return): it usually takes a few ms, and
+/// at [`POLL_INTERVAL_MS`] the leak guard's wait was a third of a short
+/// cell's time (`locklab bench`, docs/src/speed.md).
+pub const EXIT_FIRST_PAUSE: Duration = Duration::from_micros(500);
+
 /// One advisory lock row of the run's database.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockRow {
@@ -187,6 +194,20 @@ pub enum Polled<T> {
 /// The first error `check` returns.
 pub async fn poll_until<T, E>(
     deadline: Instant,
+    check: impl AsyncFnMut() -> Result<Option<T>, E>,
+) -> Result<Polled<T>, E> {
+    poll_from(deadline, Duration::from_millis(POLL_INTERVAL_MS), check).await
+}
+
+/// [`poll_until`] with `first` as the shortest pause: for a wait that
+/// usually ends within a few ms and is on every cell's path (the leak
+/// guard's wait for a closed pool's backends to exit).
+///
+/// # Errors
+/// The first error `check` returns.
+pub async fn poll_from<T, E>(
+    deadline: Instant,
+    first: Duration,
     mut check: impl AsyncFnMut() -> Result<Option<T>, E>,
 ) -> Result<Polled<T>, E> {
     let began = Instant::now();
@@ -198,10 +219,7 @@ pub async fn poll_until<T, E>(
         if now >= deadline {
             return Ok(Polled::TimedOut);
         }
-        let pause = ((now - began) / 10).clamp(
-            Duration::from_millis(POLL_INTERVAL_MS),
-            Duration::from_millis(MAX_POLL_INTERVAL_MS),
-        );
+        let pause = ((now - began) / 10).clamp(first, Duration::from_millis(MAX_POLL_INTERVAL_MS));
         tokio::time::sleep(pause.min(deadline - now)).await;
     }
 }
@@ -252,12 +270,14 @@ pub fn reset_or_gone_sql(pid: i32) -> String {
 /// What is left in database `db` (asked from another database): one text per
 /// backend, `pid N (application_name, state)`, and per advisory lock, `lock
 /// KEY (pid N)` (KEY an i64, or (i32, i32) for two-key locks; a prepared
-/// transaction's lock has no pid).
-pub fn leftovers_sql(db: &str) -> String {
+/// transaction's lock has no pid). Backend `except` (the harness's monitor
+/// connection, kept for the next cell) is not a leftover.
+pub fn leftovers_sql(db: &str, except: Option<i32>) -> String {
     let lit = db.replace('\'', "''");
+    let except = except.map_or(String::new(), |pid| format!(" and pid <> {pid}"));
     format!(
         "select 'pid ' || pid || ' (' || coalesce(nullif(application_name, ''), backend_type) || ', ' \
-         || coalesce(state, 'no state') || ')' from pg_stat_activity where datname = '{lit}' \
+         || coalesce(state, 'no state') || ')' from pg_stat_activity where datname = '{lit}'{except} \
          union all \
          select 'lock ' || case when objsubid = 1 then ((classid::bigint << 32) | objid::bigint)::text \
          else '(' || classid::int || ', ' || objid::int || ')' end \

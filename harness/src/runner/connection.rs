@@ -9,7 +9,7 @@ use locklab_drivers::{Conn, DirectConn, PoolerMode, Returned};
 use super::sql::late;
 use super::state::{Run, Slot};
 use super::{StepError, StepResult};
-use crate::observe::{self, Polled, poll_until};
+use crate::observe::{self, Polled, poll_from, poll_until};
 use crate::scenario::Step;
 
 impl Run<'_> {
@@ -102,9 +102,11 @@ impl Run<'_> {
         }
     }
 
-    /// Waits until backend `pid` has left `pg_stat_activity`.
+    /// Waits until backend `pid` has left `pg_stat_activity` (polled from
+    /// [`observe::EXIT_FIRST_PAUSE`]: a closed connection's backend usually
+    /// exits within a few ms).
     async fn wait_gone(&self, monitor: &mut DirectConn, pid: i32, until: Instant) -> Result<(), String> {
-        let polled = poll_until(until, async || {
+        let polled = poll_from(until, observe::EXIT_FIRST_PAUSE, async || {
             observe::backend_gone(&mut *monitor, pid).await.map(|g| g.then_some(()))
         })
         .await

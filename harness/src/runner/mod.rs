@@ -49,6 +49,7 @@ use crate::outcome::{Phase, RunResult};
 use crate::scenario::Scenario;
 use crate::server::Server;
 use place::{CellServer, NotRun};
+use sharing::Monitor;
 use state::Run;
 
 /// How long the leak guard waits for a closed pool's backends to exit.
@@ -161,7 +162,7 @@ async fn run_on(
             .is_none_or(|p| p.kind.closes_server_connections_on_request());
 
     let t = Instant::now();
-    let (admin, db) =
+    let (admin, db, monitor) =
         match phases::create_database(server, sharing, share, || database_name(&scenario.name, info.id)).await {
             Ok(opened) => opened,
             Err(e) => {
@@ -171,12 +172,35 @@ async fn run_on(
         };
     let settings = phases::apply_server_settings(&admin, scenario, &db).await;
     result.phase(Phase::CreateDatabase, t);
-    if let Err(e) = settings {
+    let monitor = if let Err(e) = settings {
         result.failure = Some(fail(e));
+        monitor
     } else {
-        run_in_database(server, scenario, driver, &info, &db, &mut result, &fail).await;
-    }
-    clean_up(server, scenario, &info, sharing, share, admin, &db, &mut result, &fail).await;
+        run_in_database(
+            server,
+            scenario,
+            driver,
+            &info,
+            &db,
+            (monitor, share),
+            &mut result,
+            &fail,
+        )
+        .await
+    };
+    clean_up(
+        server,
+        scenario,
+        &info,
+        sharing,
+        share,
+        admin,
+        &db,
+        monitor,
+        &mut result,
+        &fail,
+    )
+    .await;
     if let Some(failure) = &mut result.failure
         && let Some(gone) = server_gone(server).await
     {
@@ -192,16 +216,21 @@ pub const POOLER_CLOSED: &str = "the pooler closed the client connection";
 
 /// Phases 2 to 7 in database `db` ([`Run::execute`]); a failed expectation
 /// behind a pooler that breaks session assumptions is the deviation.
+/// `monitor`: the monitor connection an earlier cell kept with the database,
+/// and whether this cell may keep its own for a later one (it shares its
+/// database); returns the monitor kept (the run passed), if any.
+#[allow(clippy::too_many_arguments)]
 async fn run_in_database(
     server: &Server,
     scenario: &Scenario,
     driver: &dyn Driver,
     info: &DriverInfo,
     db: &str,
+    monitor: (Option<Monitor>, bool),
     result: &mut RunResult,
     fail: &dyn Fn(String) -> String,
-) {
-    let mut run = Run::new(server, scenario, info, db, result);
+) -> Option<Monitor> {
+    let mut run = Run::new(server, scenario, info, db, result, monitor);
     // A panic outside the steps (building the pool, the clean-up) fails
     // the cell too; the database is still checked and dropped after.
     let outcome = match std::panic::AssertUnwindSafe(run.execute(driver)).catch_unwind().await {
@@ -215,6 +244,7 @@ async fn run_in_database(
     // steps stop here (their backends are the leak guard's to end).
     run.heal_all().await;
     run.abort_background();
+    let kept = run.kept_monitor.take().filter(|_| outcome.is_ok());
     drop(run);
     if let Err(e) = outcome {
         if e.is_mismatch() && info.pooler.is_some_and(|p| p.breaks_session_assumptions()) {
@@ -241,6 +271,7 @@ async fn run_in_database(
             result.failure = Some(fail(e.to_string()));
         }
     }
+    kept
 }
 
 /// Phases 8 and 9: the pooler told to close its server connections to
@@ -255,6 +286,7 @@ async fn clean_up(
     share: bool,
     admin: locklab_drivers::DirectConn,
     db: &str,
+    monitor: Option<Monitor>,
     result: &mut RunResult,
     fail: &dyn Fn(String) -> String,
 ) {
@@ -279,11 +311,11 @@ async fn clean_up(
     {
         result.failure.get_or_insert_with(|| fail(format!("{e:#}")));
     }
-    phases::guard_leaks(&admin, db, result, fail).await;
+    phases::guard_leaks(&admin, db, monitor.as_ref().map(|m| m.pid), result, fail).await;
     let t = result.phase(Phase::LeakGuard, t);
     let passed = result.failure.is_none();
     let keep = share && passed && result.backends_left.is_empty();
-    let dropped = phases::keep_or_drop_database(server, sharing, admin, db, keep, passed).await;
+    let dropped = phases::keep_or_drop_database(server, sharing, admin, db, monitor, keep, passed).await;
     result.phase(Phase::DropDatabase, t);
     if let Err(e) = dropped {
         result.failure.get_or_insert_with(|| fail(e));

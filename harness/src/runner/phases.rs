@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use locklab_drivers::{DirectConn, DriverError};
 
 use super::database::drop_database;
-use super::sharing::Sharing;
+use super::sharing::{Monitor, SharedDatabase, Sharing};
 use super::{CLEANUP_QUERY_TIMEOUT, LEAK_GUARD_WAIT, driver_text};
-use crate::observe::{self, Polled, poll_until};
+use crate::observe::{self, Polled, poll_from, poll_until};
 use crate::outcome::{Observation, RunResult, Value};
 use crate::scenario::Scenario;
 use crate::server::Server;
@@ -63,8 +63,10 @@ pub(super) fn may_share_database(scenario: &Scenario) -> bool {
 /// administration database) that the later phases reuse. With `sharing` (a
 /// matrix run): an admin connection an earlier cell gave back, if any; and
 /// with `share_database` too (the cell [`may_share_database`]), a clean
-/// database an earlier cell of the run left, when there is one. Else
-/// `create database` with the name `fresh` gives. Returns the connection and the database's name.
+/// database an earlier cell of the run left, when there is one, with its
+/// monitor connection if that cell kept it. Else `create database` with the
+/// name `fresh` gives. Returns the connection, the database's name and the
+/// kept monitor.
 ///
 /// # Errors
 /// No connection, or the database could not be created (the text says which).
@@ -73,21 +75,21 @@ pub(super) async fn create_database(
     sharing: Option<&Sharing>,
     share_database: bool,
     fresh: impl FnOnce() -> String,
-) -> Result<(DirectConn, String), String> {
+) -> Result<(DirectConn, String, Option<Monitor>), String> {
     let admin = match sharing {
         Some(sharing) => sharing.lease_admin(server).await,
         None => server.admin().await,
     }
     .map_err(|e| format!("cannot connect to the server: {e:#}"))?;
     if let Some(db) = sharing.filter(|_| share_database).and_then(|s| s.take_database(server)) {
-        return Ok((admin, db));
+        return Ok((admin, db.name, db.monitor));
     }
     let db = fresh();
     if let Err(e) = admin.client().simple_query(&format!("create database \"{db}\"")).await {
         admin.close().await;
         return Err(format!("cannot create database {db}: {}", driver_text(e)));
     }
-    Ok((admin, db))
+    Ok((admin, db, None))
 }
 
 /// `alter database … set` for the scenario's `server_settings`.
@@ -109,10 +111,17 @@ pub(super) async fn apply_server_settings(admin: &DirectConn, scenario: &Scenari
 }
 
 /// Phase 7: the leak guard, with its deadline, into `result`: what it found
-/// fails the cell (`backends_left`).
-pub(super) async fn guard_leaks(admin: &DirectConn, db: &str, result: &mut RunResult, fail: &dyn Fn(String) -> String) {
+/// fails the cell (`backends_left`). `monitor`: the pid of the cell's
+/// monitor connection, kept open for the next cell, which is not a leftover.
+pub(super) async fn guard_leaks(
+    admin: &DirectConn,
+    db: &str,
+    monitor: Option<i32>,
+    result: &mut RunResult,
+    fail: &dyn Fn(String) -> String,
+) {
     let within = LEAK_GUARD_WAIT + CLEANUP_QUERY_TIMEOUT;
-    let guard = tokio::time::timeout(within, leak_guard(admin.client(), db))
+    let guard = tokio::time::timeout(within, leak_guard_except(admin.client(), db, monitor))
         .await
         .unwrap_or_else(|_| Err(DriverError::Client(format!("no answer within {} s", within.as_secs()))));
     match guard {
@@ -138,8 +147,9 @@ pub(super) async fn guard_leaks(admin: &DirectConn, db: &str, result: &mut RunRe
 
 /// Phase 8 and the end of the cell. With `sharing` (a matrix run): when
 /// `keep` (the cell may share its database, passed, and the leak guard found
-/// nothing in it) the database is left for a later cell of the run, else
-/// dropped ([`drop_database`]); and when the cell `passed` (every statement
+/// nothing in it) the database is left for a later cell of the run, with
+/// `monitor` when the cell kept it open, else `monitor` is closed and the
+/// database dropped ([`drop_database`]); and when the cell `passed` (every statement
 /// on `admin` has answered) `admin` is left for a later cell too. Without
 /// `sharing` the database is dropped and `admin` closed.
 ///
@@ -150,15 +160,27 @@ pub(super) async fn keep_or_drop_database(
     sharing: Option<&Sharing>,
     admin: DirectConn,
     db: &str,
+    monitor: Option<Monitor>,
     keep: bool,
     passed: bool,
 ) -> Result<(), String> {
     let outcome = match sharing {
         Some(sharing) if keep => {
-            sharing.put_database(server, db.to_owned());
+            sharing.put_database(
+                server,
+                SharedDatabase {
+                    name: db.to_owned(),
+                    monitor,
+                },
+            );
             Ok(())
         }
-        _ => drop_database(&admin, db).await,
+        _ => {
+            if let Some(m) = monitor {
+                m.conn.close().await;
+            }
+            drop_database(&admin, db).await
+        }
     };
     match sharing {
         Some(sharing) if passed && outcome.is_ok() => sharing.give_back_admin(server, admin),
@@ -178,10 +200,21 @@ pub(super) async fn keep_or_drop_database(
 /// # Errors
 /// A failed query.
 pub async fn leak_guard(admin: &tokio_postgres::Client, db: &str) -> Result<Vec<String>, DriverError> {
-    let sql = observe::leftovers_sql(db);
+    leak_guard_except(admin, db, None).await
+}
+
+/// [`leak_guard`], leaving backend `monitor` (the harness's monitor
+/// connection, kept for the next cell) out of what is left; when it
+/// times out, that backend is ended too, with the others.
+async fn leak_guard_except(
+    admin: &tokio_postgres::Client,
+    db: &str,
+    monitor: Option<i32>,
+) -> Result<Vec<String>, DriverError> {
+    let sql = observe::leftovers_sql(db, monitor);
     let until = Instant::now() + LEAK_GUARD_WAIT;
     let mut left = Vec::new();
-    let polled = poll_until(until, async || {
+    let polled = poll_from(until, observe::EXIT_FIRST_PAUSE, async || {
         let rows = locklab_drivers::simple_query_rows(admin, &sql).await?;
         left = rows
             .rows

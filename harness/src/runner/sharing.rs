@@ -1,6 +1,9 @@
 //! What the cells of one matrix run share to save the server work
 //! ([`crate::matrix::run_shard`]): run databases that earlier cells left
-//! clean, and their admin connections (to the administration database).
+//! clean, each with its monitor connection, and their admin connections (to
+//! the administration database). A connection is a backend forked, started
+//! and ended: on a short cell the largest part of the server's CPU
+//! (`perf`: `locklab bench` in docs/src/speed.md).
 //!
 //! The scope is one run on one tokio runtime: a connection's task lives on
 //! the runtime that opened it, so nothing here outlives the run
@@ -14,12 +17,30 @@ use locklab_drivers::DirectConn;
 
 use crate::server::Server;
 
+/// The harness's monitor connection to a run database, and its backend pid
+/// (which the leak guard leaves out of what it counts as left behind).
+pub(super) struct Monitor {
+    /// The connection, idle.
+    pub(super) conn: DirectConn,
+    /// Its backend's pid.
+    pub(super) pid: i32,
+}
+
+/// A clean run database an earlier cell left, with its monitor when that
+/// cell kept it open.
+pub(super) struct SharedDatabase {
+    /// The database's name.
+    pub(super) name: String,
+    /// Its monitor connection, idle, when kept.
+    pub(super) monitor: Option<Monitor>,
+}
+
 /// The run databases and admin connections that the cells of one run
 /// leave for each other, per server (by [`Server::id`]).
 #[derive(Default)]
 pub struct Sharing {
-    /// Clean run databases: server id → names.
-    databases: Mutex<HashMap<String, Vec<String>>>,
+    /// Clean run databases: server id → databases.
+    databases: Mutex<HashMap<String, Vec<SharedDatabase>>>,
     /// Idle admin connections: server id → connections with no statement in flight.
     admins: Mutex<HashMap<String, Vec<DirectConn>>>,
 }
@@ -41,14 +62,15 @@ impl Sharing {
 
     /// A clean run database an earlier cell left on `server`, if any (taken:
     /// no other cell gets it until it is put back).
-    pub(super) fn take_database(&self, server: &Server) -> Option<String> {
+    pub(super) fn take_database(&self, server: &Server) -> Option<SharedDatabase> {
         lock(&self.databases).get_mut(&server.id()).and_then(Vec::pop)
     }
 
-    /// Leaves run database `db` on `server` for a later cell: the caller has
-    /// checked that it is clean (the leak guard found nothing in it, and the
-    /// scenario created nothing in it).
-    pub(super) fn put_database(&self, server: &Server, db: String) {
+    /// Leaves run database `db` (with its idle monitor, if kept) on `server`
+    /// for a later cell: the caller has checked that it is clean (the leak
+    /// guard found nothing in it but the monitor, and the scenario created
+    /// nothing in it).
+    pub(super) fn put_database(&self, server: &Server, db: SharedDatabase) {
         lock(&self.databases).entry(server.id()).or_default().push(db);
     }
 
@@ -74,8 +96,8 @@ impl Sharing {
         lock(&self.admins).entry(server.id()).or_default().push(conn);
     }
 
-    /// The end of the run: drops the spare databases and closes the idle
-    /// admin connections of every server in `servers`. Returns how many
+    /// The end of the run: closes the spare databases' monitors, drops the
+    /// databases and closes the idle admin connections of every server in `servers`. Returns how many
     /// databases were dropped.
     ///
     /// # Errors
@@ -91,6 +113,13 @@ impl Sharing {
             if spare.is_empty() {
                 continue;
             }
+            let mut names = Vec::with_capacity(spare.len());
+            for db in spare {
+                if let Some(m) = db.monitor {
+                    m.conn.close().await;
+                }
+                names.push(db.name);
+            }
             let admin = match server.admin().await {
                 Ok(admin) => admin,
                 Err(e) => {
@@ -98,7 +127,7 @@ impl Sharing {
                     continue;
                 }
             };
-            for db in &spare {
+            for db in &names {
                 match super::database::drop_database(&admin, db).await {
                     Ok(()) => dropped += 1,
                     Err(e) => {
@@ -110,6 +139,12 @@ impl Sharing {
         }
         for conn in admins.into_values().flatten() {
             conn.close().await;
+        }
+        // Those of servers not in `servers` (none in a run that gives them all).
+        for db in databases.into_values().flatten() {
+            if let Some(m) = db.monitor {
+                m.conn.close().await;
+            }
         }
         first_error.map_or(Ok(dropped), Err)
     }

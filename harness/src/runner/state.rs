@@ -9,6 +9,7 @@ use futures::FutureExt;
 use locklab_drivers::{Conn, DirectConn, Driver, DriverInfo, DriverKind, PoolOptions, PoolerMode, Rows};
 use tokio::task::JoinHandle;
 
+use super::sharing::Monitor;
 use super::{CHECKOUT_TIMEOUT_S, StepError, StepResult, injected_panic_step, ms, panic_text};
 use crate::outcome::{Observation, Phase, RunResult, StepReport, Value};
 use crate::scenario::kind::Connection;
@@ -67,6 +68,15 @@ pub(super) struct Run<'a> {
     /// What the fault steps and the steps that time them keep from step
     /// to step (child processes, namespace ports, when a fault struck).
     pub(super) faults: super::faults::Faults,
+    /// Before the run: the monitor an earlier cell kept with the database,
+    /// which [`Run::open`] takes; after it: this run's monitor, kept for a
+    /// later cell when `keep_monitor`.
+    pub(super) kept_monitor: Option<Monitor>,
+    /// Whether the monitor stays open after the run, for the next cell in
+    /// the database (the cell shares its database).
+    keep_monitor: bool,
+    /// The monitor's backend pid, when it may be kept.
+    monitor_pid: Option<i32>,
 }
 
 /// How long a failed run waits for what its dropped calls set going in the
@@ -82,6 +92,7 @@ impl<'a> Run<'a> {
         info: &'a DriverInfo,
         db: &'a str,
         result: &'a mut RunResult,
+        (kept_monitor, keep_monitor): (Option<Monitor>, bool),
     ) -> Run<'a> {
         Run {
             server,
@@ -96,6 +107,9 @@ impl<'a> Run<'a> {
             finished: HashMap::new(),
             had_pid: HashMap::new(),
             faults: super::faults::Faults::default(),
+            kept_monitor,
+            keep_monitor,
+            monitor_pid: None,
         }
     }
 
@@ -137,7 +151,7 @@ impl<'a> Run<'a> {
         outcome = self.verify(outcome, &mut monitor).await;
         outcome = self.end_leftovers(outcome, stuck, &mut monitor).await;
         let t = self.result.phase(Phase::Verify, t);
-        self.close(pool, monitor).await;
+        self.close(pool, monitor, outcome.is_ok()).await;
         self.result.phase(Phase::Close, t);
         outcome
     }
@@ -175,10 +189,32 @@ impl<'a> Run<'a> {
                 self.settings_hint(&self.scenario.pool_settings)
             )
         })?;
-        let monitor = DirectConn::connect(&self.server.spec(self.db, "locklab-monitor"))
+        let monitor = self.monitor().await?;
+        Ok((pool, monitor))
+    }
+
+    /// The harness's monitor connection to the run's database: the one an
+    /// earlier cell kept, when it is still open, else a new one (whose pid
+    /// is read when it may be kept: the leak guard leaves it out).
+    async fn monitor(&mut self) -> Result<DirectConn, String> {
+        if let Some(m) = self.kept_monitor.take() {
+            if !m.conn.client().is_closed() {
+                self.monitor_pid = Some(m.pid);
+                return Ok(m.conn);
+            }
+            m.conn.close().await;
+        }
+        let mut conn = DirectConn::connect(&self.server.spec(self.db, "locklab-monitor"))
             .await
             .map_err(|e| format!("cannot open the monitor connection: {e}"))?;
-        Ok((pool, monitor))
+        if self.keep_monitor {
+            let rows = conn
+                .simple_query(crate::observe::BACKEND_PID_SQL)
+                .await
+                .map_err(|e| format!("cannot read the monitor connection's pid: {e}"))?;
+            self.monitor_pid = rows.first_value().flatten().and_then(|v| v.parse().ok());
+        }
+        Ok(conn)
     }
 
     /// Phase 3: a dedicated connection per `via: direct` actor, with its pid.
@@ -391,12 +427,16 @@ impl<'a> Run<'a> {
     }
 
     /// Phase 6: every connection dropped, background steps stopped, the pool
-    /// closed (within 10 s), the monitor closed.
-    async fn close(&mut self, pool: Box<dyn locklab_drivers::Pool>, monitor: DirectConn) {
+    /// closed (within 10 s), the monitor closed (or, when the run `passed` in
+    /// a database it shares, kept for the next cell: [`Run::kept_monitor`]).
+    async fn close(&mut self, pool: Box<dyn locklab_drivers::Pool>, monitor: DirectConn, passed: bool) {
         self.heal_all().await;
         self.abort_background();
         let _ = tokio::time::timeout(Duration::from_secs(10), pool.close()).await;
-        monitor.close().await;
+        match self.monitor_pid.filter(|_| self.keep_monitor && passed) {
+            Some(pid) => self.kept_monitor = Some(Monitor { conn: monitor, pid }),
+            None => monitor.close().await,
+        }
     }
 
     /// Stops dropping the packets of every `network: namespace` connection of

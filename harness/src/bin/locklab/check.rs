@@ -259,9 +259,9 @@ fn whole_matrix(dir: &Path, file: &Path, report: &Report) -> Result<()> {
 
 /// One server: refuses several versions or backends before starting any.
 fn one_server(run: &RunArgs) -> Result<()> {
-    let mut majors = run.majors();
+    let mut majors = run.server.majors();
     majors.dedup();
-    let mut backends = run.backends();
+    let mut backends = run.server.backends();
     backends.dedup();
     if majors.len() > 1 || backends.len() > 1 {
         bail!(

@@ -106,6 +106,13 @@ pub enum Command {
     /// (and pgbench with the same SQL) on a local cluster of its own; every
     /// critical section is checked for overlaps and lost updates afterwards.
     Stress(crate::stress::StressArgs),
+    /// What a cell costs next to the same SQL from a bare client on the same
+    /// server, per kind of cell (plain cells through a column of each family,
+    /// a race cell, a fault cell) and backend (the local cluster, and a
+    /// container when a Docker engine answers): wall time per run and per
+    /// cell, CPU per cell, the matrix's cells per second. A benchmark: it
+    /// judges nothing (docs/src/speed.md).
+    Bench(crate::bench::BenchArgs),
     /// The load report (reports/load/: load.md, load.json, the curves' SVG
     /// charts): throughput next to pgbench, every pattern checked, and the
     /// contention curves; about eight minutes.
@@ -293,6 +300,34 @@ pub struct RunArgs {
     /// Only these drivers (repeatable; default: all).
     #[arg(short, long = "driver")]
     pub driver: Vec<String>,
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// Scenario × driver runs in flight at once (1-256).
+    #[arg(long, default_value_t = DEFAULT_JOBS as u16, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub jobs: u16,
+    /// Run each cell this many times (1-1000): timings become min / p50 / p95 /
+    /// max, and a cell whose readings differ between repeats varies (each way
+    /// it read is kept with its count; properties are judged over every repeat;
+    /// never a failure by itself: the variation rule, docs/src/faults-and-races.md).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub repeat: u16,
+    /// At most this many trials per race cell (scenarios with `trials:`, e.g.
+    /// 1000; 1-10000; default: as each scenario says). A race cell runs once
+    /// whatever --repeat says: its trials are its repeats.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub trials: Option<u32>,
+    /// Run only part I of N of the cells (e.g. 2/4), for spreading the matrix
+    /// over N machines: the split is stable (a cell's position in the matrix,
+    /// round-robin), and `locklab merge` puts the shards' matrix.json files
+    /// together. `report` then needs --out, `check` compares only the
+    /// shard's cells.
+    #[arg(long, value_name = "I/N", value_parser = parse_shard)]
+    pub shard: Option<Shard>,
+}
+
+/// Where the server comes from (`run`, `report`, `soak`, `check`, `try`, `bench`).
+#[derive(Args, Clone)]
+pub struct ServerArgs {
     /// Where PostgreSQL runs: a container (testcontainers), a local cluster from
     /// binaries, an external server (--dsn), or auto: external with a DSN, else
     /// container when a Docker engine answers, else local.
@@ -317,35 +352,17 @@ pub struct RunArgs {
     /// Directory with postgres and initdb for the local backend
     #[arg(long, env = "LOCKLAB_PG_BIN", hide_env_values = true)]
     pub pg_bin: Option<PathBuf>,
-    /// Scenario × driver runs in flight at once (1-256).
-    #[arg(long, default_value_t = DEFAULT_JOBS as u16, value_parser = clap::value_parser!(u16).range(1..=256))]
-    pub jobs: u16,
-    /// Run each cell this many times (1-1000): timings become min / p50 / p95 /
-    /// max, and a cell whose readings differ between repeats varies (each way
-    /// it read is kept with its count; properties are judged over every repeat;
-    /// never a failure by itself: the variation rule, docs/src/faults-and-races.md).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
-    pub repeat: u16,
-    /// At most this many trials per race cell (scenarios with `trials:`, e.g.
-    /// 1000; 1-10000; default: as each scenario says). A race cell runs once
-    /// whatever --repeat says: its trials are its repeats.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10000))]
-    pub trials: Option<u32>,
-    /// Run only part I of N of the cells (e.g. 2/4), for spreading the matrix
-    /// over N machines: the split is stable (a cell's position in the matrix,
-    /// round-robin), and `locklab merge` puts the shards' matrix.json files
-    /// together. `report` then needs --out, `check` compares only the
-    /// shard's cells.
-    #[arg(long, value_name = "I/N", value_parser = parse_shard)]
-    pub shard: Option<Shard>,
 }
 
-/// `--shard I/N`.
-fn parse_shard(s: &str) -> Result<Shard, String> {
-    s.parse()
-}
+impl ServerArgs {
+    /// These options with `--backend` set to `backends`.
+    pub fn with_backends(&self, backends: Vec<BackendChoice>) -> ServerArgs {
+        ServerArgs {
+            backend: vec![List(backends)],
+            ..self.clone()
+        }
+    }
 
-impl RunArgs {
     /// The `--pg` / `LOCKLAB_PG` versions in the order given, duplicates
     /// included (empty: none asked for).
     pub fn majors(&self) -> Vec<u32> {
@@ -366,6 +383,11 @@ impl RunArgs {
         let applies = !dsn.from_env || matches!(choice, BackendChoice::Auto | BackendChoice::External);
         applies.then(|| dsn.value.clone())
     }
+}
+
+/// `--shard I/N`.
+fn parse_shard(s: &str) -> Result<Shard, String> {
+    s.parse()
 }
 
 /// Parses the command line (and the variables behind its options).
@@ -502,7 +524,7 @@ impl ValueParserFactory for List<BackendChoice> {
 }
 
 /// `--dsn` or `LOCKLAB_DSN`, and which of the two it came from (see
-/// [`RunArgs::dsn_for`]).
+/// [`ServerArgs::dsn_for`]).
 #[derive(Clone)]
 pub struct Dsn {
     value: String,

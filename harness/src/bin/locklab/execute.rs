@@ -106,7 +106,7 @@ pub fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
 fn start(rt: &Runtime, interrupts: &mut Interrupts, args: &RunArgs) -> Result<Result<Vec<Server>>, Interrupted> {
     rt.block_on(async {
         let start_args = args.clone();
-        let start = tokio::task::spawn_blocking(move || start_servers(&start_args));
+        let start = tokio::task::spawn_blocking(move || start_servers(&start_args.server));
         tokio::select! {
             r = start => Ok(r.map_err(|e| anyhow::anyhow!("server start-up failed: {e}")).and_then(|r| r)),
             signal = interrupts.next() => Err(signal),

@@ -6,6 +6,7 @@
 //! 130 / 143 stopped by SIGINT / SIGTERM, after cleaning up.
 
 mod adapter;
+mod bench;
 mod check;
 mod cli;
 mod execute;
@@ -100,5 +101,6 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Holders(args) => locklab_holders::cli::holders(args),
         Command::Stress(args) => stress::stress(args),
         Command::LoadReport(args) => stress::load_report(args),
+        Command::Bench(args) => bench::bench(&dir, args),
     }
 }

@@ -4,7 +4,7 @@
 use anyhow::{Context, Result, bail};
 use locklab::server::{self, Backend, BackendChoice, DEFAULT_PG_MAJOR, Server, ServerOptions};
 
-use crate::cli::RunArgs;
+use crate::cli::ServerArgs;
 
 /// Resolves each `--backend` once, then starts one server per backend ×
 /// `--pg` version (concurrently), printing what it does. With more than one
@@ -14,7 +14,7 @@ use crate::cli::RunArgs;
 /// A backend that cannot be had (see [`ServerOptions::resolve_backend`]),
 /// `--pg` with only an external server, several versions with one
 /// `--pg-bin`, or a server that does not start (the others are stopped).
-pub fn start_servers(args: &RunArgs) -> Result<Vec<Server>> {
+pub fn start_servers(args: &ServerArgs) -> Result<Vec<Server>> {
     let mut majors = distinct(&args.majors());
     let asked = args.backends();
     let choices = if asked.is_empty() {
@@ -61,7 +61,7 @@ pub fn start_servers(args: &RunArgs) -> Result<Vec<Server>> {
 }
 
 /// The options for `choice` from the arguments (no version picked).
-fn options(args: &RunArgs, choice: BackendChoice) -> ServerOptions {
+fn options(args: &ServerArgs, choice: BackendChoice) -> ServerOptions {
     ServerOptions {
         backend: choice,
         dsn: args.dsn_for(choice),
@@ -76,7 +76,7 @@ fn options(args: &RunArgs, choice: BackendChoice) -> ServerOptions {
 
 /// The backend each choice stands for (printing why `auto` fell back to
 /// `local`), each once, in order.
-fn resolve_backends(args: &RunArgs, choices: &[BackendChoice]) -> Result<Vec<Backend>> {
+fn resolve_backends(args: &ServerArgs, choices: &[BackendChoice]) -> Result<Vec<Backend>> {
     let mut backends: Vec<Backend> = Vec::new();
     for choice in choices {
         let (b, why) = options(args, *choice).resolve_backend_with_reason()?;
