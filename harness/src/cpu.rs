@@ -126,7 +126,9 @@ mod tests {
 
     #[test]
     fn a_name_with_spaces_and_parentheses_ends_at_the_last_parenthesis() {
-        let (name, f) = stat_fields("42 (a (b) c) S 1 2 3 4 5 6 7 8 9 10 11 250 50 7 3 20").unwrap();
+        // pid, name, state (field 3), fields 4–13 (ppid … cmajflt), then
+        // utime, stime, cutime, cstime (fields 14–17), priority.
+        let (name, f) = stat_fields("42 (a (b) c) S 1 2 3 4 5 6 7 8 9 10 250 50 7 3 20").unwrap();
         assert_eq!(name, "a (b) c");
         assert_eq!(f[0], 0.0, "the state letter is not a number");
         assert_eq!(&f[11..15], &[250.0, 50.0, 7.0, 3.0]);
