@@ -325,7 +325,16 @@ fn adapter_check_passes_the_rust_pool_adapter() {
 
 fn adapter_check_names_what_the_broken_adapter_does_wrong() {
     let script = common::root().join("harness/tests/fixtures/adapters/broken.py");
-    let (code, stdout, stderr) = adapter_check(&["python3", &script.to_string_lossy(), "reject"]);
+    // It does not answer some requests: each such check waits out the
+    // answer bound, here 2 s instead of the default 10.
+    let (code, stdout, stderr) = adapter_check_args(&[
+        "--answer-timeout",
+        "2",
+        "--",
+        "python3",
+        &script.to_string_lossy(),
+        "reject",
+    ]);
     assert_eq!(
         code, 1,
         "a broken adapter must fail the check (exit 1)\n{stdout}\n{stderr}"

@@ -6,9 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{
-    ANSWER_S, BOUND_MS, HELLO_S, KEY_BASE, POOL_S, SLACK_MS, Session, error, gave_up, implicit_transaction, ok,
-};
+use super::{BOUND_MS, HELLO_S, KEY_BASE, POOL_S, SLACK_MS, Session, error, gave_up, implicit_transaction, ok};
 
 pub(super) type Check = fn(&mut Session<'_>) -> Result<(), String>;
 
@@ -164,10 +162,9 @@ fn several_statements(s: &mut Session<'_>) -> Result<(), String> {
 
 fn server_error(s: &mut Session<'_>) -> Result<(), String> {
     let (pool, c) = one(s)?;
-    let v = s.raw.call(
-        json!({"op": "query", "conn": c, "sql": "select 1/0"}),
-        Duration::from_secs(ANSWER_S),
-    )?;
+    let v = s
+        .raw
+        .call(json!({"op": "query", "conn": c, "sql": "select 1/0"}), s.answer)?;
     let e = error(&v, "select 1/0")?;
     if e["kind"] != "db" || e["sqlstate"] != "22012" {
         return Err(format!(
@@ -209,9 +206,7 @@ fn notices(s: &mut Session<'_>) -> Result<(), String> {
 
 fn transaction(s: &mut Session<'_>, end: &str, key: i64) -> Result<(), String> {
     let (pool, c) = one(s)?;
-    let v = s
-        .raw
-        .call(json!({"op": "begin", "conn": c}), Duration::from_secs(ANSWER_S))?;
+    let v = s.raw.call(json!({"op": "begin", "conn": c}), s.answer)?;
     ok(&v, "begin")?;
     s.query(&c, &format!("select pg_advisory_xact_lock({key})"))?;
     if !s.lock_seen(key, true)? {
@@ -219,9 +214,7 @@ fn transaction(s: &mut Session<'_>, end: &str, key: i64) -> Result<(), String> {
             "after begin and pg_advisory_xact_lock({key}), the server shows no holder"
         ));
     }
-    let v = s
-        .raw
-        .call(json!({"op": end, "conn": c}), Duration::from_secs(ANSWER_S))?;
+    let v = s.raw.call(json!({"op": end, "conn": c}), s.answer)?;
     ok(&v, end)?;
     if s.lock_seen(key, true)? {
         return Err(format!(
@@ -264,7 +257,7 @@ fn concurrent(s: &mut Session<'_>) -> Result<(), String> {
         return Err("the waiting query answered before its lock was released".into());
     }
     s.query(&a, &format!("select pg_advisory_unlock({key})"))?;
-    let (v, _) = s.raw.wait(waiting, Duration::from_secs(ANSWER_S))?;
+    let (v, _) = s.raw.wait(waiting, s.answer)?;
     ok(&v, "the waiting query, once the lock was released")?;
     s.query(&b, &format!("select pg_advisory_unlock({key})"))?;
     done(s, &pool, &[&a, &b])
@@ -292,15 +285,12 @@ fn query_bound(s: &mut Session<'_>) -> Result<(), String> {
     // Whatever the library left the connection as (a given-up call may
     // still run on the server and take the lock: a ghost), it must answer.
     s.raw
-        .call(
-            json!({"op": "query", "conn": b, "sql": "select 1"}),
-            Duration::from_secs(ANSWER_S),
-        )
+        .call(json!({"op": "query", "conn": b, "sql": "select 1"}), s.answer)
         .map_err(|e| format!("the connection after a given-up call: {e}"))?;
     s.raw
         .call(
             json!({"op": "query", "conn": b, "sql": "select pg_advisory_unlock_all()"}),
-            Duration::from_secs(ANSWER_S),
+            s.answer,
         )
         .ok();
     done(s, &pool, &[&a, &b])
@@ -311,8 +301,8 @@ fn drop_request(s: &mut Session<'_>) -> Result<(), String> {
     let (pool, a, b) = two(s)?;
     let target = blocked(s, &a, &b, key, None)?;
     let d = s.raw.send(json!({"op": "drop", "target": target}));
-    let (tv, t_at) = s.raw.wait(target, Duration::from_secs(ANSWER_S))?;
-    let (dv, d_at) = s.raw.wait(d, Duration::from_secs(ANSWER_S))?;
+    let (tv, t_at) = s.raw.wait(target, s.answer)?;
+    let (dv, d_at) = s.raw.wait(d, s.answer)?;
     if tv.get("dropped").and_then(Value::as_bool) != Some(true) {
         return Err(format!("the dropped request must answer `dropped: true`, got {tv}"));
     }
@@ -328,12 +318,10 @@ fn drop_request(s: &mut Session<'_>) -> Result<(), String> {
 }
 
 fn drop_answered(s: &mut Session<'_>) -> Result<(), String> {
-    let v = s.raw.call(json!({"op": "ping"}), Duration::from_secs(ANSWER_S))?;
+    let v = s.raw.call(json!({"op": "ping"}), s.answer)?;
     ok(&v, "ping")?;
     let pinged = s.raw.next_id - 1;
-    let v = s
-        .raw
-        .call(json!({"op": "drop", "target": pinged}), Duration::from_secs(ANSWER_S))?;
+    let v = s.raw.call(json!({"op": "drop", "target": pinged}), s.answer)?;
     ok(&v, "drop of an answered request").map(|_| ())
 }
 
@@ -342,12 +330,10 @@ fn cancel(s: &mut Session<'_>) -> Result<(), String> {
     let (pool, a, b) = two(s)?;
     let can = s.cancels.get(&b).copied().unwrap_or(false);
     let waiting = blocked(s, &a, &b, key, None)?;
-    let v = s
-        .raw
-        .call(json!({"op": "cancel", "conn": b}), Duration::from_secs(ANSWER_S))?;
+    let v = s.raw.call(json!({"op": "cancel", "conn": b}), s.answer)?;
     if can {
         ok(&v, "cancel (the connection has a cancel API: `cancel: true`)")?;
-        let (w, _) = s.raw.wait(waiting, Duration::from_secs(ANSWER_S))?;
+        let (w, _) = s.raw.wait(waiting, s.answer)?;
         let e = error(&w, "the cancelled query")?;
         if e["kind"] != "db" || e["sqlstate"] != "57014" {
             return Err(format!(
@@ -362,7 +348,7 @@ fn cancel(s: &mut Session<'_>) -> Result<(), String> {
             ));
         }
         s.query(&a, &format!("select pg_advisory_unlock({key})"))?;
-        let (w, _) = s.raw.wait(waiting, Duration::from_secs(ANSWER_S))?;
+        let (w, _) = s.raw.wait(waiting, s.answer)?;
         ok(&w, "the waiting query, once the lock was released")?;
         s.query(&b, &format!("select pg_advisory_unlock({key})"))?;
         return done(s, &pool, &[&a, &b]);
@@ -374,9 +360,7 @@ fn cancel(s: &mut Session<'_>) -> Result<(), String> {
 fn cancel_idle(s: &mut Session<'_>) -> Result<(), String> {
     let (pool, c) = one(s)?;
     let can = s.cancels.get(&c).copied().unwrap_or(false);
-    let v = s
-        .raw
-        .call(json!({"op": "cancel", "conn": c}), Duration::from_secs(ANSWER_S))?;
+    let v = s.raw.call(json!({"op": "cancel", "conn": c}), s.answer)?;
     if can {
         ok(&v, "cancel with nothing in flight (nothing to cancel: `{}`)")?;
     } else {
@@ -394,15 +378,15 @@ fn abandon(s: &mut Session<'_>) -> Result<(), String> {
     // the call is dropped, then the connection abandoned.
     let d = s.raw.send(json!({"op": "drop", "target": target}));
     let ab = s.raw.send(json!({"op": "abandon", "conn": b}));
-    let (tv, _) = s.raw.wait(target, Duration::from_secs(ANSWER_S))?;
+    let (tv, _) = s.raw.wait(target, s.answer)?;
     if tv.get("dropped").and_then(Value::as_bool) != Some(true) && tv.get("error").is_none() {
         return Err(format!(
             "the abandoned call must answer `dropped: true` (or an error), got {tv}"
         ));
     }
-    let (dv, _) = s.raw.wait(d, Duration::from_secs(ANSWER_S))?;
+    let (dv, _) = s.raw.wait(d, s.answer)?;
     ok(&dv, "drop")?;
-    let (av, _) = s.raw.wait(ab, Duration::from_secs(ANSWER_S))?;
+    let (av, _) = s.raw.wait(ab, s.answer)?;
     ok(&av, "abandon")?;
     s.query(&a, &format!("select pg_advisory_unlock({key})"))?;
     // The abandoned connection went back: the pool of 2 has room for another.
@@ -410,7 +394,7 @@ fn abandon(s: &mut Session<'_>) -> Result<(), String> {
     // block's `finally` would), after the unlock above; a pool that never
     // waits (psycopg2's) fails a checkout at once until then (kind client),
     // so such a checkout is tried again, up to the answer bound.
-    let deadline = Instant::now() + Duration::from_secs(ANSWER_S);
+    let deadline = Instant::now() + s.answer;
     let c = loop {
         match s.checkout(&pool) {
             Ok(c) => break c,
@@ -483,7 +467,7 @@ fn guard(s: &mut Session<'_>) -> Result<(), String> {
     let (pool, c) = one(s)?;
     let v = s.raw.call(
         json!({"op": "guard", "conn": c, "key": key, "end": "release_now"}),
-        Duration::from_secs(ANSWER_S),
+        s.answer,
     )?;
     if v.get("ok").is_some() {
         if s.lock_seen(key, true)? {
@@ -504,7 +488,7 @@ fn guard(s: &mut Session<'_>) -> Result<(), String> {
 
 /// `fields` must answer an error, and the adapter must answer a ping after.
 fn refused(s: &mut Session<'_>, fields: Value, what: &str) -> Result<Value, String> {
-    let v = s.raw.call(fields, Duration::from_secs(ANSWER_S))?;
+    let v = s.raw.call(fields, s.answer)?;
     let e = error(&v, what)?;
     s.ping().map_err(|e| format!("after {what}: {e}"))?;
     Ok(e)
@@ -587,12 +571,17 @@ fn after_close(s: &mut Session<'_>) -> Result<(), String> {
 
 fn stdin_closed(s: &mut Session<'_>) -> Result<(), String> {
     drop(s.raw.stdin.take());
-    let deadline = Instant::now() + Duration::from_secs(ANSWER_S);
+    let deadline = Instant::now() + s.answer;
     loop {
         match s.raw.child.try_wait() {
             Ok(Some(_)) => return Ok(()),
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            Ok(None) => return Err(format!("still running {ANSWER_S} s after its stdin closed")),
+            Ok(None) => {
+                return Err(format!(
+                    "still running {:.1} s after its stdin closed",
+                    s.answer.as_secs_f64()
+                ));
+            }
             Err(e) => return Err(format!("cannot wait for it: {e}")),
         }
     }

@@ -14,12 +14,11 @@
 //! What the transaction did is read on the server (`pg_locks`,
 //! `to_regclass`) and by the statements themselves, never assumed.
 
-use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use super::checks::{done, one, still_answers};
-use super::{ANSWER_S, KEY_BASE, Session, error, ok};
+use super::{KEY_BASE, Session, error, ok};
 
 /// The protocol doc's name for the behaviour, quoted in every failure.
 const RULE: &str = "the statements of one query run as one implicit transaction, as PostgreSQL runs those of \
@@ -74,10 +73,7 @@ pub(super) fn one_transaction(s: &mut Session<'_>) -> Result<(), String> {
 pub(super) fn error_rolls_back(s: &mut Session<'_>) -> Result<(), String> {
     let (pool, c) = one(s)?;
     let sql = format!("create table {TABLE} (id int); select 1/0");
-    let v = s.raw.call(
-        json!({"op": "query", "conn": c, "sql": sql}),
-        Duration::from_secs(ANSWER_S),
-    )?;
+    let v = s.raw.call(json!({"op": "query", "conn": c, "sql": sql}), s.answer)?;
     let e = error(&v, &format!("`{sql}`"))?;
     if e["kind"] != "db" || e["sqlstate"] != "22012" {
         return Err(format!(
@@ -106,9 +102,7 @@ pub(super) fn error_rolls_back(s: &mut Session<'_>) -> Result<(), String> {
 pub(super) fn inside_begin(s: &mut Session<'_>) -> Result<(), String> {
     let key = KEY_BASE + 11;
     let (pool, c) = one(s)?;
-    let v = s
-        .raw
-        .call(json!({"op": "begin", "conn": c}), Duration::from_secs(ANSWER_S))?;
+    let v = s.raw.call(json!({"op": "begin", "conn": c}), s.answer)?;
     ok(&v, "begin")?;
     let sql = format!("select pg_advisory_xact_lock({key}); select 1");
     s.query(&c, &sql)?;
@@ -119,9 +113,7 @@ pub(super) fn inside_begin(s: &mut Session<'_>) -> Result<(), String> {
              PostgreSQL docs §55.2.2.1; an adapter's own BEGIN … COMMIT around them commits the caller's)"
         ));
     }
-    let v = s
-        .raw
-        .call(json!({"op": "commit", "conn": c}), Duration::from_secs(ANSWER_S))?;
+    let v = s.raw.call(json!({"op": "commit", "conn": c}), s.answer)?;
     ok(&v, "commit")?;
     if s.lock_seen(key, true)? {
         return Err(format!(

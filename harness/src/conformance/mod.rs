@@ -32,8 +32,9 @@ mod checks;
 mod implicit_transaction;
 use checks::CHECKS;
 
-/// How long one answer may take unless a check says otherwise, in s.
-const ANSWER_S: u64 = 10;
+/// How long one answer may take unless a check says otherwise (`adapter
+/// check --answer-timeout` sets another bound).
+pub const DEFAULT_ANSWER: Duration = Duration::from_secs(10);
 /// How long `hello` may take (the adapter imports its library), in s.
 const HELLO_S: u64 = 20;
 /// How long `open_pool` and `close_pool` may take, in s.
@@ -353,6 +354,8 @@ struct Session<'a> {
     /// Whether each connection has a cancel API: its checkout's `cancel`,
     /// else `hello`'s.
     cancels: HashMap<String, bool>,
+    /// How long one answer may take unless a check says otherwise.
+    answer: Duration,
 }
 
 impl Session<'_> {
@@ -373,7 +376,7 @@ impl Session<'_> {
         let conn = format!("c{}", self.conns);
         let v = self.raw.call(
             json!({"op": "checkout", "pool": pool, "conn": conn, "checkout_timeout_ms": 10_000}),
-            Duration::from_secs(ANSWER_S),
+            self.answer,
         )?;
         let o = ok(&v, "checkout")?;
         if o.get("gave_up").and_then(Value::as_bool) == Some(true) {
@@ -389,17 +392,14 @@ impl Session<'_> {
     }
 
     fn query(&mut self, conn: &str, sql: &str) -> Result<Value, String> {
-        let v = self.raw.call(
-            json!({"op": "query", "conn": conn, "sql": sql}),
-            Duration::from_secs(ANSWER_S),
-        )?;
+        let v = self
+            .raw
+            .call(json!({"op": "query", "conn": conn, "sql": sql}), self.answer)?;
         ok(&v, &format!("query `{sql}`"))
     }
 
     fn give_back(&mut self, conn: &str) -> Result<String, String> {
-        let v = self
-            .raw
-            .call(json!({"op": "return", "conn": conn}), Duration::from_secs(ANSWER_S))?;
+        let v = self.raw.call(json!({"op": "return", "conn": conn}), self.answer)?;
         let o = ok(&v, "return")?;
         o.get("returned")
             .and_then(Value::as_str)
@@ -415,7 +415,7 @@ impl Session<'_> {
     }
 
     fn ping(&mut self) -> Result<(), String> {
-        let v = self.raw.call(json!({"op": "ping"}), Duration::from_secs(ANSWER_S))?;
+        let v = self.raw.call(json!({"op": "ping"}), self.answer)?;
         ok(&v, "ping").map(|_| ())
     }
 
@@ -451,14 +451,15 @@ impl Session<'_> {
     }
 
     fn until(&self, key: i64, granted: bool, present: bool, what: &str) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(ANSWER_S);
+        let deadline = Instant::now() + self.answer;
         loop {
             if self.lock_seen(key, granted)? == present {
                 return Ok(());
             }
             if Instant::now() > deadline {
                 return Err(format!(
-                    "the server showed {what} advisory lock {key} not within {ANSWER_S} s"
+                    "the server showed {what} advisory lock {key} not within {:.1} s",
+                    self.answer.as_secs_f64()
                 ));
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -469,12 +470,20 @@ impl Session<'_> {
 /// Runs every check of the protocol against the adapter `command` (run in
 /// `dir`) on `server`, calling `each` with every finding as it is made, and
 /// returns them all. A check that cannot start because an earlier one left
-/// the adapter unusable fails with that reason.
+/// the adapter unusable fails with that reason. `answer`: how long one
+/// answer may take unless a check says otherwise ([`DEFAULT_ANSWER`]; a
+/// check of an adapter that does not answer waits it out).
 ///
 /// # Errors
 /// The adapter cannot be started, or the observer connection or the check's
 /// database cannot be made.
-pub fn check(server: &Server, command: &[String], dir: &Path, each: &mut dyn FnMut(&Finding)) -> Result<Vec<Finding>> {
+pub fn check(
+    server: &Server,
+    command: &[String],
+    dir: &Path,
+    answer: Duration,
+    each: &mut dyn FnMut(&Finding),
+) -> Result<Vec<Finding>> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -496,6 +505,7 @@ pub fn check(server: &Server, command: &[String], dir: &Path, each: &mut dyn FnM
             conns: 0,
             closed_pool: None,
             cancels: HashMap::new(),
+            answer,
         };
         let mut findings = Vec::new();
         for (name, check) in CHECKS {

@@ -39,7 +39,13 @@ pub fn check(args: &AdapterCheckArgs) -> Result<ExitCode> {
         };
         let _ = emit(&line);
     };
-    let findings = locklab::conformance::check(&server, &command, &dir, &mut print)?;
+    let findings = locklab::conformance::check(
+        &server,
+        &command,
+        &dir,
+        std::time::Duration::from_secs_f64(args.answer_timeout),
+        &mut print,
+    )?;
     let failed: Vec<&str> = findings
         .iter()
         .filter(|f| f.wrong.is_some())

@@ -149,6 +149,11 @@ pub struct AdapterCheckArgs {
     /// installed first if it needs to be, run in its base directory.
     #[arg(long, value_name = "ID", conflicts_with = "command")]
     pub column: Option<String>,
+    /// Seconds one answer may take, unless a check sets its own bound
+    /// (`hello` 20 s, `open_pool` and `close_pool` 30 s): a check of a
+    /// request the adapter does not answer waits this out (0.1-600).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = parse_answer_timeout)]
+    pub answer_timeout: f64,
     /// The adapter's program and arguments, after `--`; run in the current directory.
     #[arg(last = true, required_unless_present = "column", value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -275,6 +280,13 @@ pub struct CheckArgs {
     /// them from --from. Exit 1 when any cell differs.
     #[arg(long, num_args = 2, value_names = ["FROM", "TO"], conflicts_with_all = ["update", "baseline"])]
     pub upgrade: Option<Vec<String>>,
+}
+
+fn parse_answer_timeout(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if (0.1..=600.0).contains(&f) => Ok(f),
+        _ => Err(format!("'{s}' is not a number of seconds from 0.1 to 600")),
+    }
 }
 
 fn parse_factor(s: &str) -> Result<f64, String> {
