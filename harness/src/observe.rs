@@ -234,11 +234,16 @@ pub const TERMINATE_OTHERS_SQL: &str = "select pg_terminate_backend(pid) from pg
      where datname = current_database() and pid <> pg_backend_pid()";
 
 /// Backends of the current database still running a statement: pid, what it
-/// waits for (`wait_event_type/wait_event`, or `running`), the pids blocking
-/// it (`pg_blocking_pids`, comma-separated) and the start of its statement.
-pub const STUCK_SQL: &str = "select pid, coalesce(wait_event_type || '/' || wait_event, 'running'), \
+/// waits for (`wait_event_type/wait_event`; else, for a backend with a lock
+/// not granted in `pg_locks`, `Lock/LOCKTYPE`, as the wait event names it:
+/// a backend in a lock's queue shows no wait event while it is woken, e.g.
+/// by a catch-up interrupt, until it sleeps again; else `running`), the pids
+/// blocking it (`pg_blocking_pids`, comma-separated) and the start of its
+/// statement.
+pub const STUCK_SQL: &str = "select pid, coalesce(wait_event_type || '/' || wait_event, \
+     (select 'Lock/' || l.locktype from pg_locks l where l.pid = a.pid and not l.granted limit 1), 'running'), \
      array_to_string(pg_blocking_pids(pid), ','), left(regexp_replace(query, '\\s+', ' ', 'g'), 80) \
-     from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid() \
+     from pg_stat_activity a where datname = current_database() and pid <> pg_backend_pid() \
      and backend_type = 'client backend' and state = 'active' order by pid";
 
 /// Ends every other backend of the current database that holds or waits for
