@@ -14,7 +14,6 @@
 //! What the transaction did is read on the server (`pg_locks`,
 //! `to_regclass`) and by the statements themselves, never assumed.
 
-
 use serde_json::{Value, json};
 
 use super::checks::{done, one, still_answers};

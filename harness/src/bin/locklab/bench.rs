@@ -339,7 +339,25 @@ async fn measure(
         }
     };
     for _ in 0..2 {
-        note(&runner::run_sharing_databases(server, scenario, driver, sharing).await);
+        let r = runner::run_sharing_databases(server, scenario, driver, sharing).await;
+        note(&r);
+        // A cell this machine cannot run (a column's toolchain missing, a
+        // pooler without Docker) has no figures: said, not measured.
+        if let Some(why) = r.skipped {
+            let measured = Measured {
+                server: server.id(),
+                kind,
+                scenario: scenario.name.clone(),
+                driver: driver.info().id.to_owned(),
+                run_p50: 0.0,
+                cell_ms: 0.0,
+                cpu: CpuShare::default(),
+                phases: Vec::new(),
+                floor: Err(format!("not run here: {why}")),
+            };
+            eprintln!("locklab bench: not run here: {why}");
+            return (measured, failed);
+        }
     }
     let before = Usage::now();
     let t = Instant::now();
@@ -479,6 +497,10 @@ fn render(measured: &[Measured], throughput: &[Throughput], args: &BenchArgs, to
                 f.cpu.all,
                 m.cpu.all / f.cpu.all.max(1e-9),
             )),
+            Err(why) if m.phases.is_empty() => out.push_str(&format!(
+                "| {} | {} | {} × {} | — | — | {why} | | | | | | |\n",
+                m.server, m.kind, m.scenario, m.driver,
+            )),
             Err(why) => out.push_str(&format!(
                 "| {} | {} | {} × {} | {:.1} | {:.1} | no floor: {why} | | | | {cpu} | | |\n",
                 m.server, m.kind, m.scenario, m.driver, m.run_p50, m.cell_ms,
@@ -494,7 +516,7 @@ fn render(measured: &[Measured], throughput: &[Throughput], args: &BenchArgs, to
         out.push_str(" ---: |");
     }
     out.push('\n');
-    for m in measured {
+    for m in measured.iter().filter(|m| !m.phases.is_empty()) {
         out.push_str(&format!("| {} | {} × {} |", m.server, m.scenario, m.driver));
         for (_, ms) in &m.phases {
             out.push_str(&format!(" {ms:.1} |"));
