@@ -327,10 +327,11 @@ pub fn terminate_backend_sql(pid: i32, timeout_ms: u64) -> String {
     format!("select pg_terminate_backend({pid}, {timeout_ms})")
 }
 
-/// Ends every backend connected to database `$1` but this one (asked from
-/// another database; the database name as a parameter).
+/// Ends every backend connected to database `$1` but this one and backend
+/// `$2` (0: none; the harness's monitor kept for the next cell), asked from
+/// another database.
 pub const TERMINATE_DATABASE_BACKENDS_SQL: &str = "select pg_terminate_backend(pid) from pg_stat_activity \
-     where datname = $1 and pid <> pg_backend_pid()";
+     where datname = $1 and pid <> pg_backend_pid() and pid <> $2";
 
 /// The names of the databases whose name matches the LIKE `pattern`.
 pub fn databases_like_sql(pattern: &str) -> String {

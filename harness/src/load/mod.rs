@@ -278,7 +278,7 @@ async fn run_in(server: &Server, db: &str, client: Client<'_>, spec: &LoadSpec) 
             if let Some(pooler) = info.pooler
                 && pooler.kind.one_instance_per_database()
             {
-                server.pooler_close_database(pooler, db, false).await?;
+                server.pooler_close_database(pooler, db, false, None).await?;
             }
             (info.id.to_owned(), tally)
         }

@@ -307,7 +307,9 @@ async fn clean_up(
     };
     let t = Instant::now();
     if let Some(mode) = info.pooler
-        && let Err(e) = server.pooler_close_database(mode, db, share).await
+        && let Err(e) = server
+            .pooler_close_database(mode, db, share, monitor.as_ref().map(|m| m.pid))
+            .await
     {
         result.failure.get_or_insert_with(|| fail(format!("{e:#}")));
     }

@@ -612,11 +612,21 @@ impl super::Server {
     /// (`pg_terminate_backend`), as the database is never used again (these
     /// cells do not share databases); so are a user's own pooler's
     /// ([`PoolerKind::External`]), whose console locklab does not use. An
-    /// instance started for `dbname` alone is stopped first.
+    /// instance started for `dbname` alone is stopped first. `spare`: a
+    /// backend of the harness's own in `dbname` that is not the pooler's and
+    /// stays (the monitor connection a cell keeps for the next one in a
+    /// shared database, e.g. after a scenario that capped PgBouncer's server
+    /// connections had an instance of its own).
     ///
     /// # Errors
     /// PgBouncer's admin console or the server refuses the connection or a command.
-    pub async fn pooler_close_database(&self, pooler: Pooler, dbname: &str, reuse: bool) -> Result<()> {
+    pub async fn pooler_close_database(
+        &self,
+        pooler: Pooler,
+        dbname: &str,
+        reuse: bool,
+        spare: Option<i32>,
+    ) -> Result<()> {
         // An instance for `dbname` alone (pgagroal's, or one a scenario's
         // cap started) stops (its container removed, or its process ended;
         // the lock is not held meanwhile), then whatever of its server
@@ -651,9 +661,10 @@ impl super::Server {
                 let admin = self.admin().await?;
                 let ended = tokio::time::timeout(
                     Duration::from_secs(10),
-                    admin
-                        .client()
-                        .execute(crate::observe::TERMINATE_DATABASE_BACKENDS_SQL, &[&dbname]),
+                    admin.client().execute(
+                        crate::observe::TERMINATE_DATABASE_BACKENDS_SQL,
+                        &[&dbname, &spare.unwrap_or(0)],
+                    ),
                 )
                 .await;
                 admin.close().await;

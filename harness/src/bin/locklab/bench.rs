@@ -439,7 +439,7 @@ async fn floor(server: &Server, scenario: &Scenario, driver: &dyn Driver, runs: 
     }
     .await;
     if let Some(p) = pooler {
-        let _ = server.pooler_close_database(p, &db, false).await;
+        let _ = server.pooler_close_database(p, &db, false, None).await;
     }
     let _ = admin
         .client()
