@@ -407,7 +407,9 @@ async fn floor(server: &Server, scenario: &Scenario, driver: &dyn Driver, runs: 
     if let Some(why) = locklab::floor::why_not(scenario) {
         return Err(why);
     }
-    let db = format!("ll_bench_floor_{}", std::process::id());
+    // Named as run databases are (`ll_…_PID_N`), so that an interrupted
+    // bench drops it with them (`runner::drop_own_databases`).
+    let db = format!("ll_bench_floor_{}_0", std::process::id());
     let admin = server.admin().await.map_err(|e| format!("{e:#}"))?;
     admin
         .client()
