@@ -193,17 +193,7 @@ pub fn bench(dir: &Path, args: &BenchArgs) -> Result<ExitCode> {
     });
     let (measured, throughput, failed) = match outcome {
         Ok(r) => r?,
-        Err(signal) => {
-            eprintln!("locklab: {}: cleaning up", signal.what);
-            for server in &servers {
-                let _ = rt.block_on(async {
-                    tokio::time::timeout(Duration::from_secs(20), runner::drop_own_databases(server)).await
-                });
-            }
-            drop(rt);
-            drop(servers);
-            return Err(signal.into());
-        }
+        Err(signal) => return Err(crate::execute::clean_up_after(signal, rt, servers).into()),
     };
     drop(rt);
     drop(servers);

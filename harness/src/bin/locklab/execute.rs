@@ -117,7 +117,7 @@ fn start(rt: &Runtime, interrupts: &mut Interrupts, args: &RunArgs) -> Result<Re
 /// After a signal during the runs: the runs in flight were cancelled mid-way,
 /// so their databases are dropped (this matters on an external server), then
 /// the runtime and the servers go. Returns `signal`, for the caller to return.
-fn clean_up_after(signal: Interrupted, rt: Runtime, servers: Vec<Server>) -> Interrupted {
+pub fn clean_up_after(signal: Interrupted, rt: Runtime, servers: Vec<Server>) -> Interrupted {
     eprintln!("locklab: {}: cleaning up", signal.what);
     for server in &servers {
         let dropped = rt.block_on(async {
