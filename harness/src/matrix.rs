@@ -17,7 +17,8 @@ use crate::shard::Shard;
 pub const DEFAULT_JOBS: usize = 8;
 
 /// Runs every scenario with every driver on every server, at most `jobs` at a
-/// time, `repeat` times over (round after round: the whole matrix, then again),
+/// time (and as many again of the cells that mostly wait: [`Lane`]),
+/// `repeat` times over (round after round: the whole matrix, then again),
 /// calling `on_done(round, result)` (round 1-based) as each run finishes.
 /// Returns one result per cell, server-major, then scenario, then driver,
 /// regardless of completion order: the repeats folded by [`fold_repeats`].
@@ -50,8 +51,34 @@ pub fn cells<'a>(
         .collect()
 }
 
+/// Which of two queues a cell waits in: each runs up to `jobs` cells at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    /// Cells whose time is mostly spent waiting for the server's timers
+    /// ([`Scenario::mostly_waits`]: a restart, a partition, a fault whose
+    /// effect a `granted` step waits for): seconds of a slot each with
+    /// little CPU. In a lane of their own they no longer hold the other
+    /// cells' slots (in `report --repeat 3` they took about a quarter of the
+    /// slot time: docs/src/speed.md), and they run as many at once as before.
+    Waits,
+    /// Every other cell, races included, in the order [`cells`] gives.
+    Works,
+}
+
+impl Lane {
+    /// The lane of a cell of `scenario`.
+    pub fn of(scenario: &Scenario) -> Lane {
+        if scenario.mostly_waits() {
+            Lane::Waits
+        } else {
+            Lane::Works
+        }
+    }
+}
+
 /// [`run_all`] for the cells of one `shard` only ([`cells`]); returns their
-/// results in run order.
+/// results in run order. The rounds follow each other in each lane without
+/// a barrier: a round's first cells start as the last one's last cells run.
 pub async fn run_shard(
     servers: &[Server],
     scenarios: &[Scenario],
@@ -63,34 +90,39 @@ pub async fn run_shard(
 ) -> Vec<RunResult> {
     let triples = cells(servers, scenarios, drivers, shard);
     let sharing = runner::Sharing::new();
-    let mut cells: Vec<Vec<RunResult>> = triples.iter().map(|_| Vec::new()).collect();
-    for round in 1..=repeat.max(1) {
-        // A cell with `trials` runs once: its trials are its repeats.
-        let mut stream = futures::stream::iter(
-            triples
-                .iter()
-                .enumerate()
-                .filter(|(_, (_, s, _))| round == 1 || s.trials.is_none()),
-        )
-        .map(|(i, (v, s, d))| {
-            let sharing = &sharing;
-            async move { (i, runner::run_sharing_databases(v, s, *d, sharing).await) }
+    let mut cells: Vec<Vec<(usize, RunResult)>> = triples.iter().map(|_| Vec::new()).collect();
+    // A cell with `trials` runs once: its trials are its repeats.
+    let runs = |lane: Lane| {
+        let triples = &triples;
+        let sharing = &sharing;
+        futures::stream::iter((1..=repeat.max(1)).flat_map(move |round| {
+            triples.iter().enumerate().filter(move |(_, (_, s, _))| {
+                Lane::of(s) == lane && (round == 1 || s.trials.is_none())
+            }).map(move |(i, cell)| (round, i, cell))
+        }))
+        .map(move |(round, i, (v, s, d))| async move {
+            (round, i, runner::run_sharing_databases(v, s, *d, sharing).await)
         })
-        .buffer_unordered(jobs.max(1));
-        let mut out: Vec<(usize, RunResult)> = Vec::new();
-        while let Some((i, r)) = stream.next().await {
-            on_done(round, &r);
-            out.push((i, r));
-        }
-        for (i, r) in out {
-            cells[i].push(r);
-        }
+        .buffer_unordered(jobs.max(1))
+    };
+    let mut stream = futures::stream::select(runs(Lane::Works), runs(Lane::Waits));
+    while let Some((round, i, r)) = stream.next().await {
+        on_done(round, &r);
+        cells[i].push((round, r));
     }
+    drop(stream);
     // The databases and connections the cells left for each other go with the run.
     if let Err(e) = sharing.finish(servers).await {
         tracing::warn!("the run's spare databases were not all dropped: {e}");
     }
-    cells.into_iter().map(fold_repeats).collect()
+    cells
+        .into_iter()
+        .map(|mut runs| {
+            // In the order of their rounds, whatever order they ended in.
+            runs.sort_by_key(|(round, _)| *round);
+            fold_repeats(runs.into_iter().map(|(_, r)| r).collect())
+        })
+        .collect()
 }
 
 /// Folds the repeats of one cell (at least one, in the order they ran) into

@@ -162,6 +162,16 @@ impl Scenario {
         self.placement() == Placement::FaultServer
     }
 
+    /// Whether the scenario's cells mostly wait for the server's timers
+    /// rather than use CPU: each restarts a cluster of its own, cuts a
+    /// connection ([`Placement::FaultServer`]), or waits in a `granted` step
+    /// for a fault's effect (seconds). The matrix runs them in a lane of
+    /// their own (`matrix::Lane`).
+    pub fn mostly_waits(&self) -> bool {
+        self.placement() != Placement::ColumnServer
+            || self.steps.iter().any(|st| matches!(st.kind, StepKind::Granted { .. }))
+    }
+
     /// Whether the scenario's SQL (setup, steps, teardown) may leave
     /// something in the run's database beyond its sessions: a statement with
     /// a word that creates, changes or removes objects or rows, or changes

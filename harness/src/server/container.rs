@@ -10,7 +10,9 @@
 //! The container: `POSTGRES_PASSWORD` (random per start), `POSTGRES_USER` and
 //! `POSTGRES_DB` = `postgres`, `POSTGRES_INITDB_ARGS=--no-sync`, `PGDATA` on a
 //! tmpfs, postgres run with [`super::SERVER_SETTINGS`] (a throw-away test server),
-//! port 5432 published on 127.0.0.1 only, on a port Docker picks. It is ready when a connection with
+//! port 5432 published on 127.0.0.1 only, on a port Docker picks; clients connect to the
+//! container's own bridge address when it answers from this host (skipping Docker's userland
+//! proxy), else to that published port. It is ready when a connection with
 //! that password succeeds (not when a log line appears: the official image
 //! prints "ready to accept connections" once for its set-up server and again for
 //! the real one).
@@ -67,9 +69,10 @@ pub(super) struct ContainerServer {
     pub(super) image: String,
     /// Time spent finding, pulling or building the image (not part of start-up).
     pub(super) image_time: Duration,
-    /// Host to connect to (loopback).
+    /// Host to connect to: the container's bridge address, or loopback
+    /// (see [`direct_address`]).
     pub(super) host: String,
-    /// Host port mapped to the container's 5432.
+    /// 5432 at the bridge address, or the host port mapped to the container's 5432.
     pub(super) port: u16,
     /// `POSTGRES_PASSWORD` of this container.
     pub(super) password: String,
@@ -99,6 +102,10 @@ impl Drop for ContainerServer {
 /// What the keeper task reports once the container accepts connections.
 struct Started {
     id: String,
+    /// Where clients connect: the container's own address when it answers
+    /// from this host, else loopback ([`direct_address`]).
+    host: String,
+    /// 5432 at the container's own address, else the published port.
     port: u16,
 }
 
@@ -157,7 +164,7 @@ impl ContainerServer {
                         id: started.id,
                         image,
                         image_time,
-                        host: "127.0.0.1".into(),
+                        host: started.host,
                         port: started.port,
                         password,
                         keeper: Some(keeper),
@@ -294,7 +301,11 @@ async fn launch(req: &Request) -> Result<(ContainerAsync<PostgresImage>, Started
         match tokio::time::timeout(Duration::from_secs(5), DirectConn::connect(&spec)).await {
             Ok(Ok(c)) => {
                 c.close().await;
-                return Ok((container, Started { id, port }));
+                let (host, port) = match direct_address(&container, &spec).await {
+                    Some(ip) => (ip, PORT.as_u16()),
+                    None => ("127.0.0.1".to_owned(), port),
+                };
+                return Ok((container, Started { id, host, port }));
             }
             Ok(Err(e)) => last_error = e.to_string(),
             Err(_) => last_error = "connect attempt timed out after 5 s".into(),
@@ -311,6 +322,39 @@ async fn launch(req: &Request) -> Result<(ContainerAsync<PostgresImage>, Started
         }
         // Polling interval for a server that is still starting.
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The container's own address on Docker's bridge network when a
+/// connection to it from this host succeeds within a second, else `None`
+/// (Docker Desktop, rootless Docker, a remote engine: then the published
+/// port on loopback is used). On a Linux engine that address skips Docker's
+/// userland proxy (`docker-proxy`), which copies every byte of every
+/// connection through a process of its own: measured with `locklab bench`
+/// (docs/src/speed.md), the proxy was most of the "rest" CPU of a cell.
+async fn direct_address(container: &ContainerAsync<PostgresImage>, spec: &ConnectSpec) -> Option<String> {
+    // testcontainers' `get_bridge_ip_address` looks the network up by the
+    // container's network mode, which is `default`, not a network's name.
+    let docker = Docker::connect_with_defaults().ok()?;
+    let networks = docker
+        .inspect_container(container.id(), None)
+        .await
+        .ok()?
+        .network_settings?
+        .networks?;
+    let ip = networks
+        .into_values()
+        .filter_map(|n| n.ip_address)
+        .find(|ip| !ip.is_empty())?;
+    let mut probe = spec.clone();
+    probe.host = ip;
+    probe.port = PORT.as_u16();
+    match tokio::time::timeout(Duration::from_secs(1), DirectConn::connect(&probe)).await {
+        Ok(Ok(c)) => {
+            c.close().await;
+            Some(probe.host)
+        }
+        _ => None,
     }
 }
 

@@ -63,10 +63,15 @@ pub fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
     locklab::runner::set_max_trials(args.trials);
     // A race cell (`trials:`) runs once, whatever the repeat.
     let shard = args.shard.unwrap_or(Shard::ALL);
-    let total: u64 = matrix::cells(&servers, &scenarios, &drivers, shard)
-        .iter()
-        .map(|(_, s, _)| if s.trials.is_some() { 1 } else { repeat as u64 })
-        .sum();
+    let cells = matrix::cells(&servers, &scenarios, &drivers, shard);
+    let per_round: Vec<u64> = (1..=repeat.max(1))
+        .map(|round| {
+            cells
+                .iter()
+                .filter(|(_, s, _)| round == 1 || s.trials.is_none())
+                .count() as u64
+        })
+        .collect();
     if let Some(shard) = args.shard {
         eprintln!(
             "locklab: shard {shard}: {} of the {} cells",
@@ -75,7 +80,7 @@ pub fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
         );
     }
     let began = Instant::now();
-    let mut progress = Progress::new(total, repeat, began);
+    let mut progress = Progress::new(&per_round, began);
     let runs = rt.block_on(async {
         let jobs = args.jobs.into();
         let on_done = |round: usize, r: &RunResult| progress.step(round, r);

@@ -1,6 +1,7 @@
 //! The progress bar of a run: drawn on a terminal; on CI or into a pipe or
 //! file, a line at most once a minute ([`PIPED_EVERY`]) and one per finished
-//! repeat round.
+//! repeat round (the rounds overlap: a round's last runs and the next one's
+//! first run at once, `matrix::run_shard`).
 
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
@@ -12,12 +13,13 @@ use locklab::outcome::RunResult;
 /// far it got: a report's first round runs for a quarter of an hour.
 pub const PIPED_EVERY: Duration = Duration::from_secs(60);
 
-/// Progress over `total` runs, `repeat` rounds of them.
+/// Progress over the runs of `repeat` rounds.
 pub struct Progress {
     bar: ProgressBar,
     total: u64,
     repeat: usize,
-    per_round: u64,
+    /// How many runs each round has, and how many of them are done.
+    rounds: Vec<(u64, u64)>,
     done: u64,
     began: Instant,
     /// When the last line without a bar was written (or the runs began).
@@ -26,8 +28,11 @@ pub struct Progress {
 
 impl Progress {
     /// A bar on a terminal; hidden when the `CI` variable is set (to anything
-    /// but "") or stderr is not a terminal. `began` is when the runs started.
-    pub fn new(total: u64, repeat: usize, began: Instant) -> Progress {
+    /// but "") or stderr is not a terminal. `per_round[r]` is how many runs
+    /// round `r + 1` has (a race cell runs in the first only); `began` is
+    /// when the runs started.
+    pub fn new(per_round: &[u64], began: Instant) -> Progress {
+        let total: u64 = per_round.iter().sum();
         // CI is not an option of ours: it is read here, where it matters.
         let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty());
         let bar = if ci || !std::io::stderr().is_terminal() {
@@ -42,8 +47,8 @@ impl Progress {
         Progress {
             bar,
             total,
-            repeat,
-            per_round: total / repeat as u64,
+            repeat: per_round.len(),
+            rounds: per_round.iter().map(|n| (*n, 0)).collect(),
             done: 0,
             began,
             said: began,
@@ -63,13 +68,17 @@ impl Progress {
         self.bar.inc(1);
         self.done += 1;
         let done = self.done;
+        let round_done = self.rounds.get_mut(round - 1).is_some_and(|(n, d)| {
+            *d += 1;
+            d == n
+        });
         // Without a bar, a long run still says how far it got: one line per
         // finished round, and one at most every PIPED_EVERY in between.
         if !self.bar.is_hidden() {
             return;
         }
         let took = self.began.elapsed().as_secs_f64();
-        if repeat > 1 && self.per_round > 0 && done.is_multiple_of(self.per_round) {
+        if repeat > 1 && round_done {
             eprintln!("locklab: repeat {round}/{repeat} done ({done} of {total} runs, {took:.0} s)");
             self.said = Instant::now();
         } else if self.said.elapsed() >= PIPED_EVERY && done < total {
