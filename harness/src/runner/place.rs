@@ -174,7 +174,8 @@ impl<'s> CellServer<'s> {
         match scenario.placement() {
             Placement::ColumnServer => Ok((CellServer::Column(column), None)),
             Placement::OwnCluster => {
-                let opts = crate::server::ServerOptions::new(crate::server::BackendChoice::Local, column.major());
+                let mut opts = crate::server::ServerOptions::new(crate::server::BackendChoice::Local, column.major());
+                opts.from_template = true;
                 let own = match tokio::task::spawn_blocking(move || Server::start(&opts)).await {
                     Ok(Ok(s)) => s,
                     Ok(Err(e)) => {

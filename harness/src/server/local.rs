@@ -203,15 +203,18 @@ impl LocalCluster {
     /// Starts a cluster from the binaries in `bin`; ready within `timeout`.
     /// `settings`: more `name=value` server settings (after the harness's own).
     /// `hba_lines`: more `pg_hba.conf` lines, before initdb's.
+    /// `from_template`: copy the data directory from this process's
+    /// [`Template`] for `bin` instead of running `initdb`.
     pub(super) async fn start(
         bin: &Path,
         timeout: Duration,
         settings: &[String],
         hba_lines: &[String],
+        from_template: bool,
     ) -> Result<LocalCluster> {
         let mut attempt = 0;
         loop {
-            match LocalCluster::start_once(bin, timeout, settings, hba_lines).await {
+            match LocalCluster::start_once(bin, timeout, settings, hba_lines, from_template).await {
                 Err(e) if e.is::<PortClash>() && attempt < 3 => attempt += 1,
                 other => return other,
             }
@@ -223,6 +226,7 @@ impl LocalCluster {
         timeout: Duration,
         settings: &[String],
         hba_lines: &[String],
+        from_template: bool,
     ) -> Result<LocalCluster> {
         let who = run_as()?;
         // The watchdog starts before the directory exists, so that there is no
@@ -233,6 +237,7 @@ impl LocalCluster {
             .mode(0o700)
             .create(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
+        let given = bin;
         let mut bin = bin.to_path_buf();
         if let Some(u) = &who {
             nix::unistd::chown(&dir, Some(u.uid.into()), Some(u.gid.into()))?;
@@ -254,28 +259,12 @@ impl LocalCluster {
             }
         }
         let data = dir.join("data");
-        let out = command(&bin.join("initdb"), who.as_ref())
-            .arg("-D")
-            .arg(&data)
-            .args([
-                "-U",
-                LOCAL_SUPERUSER,
-                "--auth=trust",
-                "--encoding=UTF8",
-                "--locale=C",
-                "--no-sync",
-                "--no-instructions",
-            ])
-            .process_group(watchdog.group())
-            .output()
-            .with_context(|| format!("cannot run {}", bin.join("initdb").display()))?;
-        if !out.status.success() {
-            bail!(
-                "initdb failed ({}):\n{}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
+        if from_template {
+            let template = Template::data_for(given, &bin, who.as_ref())?;
+            // `cp -a` keeps the owner (the cluster user) and the 0700 mode.
+            copy_tree(&template, &data)?;
+        } else {
+            initdb(&bin, &data, who.as_ref(), watchdog.group())?;
         }
         if !hba_lines.is_empty() {
             let hba = data.join("pg_hba.conf");
@@ -475,6 +464,90 @@ fn runs_as(bin: &Path, u: &RunAs) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// Runs `initdb` for a data directory at `data` (which must not exist),
+/// as `who` when given, in process group `group` (a [`Watchdog`]'s).
+///
+/// # Errors
+/// `initdb` cannot be run or fails (with its output).
+fn initdb(bin: &Path, data: &Path, who: Option<&RunAs>, group: i32) -> Result<()> {
+    let out = command(&bin.join("initdb"), who)
+        .arg("-D")
+        .arg(data)
+        .args([
+            "-U",
+            LOCAL_SUPERUSER,
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--locale=C",
+            "--no-sync",
+            "--no-instructions",
+        ])
+        .process_group(group)
+        .output()
+        .with_context(|| format!("cannot run {}", bin.join("initdb").display()))?;
+    if !out.status.success() {
+        bail!(
+            "initdb failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// A data directory `initdb` made once in this process, for the clusters
+/// that are made many times over (the restart cells', one per cell) to copy:
+/// `initdb` took 0.33 s of CPU on this project's machine, a copy of its
+/// 38 MB 0.05 s (`locklab bench`, docs/src/speed.md). One per binaries
+/// directory, in a directory of its own ([`cluster_dir_name`]); never
+/// started, so never changed. Its [`Watchdog`] removes it when this process
+/// ends, however it ends (the templates live as long as the process).
+struct Template {
+    dir: PathBuf,
+    _watchdog: Watchdog,
+}
+
+impl Template {
+    /// The template data directory for the binaries in `given`, made on
+    /// first use with `initdb` from `bin` (`given`, or a copy of it the
+    /// cluster user can run) as `who` when given; callers wait for one
+    /// being made.
+    ///
+    /// # Errors
+    /// The directory cannot be made, or `initdb` fails.
+    fn data_for(given: &Path, bin: &Path, who: Option<&RunAs>) -> Result<PathBuf> {
+        static TEMPLATES: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<PathBuf, Template>>> =
+            std::sync::OnceLock::new();
+        let mut templates = TEMPLATES
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = templates.get(given) {
+            return Ok(t.dir.join("data"));
+        }
+        let dir = cluster_dir_name();
+        let watchdog = Watchdog::start(&dir)?;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        if let Some(u) = who {
+            nix::unistd::chown(&dir, Some(u.uid.into()), Some(u.gid.into()))?;
+        }
+        initdb(bin, &dir.join("data"), who, watchdog.group())?;
+        let data = dir.join("data");
+        templates.insert(
+            given.to_path_buf(),
+            Template {
+                dir,
+                _watchdog: watchdog,
+            },
+        );
+        Ok(data)
+    }
 }
 
 pub(super) fn copy_tree(from: &Path, to: &Path) -> Result<()> {

@@ -161,8 +161,14 @@ impl Server {
             Backend::External => external::external(&opts.external_dsn().unwrap_or_default())?,
             Backend::Local => {
                 let bin = resolve_binaries(&opts)?;
-                let cluster =
-                    local::LocalCluster::start(&bin, opts.start_timeout, &opts.settings, &opts.hba_lines).await?;
+                let cluster = local::LocalCluster::start(
+                    &bin,
+                    opts.start_timeout,
+                    &opts.settings,
+                    &opts.hba_lines,
+                    opts.from_template,
+                )
+                .await?;
                 let mut s = Server::at(
                     backend,
                     "127.0.0.1",

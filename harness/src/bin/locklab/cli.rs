@@ -314,7 +314,9 @@ pub struct RunArgs {
     pub driver: Vec<String>,
     #[command(flatten)]
     pub server: ServerArgs,
-    /// Scenario × driver runs in flight at once (1-256).
+    /// Scenario × driver runs in flight at once (1-256), and as many again of
+    /// the cells that mostly wait for the server's timers (restarts,
+    /// partitions, `granted` steps).
     #[arg(long, default_value_t = DEFAULT_JOBS as u16, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub jobs: u16,
     /// Run each cell this many times (1-1000): timings become min / p50 / p95 /

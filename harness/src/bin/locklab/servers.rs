@@ -71,6 +71,7 @@ fn options(args: &ServerArgs, choice: BackendChoice) -> ServerOptions {
         start_timeout: std::time::Duration::from_secs(args.start_timeout),
         settings: Vec::new(),
         hba_lines: Vec::new(),
+        from_template: false,
     }
 }
 
