@@ -3,6 +3,8 @@
 //! result with timing statistics and, where the repeats read differently,
 //! each way they read (the variation rule: docs/src/faults-and-races.md).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use futures::StreamExt;
 use locklab_drivers::Driver;
 
@@ -12,6 +14,9 @@ use crate::runner;
 use crate::scenario::Scenario;
 use crate::server::Server;
 use crate::shard::Shard;
+
+/// Matrix runs in flight in this process ([`run_shard`]).
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 
 /// Default number of runs in flight at once.
 pub const DEFAULT_JOBS: usize = 8;
@@ -89,6 +94,7 @@ pub async fn run_shard(
     mut on_done: impl FnMut(usize, &RunResult),
 ) -> Vec<RunResult> {
     let triples = cells(servers, scenarios, drivers, shard);
+    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
     let sharing = runner::Sharing::new();
     let mut cells: Vec<Vec<(usize, RunResult)>> = triples.iter().map(|_| Vec::new()).collect();
     // A cell with `trials` runs once: its trials are its repeats.
@@ -114,6 +120,11 @@ pub async fn run_shard(
     // The databases and connections the cells left for each other go with the run.
     if let Err(e) = sharing.finish(servers).await {
         tracing::warn!("the run's spare databases were not all dropped: {e}");
+    }
+    // The restart cells' template data directories go with the last run in
+    // flight (in a test binary, runs overlap).
+    if IN_FLIGHT.fetch_sub(1, Ordering::SeqCst) == 1 {
+        crate::server::local::remove_templates();
     }
     cells
         .into_iter()

@@ -260,9 +260,7 @@ impl LocalCluster {
         }
         let data = dir.join("data");
         if from_template {
-            let template = Template::data_for(given, &bin, who.as_ref())?;
-            // `cp -a` keeps the owner (the cluster user) and the 0700 mode.
-            copy_tree(&template, &data)?;
+            Template::copy(given, &bin, who.as_ref(), &data)?;
         } else {
             initdb(&bin, &data, who.as_ref(), watchdog.group())?;
         }
@@ -503,30 +501,28 @@ fn initdb(bin: &Path, data: &Path, who: Option<&RunAs>, group: i32) -> Result<()
 /// `initdb` took 0.33 s of CPU on this project's machine, a copy of its
 /// 38 MB 0.05 s (`locklab bench`, docs/src/speed.md). One per binaries
 /// directory, in a directory of its own ([`cluster_dir_name`]); never
-/// started, so never changed. Its [`Watchdog`] removes it when this process
-/// ends, however it ends (the templates live as long as the process).
+/// started, so never changed. [`remove_templates`] removes them at the end
+/// of a run, and each one's [`Watchdog`] when this process ends, however it
+/// ends.
 struct Template {
     dir: PathBuf,
     _watchdog: Watchdog,
 }
 
 impl Template {
-    /// The template data directory for the binaries in `given`, made on
-    /// first use with `initdb` from `bin` (`given`, or a copy of it the
-    /// cluster user can run) as `who` when given; callers wait for one
-    /// being made.
+    /// Copies the template data directory for the binaries in `given` to
+    /// `to` (`cp -a`: it keeps the owner, the cluster user, and the 0700
+    /// mode). The template is made on first use with `initdb` from `bin`
+    /// (`given`, or a copy of it the cluster user can run) as `who` when
+    /// given. Under the templates' lock, so that [`remove_templates`] never
+    /// removes one being copied.
     ///
     /// # Errors
-    /// The directory cannot be made, or `initdb` fails.
-    fn data_for(given: &Path, bin: &Path, who: Option<&RunAs>) -> Result<PathBuf> {
-        static TEMPLATES: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<PathBuf, Template>>> =
-            std::sync::OnceLock::new();
-        let mut templates = TEMPLATES
-            .get_or_init(Default::default)
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+    /// The directory cannot be made, `initdb` fails, or the copy fails.
+    fn copy(given: &Path, bin: &Path, who: Option<&RunAs>, to: &Path) -> Result<()> {
+        let mut templates = templates();
         if let Some(t) = templates.get(given) {
-            return Ok(t.dir.join("data"));
+            return copy_tree(&t.dir.join("data"), to);
         }
         let dir = cluster_dir_name();
         let watchdog = Watchdog::start(&dir)?;
@@ -546,8 +542,27 @@ impl Template {
                 _watchdog: watchdog,
             },
         );
-        Ok(data)
+        copy_tree(&data, to)
     }
+}
+
+/// This process's [`Template`]s, by the binaries directory they were made with.
+fn templates() -> std::sync::MutexGuard<'static, std::collections::HashMap<PathBuf, Template>> {
+    static TEMPLATES: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<PathBuf, Template>>> =
+        std::sync::OnceLock::new();
+    TEMPLATES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// Removes the template data directories this process made (see
+/// `ServerOptions::from_template`), waiting until they are gone; a later
+/// cluster that asks for one makes it again. Called when the last matrix
+/// run in flight in this process ends (`matrix::run_shard`).
+pub fn remove_templates() {
+    let gone = std::mem::take(&mut *templates());
+    drop(gone);
 }
 
 pub(super) fn copy_tree(from: &Path, to: &Path) -> Result<()> {
