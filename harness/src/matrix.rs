@@ -82,8 +82,8 @@ impl Lane {
 }
 
 /// [`run_all`] for the cells of one `shard` only ([`cells`]); returns their
-/// results in run order. The rounds follow each other in each lane without
-/// a barrier: a round's first cells start as the last one's last cells run.
+/// results in run order. The two lanes run side by side, each round after
+/// round, so a lane's next round does not wait for the other lane's.
 pub async fn run_shard(
     servers: &[Server],
     scenarios: &[Scenario],
@@ -97,19 +97,25 @@ pub async fn run_shard(
     IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
     let sharing = runner::Sharing::new();
     let mut cells: Vec<Vec<(usize, RunResult)>> = triples.iter().map(|_| Vec::new()).collect();
-    // A cell with `trials` runs once: its trials are its repeats.
+    // Round after round in each lane (a cell's repeats never overlap); a
+    // cell with `trials` runs once: its trials are its repeats.
     let runs = |lane: Lane| {
         let triples = &triples;
         let sharing = &sharing;
-        futures::stream::iter((1..=repeat.max(1)).flat_map(move |round| {
-            triples.iter().enumerate().filter(move |(_, (_, s, _))| {
-                Lane::of(s) == lane && (round == 1 || s.trials.is_none())
-            }).map(move |(i, cell)| (round, i, cell))
-        }))
-        .map(move |(round, i, (v, s, d))| async move {
-            (round, i, runner::run_sharing_databases(v, s, *d, sharing).await)
-        })
-        .buffer_unordered(jobs.max(1))
+        futures::stream::iter(1..=repeat.max(1))
+            .map(move |round| {
+                futures::stream::iter(
+                    triples
+                        .iter()
+                        .enumerate()
+                        .filter(move |(_, (_, s, _))| Lane::of(s) == lane && (round == 1 || s.trials.is_none())),
+                )
+                .map(move |(i, (v, s, d))| async move {
+                    (round, i, runner::run_sharing_databases(v, s, *d, sharing).await)
+                })
+                .buffer_unordered(jobs.max(1))
+            })
+            .flatten()
     };
     let mut stream = futures::stream::select(runs(Lane::Works), runs(Lane::Waits));
     while let Some((round, i, r)) = stream.next().await {

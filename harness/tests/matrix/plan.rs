@@ -29,7 +29,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use locklab::scenario::{Scenario, StepKind};
+use locklab::scenario::Scenario;
 use locklab::server::Backend;
 use locklab_drivers::Driver;
 
@@ -63,9 +63,10 @@ pub struct Plan {
 }
 
 /// Whether the scenario has a `granted` step (it injects a fault and waits
-/// for its effect: seconds, mostly idle) or restarts the server.
+/// for its effect: seconds, mostly idle), cuts a connection or restarts the
+/// server ([`Scenario::mostly_waits`]).
 pub fn waits_for_faults(s: &Scenario) -> bool {
-    s.needs_own_cluster() || s.steps.iter().any(|st| matches!(st.kind, StepKind::Granted { .. }))
+    s.mostly_waits()
 }
 
 /// Whether the scenario's kind fixes its server (the local cluster): a

@@ -1,7 +1,7 @@
 //! The progress bar of a run: drawn on a terminal; on CI or into a pipe or
 //! file, a line at most once a minute ([`PIPED_EVERY`]) and one per finished
-//! repeat round (the rounds overlap: a round's last runs and the next one's
-//! first run at once, `matrix::run_shard`).
+//! repeat round (the rounds of the two lanes of `matrix::run_shard` overlap:
+//! a round is done when both lanes have run it).
 
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
