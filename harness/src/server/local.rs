@@ -229,19 +229,10 @@ impl LocalCluster {
         from_template: bool,
     ) -> Result<LocalCluster> {
         let who = run_as()?;
-        // The watchdog starts before the directory exists, so that there is no
-        // moment in which the directory exists and nothing would remove it.
-        let dir = cluster_dir_name();
-        let watchdog = Watchdog::start(&dir)?;
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
+        let (dir, watchdog) = watched_dir(who.as_ref())?;
         let given = bin;
         let mut bin = bin.to_path_buf();
         if let Some(u) = &who {
-            nix::unistd::chown(&dir, Some(u.uid.into()), Some(u.gid.into()))?;
-            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
             if !runs_as(&bin, u) {
                 // The binaries live where the unprivileged user cannot reach them
                 // (e.g. under /root): copy them next to the data directory.
@@ -524,15 +515,7 @@ impl Template {
         if let Some(t) = templates.get(given) {
             return copy_tree(&t.dir.join("data"), to);
         }
-        let dir = cluster_dir_name();
-        let watchdog = Watchdog::start(&dir)?;
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
-        if let Some(u) = who {
-            nix::unistd::chown(&dir, Some(u.uid.into()), Some(u.gid.into()))?;
-        }
+        let (dir, watchdog) = watched_dir(who)?;
         initdb(bin, &dir.join("data"), who, watchdog.group())?;
         let data = dir.join("data");
         templates.insert(
@@ -544,6 +527,27 @@ impl Template {
         );
         copy_tree(&data, to)
     }
+}
+
+/// A new cluster directory ([`cluster_dir_name`]), mode 0700, owned by
+/// `who` when given, and the [`Watchdog`] that removes it. The watchdog
+/// starts before the directory exists, so that there is no moment in which
+/// the directory exists and nothing would remove it.
+///
+/// # Errors
+/// The watchdog cannot start, or the directory cannot be made or given to `who`.
+fn watched_dir(who: Option<&RunAs>) -> Result<(PathBuf, Watchdog)> {
+    let dir = cluster_dir_name();
+    let watchdog = Watchdog::start(&dir)?;
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    if let Some(u) = who {
+        nix::unistd::chown(&dir, Some(u.uid.into()), Some(u.gid.into()))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok((dir, watchdog))
 }
 
 /// This process's [`Template`]s, by the binaries directory they were made with.
