@@ -490,7 +490,7 @@ fn initdb(bin: &Path, data: &Path, who: Option<&RunAs>, group: i32) -> Result<()
 /// A data directory `initdb` made once in this process, for the clusters
 /// that are made many times over (the restart cells', one per cell) to copy:
 /// `initdb` took 0.33 s of CPU on this project's machine, a copy of its
-/// 38 MB 0.05 s (`locklab bench`, docs/src/speed.md). One per binaries
+/// 38 MB 0.05 s (timed by hand, docs/src/speed.md). One per binaries
 /// directory, in a directory of its own ([`cluster_dir_name`]); never
 /// started, so never changed. [`remove_templates`] removes them at the end
 /// of a run, and each one's [`Watchdog`] when this process ends, however it
