@@ -366,9 +366,10 @@ impl Server {
                 )
             }
             (Backend::Container, _, Some(c)) => format!(
-                "container {} from {}, port {}",
+                "container {} from {}, at {}:{}",
                 &c.id[..12.min(c.id.len())],
                 c.image,
+                c.host,
                 c.port
             ),
             _ => format!("external server {}:{}", self.host, self.port),
