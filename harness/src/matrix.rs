@@ -56,6 +56,12 @@ pub fn cells<'a>(
         .collect()
 }
 
+/// Whether a cell of `scenario` runs in repeat round `round` (1-based): a
+/// cell with `trials` runs in the first only, its trials being its repeats.
+pub fn runs_in_round(scenario: &Scenario, round: usize) -> bool {
+    round == 1 || scenario.trials.is_none()
+}
+
 /// Which of two queues a cell waits in: each runs up to `jobs` cells at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lane {
@@ -97,8 +103,7 @@ pub async fn run_shard(
     IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
     let sharing = runner::Sharing::new();
     let mut cells: Vec<Vec<(usize, RunResult)>> = triples.iter().map(|_| Vec::new()).collect();
-    // Round after round in each lane (a cell's repeats never overlap); a
-    // cell with `trials` runs once: its trials are its repeats.
+    // Round after round in each lane (a cell's repeats never overlap).
     let runs = |lane: Lane| {
         let triples = &triples;
         let sharing = &sharing;
@@ -108,7 +113,7 @@ pub async fn run_shard(
                     triples
                         .iter()
                         .enumerate()
-                        .filter(move |(_, (_, s, _))| Lane::of(s) == lane && (round == 1 || s.trials.is_none())),
+                        .filter(move |(_, (_, s, _))| Lane::of(s) == lane && runs_in_round(s, round)),
                 )
                 .map(move |(i, (v, s, d))| async move {
                     (round, i, runner::run_sharing_databases(v, s, *d, sharing).await)

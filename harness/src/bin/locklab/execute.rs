@@ -65,12 +65,7 @@ pub fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
     let shard = args.shard.unwrap_or(Shard::ALL);
     let cells = matrix::cells(&servers, &scenarios, &drivers, shard);
     let per_round: Vec<u64> = (1..=repeat.max(1))
-        .map(|round| {
-            cells
-                .iter()
-                .filter(|(_, s, _)| round == 1 || s.trials.is_none())
-                .count() as u64
-        })
+        .map(|round| cells.iter().filter(|(_, s, _)| matrix::runs_in_round(s, round)).count() as u64)
         .collect();
     if let Some(shard) = args.shard {
         eprintln!(
