@@ -260,10 +260,20 @@ impl Plan {
         // six of these at once (each running four to six cells, with child
         // processes, adapters and clusters of their own) loaded the machine
         // so that a crash cell's time to release grew past a second.
-        let faults: Vec<PlannedCell> = scenarios
+        // The longest first, so that none of them makes the run's tail: a
+        // partition's trial waits for TCP's and the pools' timers (20–50 s),
+        // a restart's for a cluster of its own to stop and start (about
+        // 20 s), a crash's for the server to notice (a few seconds; 2026-12-06,
+        // `LOCKLAB_TEST_TIMES`: the last trial to end was a restart's,
+        // started 18 s before the end).
+        let mut waiting: Vec<_> = scenarios
             .iter()
             .enumerate()
             .filter(|(_, s)| waits_for_faults(s))
+            .collect();
+        waiting.sort_by_key(|(i, s)| (!s.needs_fault_server(), !s.needs_own_cluster(), *i));
+        let faults: Vec<PlannedCell> = waiting
+            .into_iter()
             .map(|(i, s)| PlannedCell {
                 scenario: i,
                 driver: None,

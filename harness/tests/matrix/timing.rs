@@ -2,21 +2,23 @@
 //! kind × column kind and backend, and the CPU the machine spent meanwhile
 //! (this process, its children, and everything else: the servers, poolers
 //! and containers), printed after the trials. With `LOCKLAB_TEST_TIMES=FILE`,
-//! also one line per trial (`name<TAB>kind<TAB>backend<TAB>seconds`), the
-//! figures docs/src/testing.md's budget is computed from.
+//! also one line per trial (`name<TAB>kind<TAB>backend<TAB>seconds<TAB>ended`,
+//! `ended` in seconds since the trials began: which trials make the run's
+//! tail), the figures docs/src/tests.md's budget is computed from.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::time::Instant;
 
 pub use locklab::cpu::Usage;
 
-/// (name, kind, backend, wall seconds) per trial that ran.
-static TIMES: Mutex<Vec<(String, String, &'static str, f64)>> = Mutex::new(Vec::new());
+/// (name, kind, backend, wall seconds, when it ended) per trial that ran.
+static TIMES: Mutex<Vec<(String, String, &'static str, f64, Instant)>> = Mutex::new(Vec::new());
 
 /// Records one trial's wall time.
 pub fn record(name: &str, kind: &str, backend: &'static str, seconds: f64) {
     if let Ok(mut t) = TIMES.lock() {
-        t.push((name.to_owned(), kind.to_owned(), backend, seconds));
+        t.push((name.to_owned(), kind.to_owned(), backend, seconds, Instant::now()));
     }
 }
 
@@ -29,7 +31,10 @@ pub fn summary(start: Usage) {
     if let Ok(path) = std::env::var("LOCKLAB_TEST_TIMES") {
         let lines: String = times
             .iter()
-            .map(|(n, k, b, s)| format!("{n}\t{k}\t{b}\t{s:.3}\n"))
+            .map(|(n, k, b, s, ended)| {
+                let ended = ended.saturating_duration_since(start.at).as_secs_f64();
+                format!("{n}\t{k}\t{b}\t{s:.3}\t{ended:.3}\n")
+            })
             .collect();
         if let Err(e) = std::fs::write(&path, lines) {
             eprintln!("LOCKLAB_TEST_TIMES: cannot write {path}: {e}");
@@ -66,7 +71,7 @@ pub fn summary(start: Usage) {
             .join(", ")
     );
     let mut by: BTreeMap<(String, &str), (usize, f64)> = BTreeMap::new();
-    for (_, k, b, s) in &times {
+    for (_, k, b, s, _) in &times {
         let e = by.entry((k.clone(), *b)).or_default();
         e.0 += 1;
         e.1 += s;
