@@ -64,8 +64,10 @@ impl Tls {
     }
 }
 
+/// The TLS cluster, started by the first test that needs it.
+static TLS: OnceLock<Tls> = OnceLock::new();
+
 fn tls() -> &'static Tls {
-    static TLS: OnceLock<Tls> = OnceLock::new();
     TLS.get_or_init(start_tls_server)
 }
 
@@ -152,7 +154,15 @@ fn main() {
         None
     };
     let trials = common::ignore_when(trials, image_test, "needs Docker", missing.as_deref(), &args);
-    libtest_mimic::run(&args, trials).exit();
+    let conclusion = libtest_mimic::run(&args, trials);
+    // `exit` runs no destructors: the certificates' directory (with the
+    // client's private key) goes here, not with the static.
+    if let Some(t) = TLS.get()
+        && let Err(e) = std::fs::remove_dir_all(t.dir.path())
+    {
+        eprintln!("cannot remove {}: {e}", t.dir.path().display());
+    }
+    conclusion.exit();
 }
 
 /// `locklab holders ARGS` with `dsn` in LOCKLAB_DSN (none when empty) and

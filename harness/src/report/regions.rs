@@ -206,7 +206,7 @@ fn readings_markdown(report: &Report, families: &[&str], heading: &str) -> Strin
 }
 
 /// Rewrites every region under `root` whose content differs from what
-/// `report` says; returns the files it changed.
+/// `report` says; returns the files it changed, each once.
 ///
 /// # Errors
 /// A file that cannot be read or written, or lacks its markers.
@@ -221,7 +221,10 @@ pub fn sync(report: &Report, root: &Path) -> Result<Vec<PathBuf>> {
         }
         std::fs::write(&path, r.replace(&text, &content)?)
             .with_context(|| format!("cannot write {}", path.display()))?;
-        changed.push(path);
+        // (A file with two regions that changed is named once.)
+        if !changed.contains(&path) {
+            changed.push(path);
+        }
     }
     Ok(changed)
 }
