@@ -263,9 +263,9 @@ impl Plan {
         // The longest first, so that none of them makes the run's tail: a
         // partition's trial waits for TCP's and the pools' timers (20–50 s),
         // a restart's for a cluster of its own to stop and start (about
-        // 20 s), a crash's for the server to notice (a few seconds; 2026-12-06,
-        // `LOCKLAB_TEST_TIMES`: the last trial to end was a restart's,
-        // started 18 s before the end).
+        // 20 s), a crash's for the server and the pools to notice (4–23 s;
+        // 2026-12-06, `LOCKLAB_TEST_TIMES`: the last trial to end was a
+        // restart's, started 18 s before the end).
         let mut waiting: Vec<_> = scenarios
             .iter()
             .enumerate()
