@@ -135,17 +135,21 @@ impl Comparison {
         out
     }
 
-    /// The information lines: share changes under pressures too far apart
-    /// to compare, one block per cell (empty without any).
+    /// The information lines, one per cell: share changes under pressures
+    /// too far apart to compare, and the changed readings of cells whose
+    /// readings vary by nature (empty without any).
     fn render_notes(&self) -> String {
         let mut out = self.render_verdict_notes();
         if self.notes.is_empty() {
             return out;
         }
+        // (Race cells whose shares moved in runs that do not compare, and
+        // cells whose readings vary by nature: each line says which.)
         let _ = writeln!(
             out,
-            "\ninformation, not differences: {} race cell(s) whose shares moved, in runs whose shares do not \
-             compare (docs: \"The race rule\"; the reason ends each line)",
+            "\ninformation, not differences: {} cell(s) that moved where they are not compared: race shares \
+             in runs whose shares do not compare (docs: \"The race rule\"), readings that vary by nature \
+             (\"Cells whose readings vary by nature\"); the reason ends each line",
             self.notes.len()
         );
         for n in &self.notes {
