@@ -35,11 +35,11 @@ holders-image tag="locklab/holders:latest":
 report *args:
     cargo run --release --quiet -p locklab -- report --screenshot {{args}}
 
-# Compare a fresh run of the matrix with reports/baseline.json; exits 1 with a per-cell diff on any change (e.g. just check -d sqlx).
+# Compare a fresh run of the matrix with reports/baseline/ (one file per scenario); exits 1 with a per-cell diff on any change and writes each changed scenario as a pending NAME.json.new (e.g. just check -d sqlx; then just review).
 check *args:
     cargo run --release --quiet -p locklab -- check {{args}}
 
-# What `cargo test` leaves out, in one command: the whole matrix with every race cell at its full trials, on the main backend (a container when a Docker engine answers) and then on the local cluster, each compared with reports/baseline.json; about 15 minutes per backend on two cores (e.g. just check-full -d sqlx).
+# What `cargo test` leaves out, in one command: the whole matrix with every race cell at its full trials, on the main backend (a container when a Docker engine answers) and then on the local cluster, each compared with reports/baseline/; about 15 minutes per backend on two cores (e.g. just check-full -d sqlx).
 check-full *args:
     cargo run --release --quiet -p locklab -- check {{args}}
     cargo run --release --quiet -p locklab -- check --backend local {{args}}
@@ -60,7 +60,11 @@ docs:
 fuzz seconds="600":
     bash harness/scripts/fuzz.sh {{seconds}}
 
-# Rewrite reports/baseline.json from a fresh run (3 repeats per cell; every cell must pass). Do this deliberately, after reading `just check`.
+# Accept or reject the pending baseline files `just check` wrote: in a terminal one scenario at a time (a accept, r reject, s skip), or by name (e.g. just review --accept unlock-all; just review --accept-all).
+review *args:
+    cargo run --release --quiet -p locklab -- review {{args}}
+
+# Rewrite the accepted baseline files from a fresh run (3 repeats per cell), only the scenarios whose cells differ and only those cells; a scenario with a failed cell is not written (e.g. just baseline -s NAME for a new scenario). Do this deliberately, after reading `just check`.
 baseline *args:
     cargo run --release --quiet -p locklab -- check --update --repeat 3 {{args}}
 

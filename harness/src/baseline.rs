@@ -1,25 +1,34 @@
-//! The regression baseline: `reports/baseline.json`, the committed expected
-//! matrix, and the comparison `locklab check` makes between it and a fresh run
-//! ([`compare`], in `baseline/comparison.rs`, with the cell-level comparison of
-//! [`crate::compare`]).
+//! The regression baseline: `reports/baseline/`, the committed expected
+//! matrix, one file per scenario file ([`dir`]: [`ScenarioBaseline`],
+//! [`BaselineDir`]), and the comparison `locklab check` makes between it and
+//! a fresh run ([`compare`], in `baseline/comparison.rs`, with the
+//! cell-level comparison of [`crate::compare`]).
 //!
-//! A baseline keeps, per scenario × driver cell, what [`RunResult::outcome`]
-//! keeps (status, each observation's reading and SQLSTATE, the locks left,
-//! how many backends had to be ended) plus each observation's p50 time in ms.
-//! Values must be equal (as typed values); times only within a [`Tolerance`].
+//! A baseline cell ([`BaselineCell`]) is a lossy projection of the report's
+//! cell, [`RunResult`], made by [`BaselineCell::of`] alone: what
+//! [`RunResult::outcome`] keeps (status, each observation's reading and
+//! SQLSTATE, the locks left, how many backends had to be ended) plus each
+//! observation's p50 time in ms (no pids, no min/max). Values must be equal
+//! (as typed values); times only within a [`Tolerance`].
 //!
-//! `baseline.json` layout (`baseline_version` 2): `baseline_version`,
-//! `generated_at`, `locklab_version`, `repeat`, `git_commit`, `server`
-//! (`major`, `version`, `backend`), `drivers` (id → `crate_name`,
-//! `crate_version`, `configuration`), `cells[]` (`scenario`, `driver`,
-//! `status`, `observations` (name → `value` (a [`crate::outcome::Reading`]:
-//! `{"kind", "value", "notice"}`) or, for a race row, `seen` (the readings
-//! seen often), `sqlstate`, `p50_ms`, and for a race row `shares` (readings
-//! with `share`) and `trials`), `locks_left` (`[{"key", "state"}]`),
-//! `cleaned_backends`, `backends_left`). Version 1 kept each value as its
-//! report text: rewrite it with `locklab check --update`.
+//! A file of the directory (`baseline_version` 3): `baseline_version`,
+//! `scenario` (the scenario file's name), `generated_at`,
+//! `locklab_version`, `repeat`, `git_commit`, `server` (`major`, `version`,
+//! `backend`), `pressure` (its race cells', taken together), `drivers` (id
+//! → `crate_name`, `crate_version`, `configuration`, …), `cells[]`
+//! (`scenario`, `driver`, `status`, `observations` (name → `value` (a
+//! [`crate::outcome::Reading`]: `{"kind", "value", "notice"}`) or, for a
+//! race row, `seen` (the readings seen often), `sqlstate`, `p50_ms`, and for
+//! a race row `shares` (readings with `share` and `count`) and `trials`),
+//! `locks_left` (`[{"key", "state"}]`), `cleaned_backends`,
+//! `backends_left`, and for a race cell `pressure`). Version 2 was one
+//! `baseline.json` for the whole matrix ([`Baseline`], read by
+//! [`Baseline::load_whole`]): `locklab migrate-baseline` splits it
+//! ([`migrate`]).
 
 mod comparison;
+pub mod dir;
+pub mod migrate;
 mod verdicts;
 
 use std::path::Path;
@@ -29,22 +38,28 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
 pub use self::comparison::{CellDiff, Comparison, Shares, compare, compare_with, short_version};
+pub use self::dir::{BASELINE_VERSION, BaselineDir, ScenarioBaseline, family};
 pub use crate::compare::Tolerance;
 use crate::outcome::{LocksLeft, Outcome, Reading, Recorded, RunResult, Seen};
 use crate::report::Report;
 
-/// Version of the `baseline.json` layout.
-pub const BASELINE_VERSION: u32 = 2;
+/// Version of the whole-matrix `baseline.json` layout that a directory of
+/// [`ScenarioBaseline`] files replaced (read by [`Baseline::load_whole`],
+/// for `locklab migrate-baseline`).
+pub const WHOLE_FILE_VERSION: u32 = 2;
 
 /// Steps faster than this (p50, in ms) keep no time in the baseline; `check`
 /// compares them as if they took this long, so a round trip that now waits
 /// for seconds is still caught.
 pub const TIMED_FROM_MS: f64 = 50.0;
 
-/// The expected matrix of one server.
+/// The expected matrix of one server, in memory: a baseline directory read
+/// whole ([`BaselineDir::whole`]), one file of it
+/// ([`ScenarioBaseline::as_baseline`]), or a run's cells
+/// ([`Baseline::from_report`]); the comparison's two sides.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Baseline {
-    /// [`BASELINE_VERSION`].
+    /// [`BASELINE_VERSION`] ([`WHOLE_FILE_VERSION`] in an old file).
     pub baseline_version: u32,
     /// When it was written (RFC 3339, UTC).
     pub generated_at: String,
@@ -234,6 +249,36 @@ impl BaselineCell {
         }
     }
 
+    /// Adds to each race row (an observation with shares) the readings the
+    /// same row of `before` (this cell as accepted) had and this run did not
+    /// read, at count 0 and share 0, so that rewriting the baseline never
+    /// forgets an outcome because one run of 1,000 trials missed a rare one
+    /// (issue 32: a rewrite once lost 38). The race rule compares counts, so
+    /// a reading kept at 0 costs nothing unless a run reads it often. Rows
+    /// `before` lacks are left alone. Returns how many readings were kept.
+    pub fn keep_readings_of(&mut self, before: &BaselineCell) -> usize {
+        let mut kept = 0;
+        for (name, o) in &mut self.observations {
+            let (Some(shares), Some(old)) = (
+                o.shares.as_mut(),
+                before.observations.get(name).and_then(|b| b.shares.as_ref()),
+            ) else {
+                continue;
+            };
+            for s in old {
+                if !shares.iter().any(|n| n.reading == s.reading) {
+                    shares.push(Share {
+                        reading: s.reading.clone(),
+                        share: 0.0,
+                        count: Some(0),
+                    });
+                    kept += 1;
+                }
+            }
+        }
+        kept
+    }
+
     /// How many repeats its variants are of (0 for a cell whose repeats
     /// agreed).
     pub fn varied_repeats(&self) -> usize {
@@ -325,46 +370,6 @@ impl Baseline {
         self
     }
 
-    /// Adds to each race row (an observation with shares) the readings the
-    /// same row of `previous` had and this baseline's run did not read, at
-    /// count 0 and share 0, so that rewriting the baseline never forgets an
-    /// outcome because one run of 1,000 trials missed a rare one (issue 32:
-    /// a rewrite once lost 38). The race rule compares counts, so a reading
-    /// kept at 0 costs nothing unless a run reads it often. Rows of a
-    /// scenario × driver × observation `previous` lacks are left alone.
-    /// Returns how many readings were kept.
-    pub fn keep_readings_of(&mut self, previous: &Baseline) -> usize {
-        let mut kept = 0;
-        for cell in &mut self.cells {
-            let Some(before) = previous
-                .cells
-                .iter()
-                .find(|c| c.scenario == cell.scenario && c.driver == cell.driver)
-            else {
-                continue;
-            };
-            for (name, o) in &mut cell.observations {
-                let (Some(shares), Some(old)) = (
-                    o.shares.as_mut(),
-                    before.observations.get(name).and_then(|b| b.shares.as_ref()),
-                ) else {
-                    continue;
-                };
-                for s in old {
-                    if !shares.iter().any(|n| n.reading == s.reading) {
-                        shares.push(Share {
-                            reading: s.reading.clone(),
-                            share: 0.0,
-                            count: Some(0),
-                        });
-                        kept += 1;
-                    }
-                }
-            }
-        }
-        kept
-    }
-
     /// Column `id` alone, its cells and driver entry renamed `as_id`: one
     /// side of a comparison of two columns of one run (`locklab check
     /// --upgrade FROM TO`, where both sides take one name so that
@@ -431,40 +436,25 @@ impl Baseline {
         .with_race_rows())
     }
 
-    /// Reads a baseline file.
+    /// Reads a whole-matrix `baseline.json` (`baseline_version` 2, what a
+    /// baseline was before it was a directory), for `locklab
+    /// migrate-baseline`.
     ///
     /// # Errors
     /// A missing or unreadable file, invalid JSON (with line and column), or
     /// another `baseline_version`; each names the file.
-    pub fn load(path: &Path) -> Result<Baseline> {
-        let text = std::fs::read_to_string(path).with_context(|| {
-            format!(
-                "cannot read the baseline {} (write one with `locklab check --update` or `just baseline`)",
-                path.display()
-            )
-        })?;
+    pub fn load_whole(path: &Path) -> Result<Baseline> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
         let version: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", path.display()))?;
         let found = version.get("baseline_version").and_then(serde_json::Value::as_u64);
-        if found != Some(u64::from(BASELINE_VERSION)) {
+        if found != Some(u64::from(WHOLE_FILE_VERSION)) {
             bail!(
-                "{}: baseline_version {} is not {BASELINE_VERSION}; rewrite it with `locklab check --update`",
+                "{}: baseline_version {} is not {WHOLE_FILE_VERSION} (a whole-matrix baseline.json)",
                 path.display(),
                 found.map_or("(missing)".to_owned(), |v| v.to_string())
             );
         }
         serde_json::from_str(&text).with_context(|| format!("{}: not a locklab baseline", path.display()))
-    }
-
-    /// Writes the baseline as pretty JSON.
-    ///
-    /// # Errors
-    /// I/O errors, with the path.
-    pub fn save(&self, path: &Path) -> Result<()> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        }
-        let text = serde_json::to_string_pretty(self)? + "\n";
-        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
     }
 }

@@ -56,6 +56,7 @@ pub struct Suite {
     require: Vec<String>,
     properties: Option<PathBuf>,
     server: ServerOptions,
+    baseline: Option<PathBuf>,
 }
 
 /// What went wrong in a [`Suite::check`].
@@ -68,6 +69,10 @@ pub enum SuiteError {
     /// It ran, and these did not hold (at least one).
     Unmet(Vec<Unmet>),
 }
+
+/// Serialises the writes of pending baseline files by a suite's tests,
+/// which run at once and may share a scenario file.
+static PENDING_WRITES: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// One thing that did not hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,6 +102,15 @@ pub enum Unmet {
         /// What to do about it (the property's advice).
         advice: String,
     },
+    /// The scenario's cells differ from your accepted baseline file
+    /// ([`Suite::baseline`]), or it has none; the cells were written as a
+    /// pending file for `locklab review --baseline DIR`.
+    Baseline {
+        /// The scenario run (`NAME` or `NAME[k=v]`).
+        scenario: String,
+        /// The diff as `locklab check` prints it, and what was written.
+        diff: String,
+    },
 }
 
 impl fmt::Display for Unmet {
@@ -116,6 +130,7 @@ impl fmt::Display for Unmet {
                 "property {property} ({severity}, required) is {verdict}: {scenario} · {}: {says}\n  advice: {advice}",
                 record.as_deref().unwrap_or("status")
             ),
+            Unmet::Baseline { scenario, diff } => write!(f, "{scenario} differs from your baseline:\n{diff}"),
         }
     }
 }
@@ -169,6 +184,7 @@ impl Suite {
             require: Vec::new(),
             properties: None,
             server,
+            baseline: None,
         }
     }
 
@@ -209,6 +225,20 @@ impl Suite {
     #[must_use]
     pub fn properties(mut self, dir: impl Into<PathBuf>) -> Suite {
         self.properties = Some(dir.into());
+        self
+    }
+
+    /// Compare each scenario's cells with your own baseline directory
+    /// (`DIR/NAME.json`, the layout of locklab's `reports/baseline/`): a
+    /// test fails when a cell differs by `locklab check`'s rules (values
+    /// equal, timings within the default tolerance, race shares as
+    /// information) or its scenario has no accepted file; the run's cells
+    /// are then written as `DIR/NAME.json.new`, which `locklab review
+    /// --baseline DIR` accepts or rejects. A directory that does not exist
+    /// yet has no accepted file.
+    #[must_use]
+    pub fn baseline(mut self, dir: impl Into<PathBuf>) -> Suite {
+        self.baseline = Some(dir.into());
         self
     }
 
@@ -300,11 +330,19 @@ impl Suite {
         let lab = Lab::start(&self.server).map_err(SuiteError::Setup)?;
         let drivers = [self.boxed()];
         let results = lab.run(&runnable, &drivers).map_err(SuiteError::Setup)?;
-        let unmet = judge(
+        let mut unmet = judge(
             &properties,
             &results,
             &crate::properties::Column::of_driver(&self.driver.info()),
         );
+        for scenario in &runnable {
+            let mine: Vec<RunResult> = results
+                .iter()
+                .filter(|r| r.scenario == scenario.name)
+                .cloned()
+                .collect();
+            unmet.extend(self.against_baseline(&lab, scenario, mine).map_err(SuiteError::Setup)?);
+        }
         if unmet.is_empty() {
             Ok(Checked { results })
         } else {
@@ -347,10 +385,15 @@ impl Suite {
                     let results = lab
                         .run(std::slice::from_ref(&scenario), &[suite.boxed()])
                         .map_err(|e| format!("{e:#}"))?;
-                    let unmet = judge(
+                    let mut unmet = judge(
                         &properties,
                         &results,
                         &crate::properties::Column::of_driver(&suite.driver.info()),
+                    );
+                    unmet.extend(
+                        suite
+                            .against_baseline(lab, &scenario, results)
+                            .map_err(|e| format!("{e:#}"))?,
                     );
                     if unmet.is_empty() {
                         Ok(())
@@ -373,6 +416,95 @@ impl Suite {
         // The server stops here, before the process exits.
         drop(Arc::try_unwrap(lab).ok());
         conclusion.exit_code()
+    }
+
+    /// `scenario`'s cells (`results`, of this run) compared with the
+    /// accepted file of [`Suite::baseline`], if one was given; on a
+    /// difference, or with no accepted file, the cells go into the pending
+    /// file (on top of one an earlier test of this run wrote for another
+    /// parameter set) and the difference is returned.
+    ///
+    /// # Errors
+    /// A baseline file that does not load; the pending file cannot be written.
+    fn against_baseline(&self, lab: &Lab, scenario: &Scenario, results: Vec<RunResult>) -> Result<Option<Unmet>> {
+        use crate::baseline::{self, Baseline, BaselineDir, ScenarioBaseline, Tolerance, dir};
+        let Some(path) = &self.baseline else {
+            return Ok(None);
+        };
+        if results.is_empty() {
+            return Ok(None);
+        }
+        let report = lab.report(std::slice::from_ref(scenario), &[self.boxed()], results);
+        let fresh = Baseline::from_report(&report)?;
+        let name = scenario.family.as_str();
+        let _guard = PENDING_WRITES.lock().unwrap_or_else(|p| p.into_inner());
+        let accepted = if path.exists() {
+            BaselineDir::load_some(path, Some(&[name]))?
+        } else {
+            BaselineDir::empty(path)
+        };
+        let Some(fresh_file) = ScenarioBaseline::split(&fresh).remove(name) else {
+            return Ok(None);
+        };
+        let pending_path = dir::pending_path(path, name);
+        let review = format!(
+            "`locklab review --baseline {} --accept {name}` accepts it",
+            path.display()
+        );
+        let Some(acc) = accepted.files.get(name) else {
+            let base = pending_path
+                .is_file()
+                .then(|| ScenarioBaseline::load(&pending_path))
+                .transpose()?;
+            let keys = fresh_file
+                .cells
+                .iter()
+                .map(|c| (c.scenario.clone(), c.driver.clone()))
+                .collect();
+            ScenarioBaseline::settle(base.as_ref(), &fresh_file, &keys)
+                .0
+                .save(&pending_path)?;
+            return Ok(Some(Unmet::Baseline {
+                scenario: scenario.name.clone(),
+                diff: format!(
+                    "no baseline for scenario {name} in {}: wrote its cells to {}; {review}",
+                    path.display(),
+                    pending_path.display()
+                ),
+            }));
+        };
+        let before = acc.as_baseline(acc.race_rows());
+        let expected = |c: &baseline::BaselineCell| {
+            c.scenario == scenario.name && fresh.cells.iter().any(|f| f.driver == c.driver)
+        };
+        let comparison = baseline::compare_with(
+            &before,
+            &fresh,
+            Tolerance::default(),
+            baseline::Shares::ANOTHER_MACHINE,
+            &expected,
+        );
+        if comparison.is_clean() {
+            return Ok(None);
+        }
+        let differ = comparison
+            .diffs
+            .iter()
+            .map(|d| (d.scenario.clone(), d.driver.clone()))
+            .collect();
+        let base = if pending_path.is_file() {
+            ScenarioBaseline::load(&pending_path)?
+        } else {
+            acc.clone()
+        };
+        ScenarioBaseline::settle(Some(&base), &fresh_file, &differ)
+            .0
+            .save(&pending_path)?;
+        let text = comparison.render(&before, &dir::accepted_path(path, name), "this test", None);
+        Ok(Some(Unmet::Baseline {
+            scenario: scenario.name.clone(),
+            diff: format!("{text}wrote {}; {review}", pending_path.display()),
+        }))
     }
 
     /// The pool as the lab's column.

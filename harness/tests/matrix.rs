@@ -14,7 +14,9 @@
 //!   through one, in turn (`matrix/plan.rs`).
 //!   It must pass (the scenario's fixed expectations are asserted by the
 //!   runner), its observations must be present and well-formed, and its
-//!   outcome must equal the cell of the committed `reports/baseline.json`
+//!   outcome must equal its cell in the committed baseline,
+//!   `reports/baseline/NAME.json` (a scenario without that file fails with
+//!   the command that writes and accepts it)
 //!   (timings within `Tolerance::default()`; a race cell's shares are
 //!   information, [`RACE_SHARES`]): a changed behaviour fails with the
 //!   per-cell diff. No answer is hard-coded here.
@@ -27,9 +29,9 @@
 //!   `drivers/adapters/protocol.schema.json`; an invalid one fails the binary.
 //! - `baseline_has_a_cell_for_every_scenario_and_driver`: without a server,
 //!   the baseline's cells are exactly scenarios × registered drivers; and
-//!   `one_cell_of_the_baseline_reads_as_in_the_whole_file`: the shortcut a
-//!   one-trial process (nextest's) takes to read its cell gives what reading
-//!   the whole file gives.
+//!   `one_file_of_the_baseline_reads_as_in_the_whole_directory`: the
+//!   shortcut a one-trial process (nextest's) takes to read its cells (its
+//!   scenario's file) gives what reading the whole directory gives.
 //!
 //! The servers are shared: one per backend per test process under `cargo
 //! test`, one per backend per run under `cargo nextest run`
@@ -47,7 +49,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use libtest_mimic::{Arguments, Failed, Trial};
-use locklab::baseline::{self, Baseline, Tolerance};
+use locklab::baseline::{self, Baseline, BaselineDir, Tolerance};
 use locklab::outcome::{RunResult, Value};
 use locklab::report::Report;
 use locklab::runner;
@@ -69,7 +71,7 @@ const RACE_SHARES: baseline::Shares = baseline::Shares::Information(
 );
 
 /// Where the committed baseline is, relative to the workspace.
-const BASELINE: &str = "reports/baseline.json";
+const BASELINE: &str = "reports/baseline";
 
 fn main() {
     let args = common::init_binary();
@@ -136,8 +138,8 @@ fn main() {
         baseline_has_a_cell_for_every_scenario_and_driver,
     ));
     trials.push(common::trial(
-        "one_cell_of_the_baseline_reads_as_in_the_whole_file",
-        one_cell_of_the_baseline_reads_as_in_the_whole_file,
+        "one_file_of_the_baseline_reads_as_in_the_whole_directory",
+        one_file_of_the_baseline_reads_as_in_the_whole_directory,
     ));
     trials.push(common::trial(
         "every_race_reading_the_baseline_knows_is_a_declared_outcome",
@@ -220,64 +222,33 @@ fn server_for(backend: Backend) -> &'static Server {
 /// trial, named exactly); set by `main`.
 static SINGLE_TRIAL: OnceLock<bool> = OnceLock::new();
 
-/// The committed baseline, read once per process.
+/// The committed baseline directory, read once per process.
+fn committed_dir() -> &'static BaselineDir {
+    static B: OnceLock<BaselineDir> = OnceLock::new();
+    B.get_or_init(|| BaselineDir::load(&common::root().join(BASELINE)).unwrap_or_else(|e| panic!("{e:#}")))
+}
+
+/// The committed baseline, read whole once per process.
 fn committed() -> &'static Baseline {
     static B: OnceLock<Baseline> = OnceLock::new();
-    B.get_or_init(|| Baseline::load(&common::root().join(BASELINE)).unwrap_or_else(|e| panic!("{e:#}")))
+    B.get_or_init(|| committed_dir().whole())
 }
 
-/// The committed baseline for one cell: all of it under `cargo test` (read
-/// once, shared by every cell), but only the header and that cell in a
-/// process that runs one trial: a debug build takes about 0.4 s to
-/// deserialize all 795 cells, more than most cells take to run.
-fn committed_for(scenario: &str, driver: &str) -> std::borrow::Cow<'static, Baseline> {
+/// The committed baseline of scenario file `family`: all of it under `cargo
+/// test` (read once, shared by every cell), but only that scenario's file in
+/// a process that runs one trial; `None` when the scenario has no accepted
+/// file.
+fn committed_for(family: &str) -> Option<std::borrow::Cow<'static, Baseline>> {
     if SINGLE_TRIAL.get() == Some(&true) {
-        let path = common::root().join(BASELINE);
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-        if let Some(b) = one_cell(&text, scenario, driver) {
-            return std::borrow::Cow::Owned(b);
-        }
+        let dir =
+            BaselineDir::load_some(&common::root().join(BASELINE), Some(&[family])).unwrap_or_else(|e| panic!("{e:#}"));
+        let file = dir.files.get(family)?;
+        return Some(std::borrow::Cow::Owned(file.as_baseline(file.race_rows())));
     }
-    std::borrow::Cow::Borrowed(committed())
-}
-
-/// A baseline text's header with only the cell of `scenario` × `driver` (no
-/// cell when it has none), deserializing no other cell: the top-level values
-/// and the cells are read as raw JSON (`serde_json::value::RawValue`), and
-/// only the matching cell is parsed. `None` when the text is not a baseline of
-/// this version (then the whole file is read, with its errors).
-fn one_cell(text: &str, scenario: &str, driver: &str) -> Option<Baseline> {
-    use serde_json::value::RawValue;
-    let fields: indexmap::IndexMap<String, &RawValue> = serde_json::from_str(text).ok()?;
-    let cells: Vec<&RawValue> = serde_json::from_str(fields.get("cells")?.get()).ok()?;
-    let (s, d) = (
-        serde_json::to_string(scenario).ok()?,
-        serde_json::to_string(driver).ok()?,
-    );
-    let cell = cells.into_iter().find(|c| {
-        c.get().contains(&s)
-            && c.get().contains(&d)
-            && serde_json::from_str::<baseline::BaselineCell>(c.get())
-                .is_ok_and(|c| c.scenario == scenario && c.driver == driver)
-    });
-    let mut head = String::from("{");
-    for (i, (key, value)) in fields.iter().enumerate() {
-        let value = if key == "cells" { "[]" } else { value.get() };
-        head.push_str(&format!(
-            "{}{}:{value}",
-            if i > 0 { "," } else { "" },
-            serde_json::to_string(key).ok()?
-        ));
-    }
-    head.push('}');
-    let mut b: Baseline = serde_json::from_str(&head).ok()?;
-    if b.baseline_version != baseline::BASELINE_VERSION {
-        return None;
-    }
-    if let Some(c) = cell {
-        b.cells.push(serde_json::from_str(c.get()).ok()?);
-    }
-    Some(b)
+    committed_dir()
+        .files
+        .contains_key(family)
+        .then(|| std::borrow::Cow::Borrowed(committed()))
 }
 
 /// Every driver's cell of `s` at once on `backend` (the fault server for a
@@ -444,22 +415,31 @@ fn check_cell(
         0.0,
     );
     let fresh = Baseline::from_report(&report).map_err(|e| format!("{e:#}"))?;
-    let before = committed_for(&s.name, id);
+    let Some(before) = committed_for(&s.family) else {
+        return Err(format!(
+            "no baseline for scenario {0}: {BASELINE}/{0}.json is missing; `cargo locklab check --update -s {0}` runs \
+             its cells and writes it (or `cargo locklab check -s {0}`, then `cargo locklab review`)",
+            s.family
+        )
+        .into());
+    };
     let before = before.as_ref();
     let comparison = baseline::compare_with(before, &fresh, Tolerance::default(), RACE_SHARES, &|_| false);
     if comparison.is_clean() {
         return Ok(());
     }
     Err(format!(
-        "{}\n`just check` compares the whole matrix the same way (`just check -s '{}' -d {id}` this cell); \
-         if the change is intended, `just baseline` rewrites the baseline.",
+        "{}\n`just check` compares the whole matrix the same way (`just check -s '{}' -d {id}` this cell) and \
+         writes what differs as pending files; if the change is intended, accept them with `cargo locklab review` \
+         (or `cargo locklab check --update -s {}` rewrites the scenario's cells that differ).",
         comparison.render(
             before,
-            Path::new(BASELINE),
+            &Path::new(BASELINE).join(format!("{}.json", s.family)),
             &format!("this test ({} server)", backend.as_str()),
             None
         ),
-        s.name
+        s.name,
+        s.family
     )
     .into())
 }
@@ -753,7 +733,7 @@ fn baseline_has_a_cell_for_every_scenario_and_driver() {
     assert!(
         missing.is_empty() && extra.is_empty() && twice.is_empty(),
         "{BASELINE} does not have one cell per scenario × driver:\n  missing: {}\n  not a scenario × driver: {}\n  twice: {}\n\
-         `just baseline` rewrites it from a fresh run.",
+         `cargo locklab check --update -s NAME` writes a scenario's file from a fresh run of its cells.",
         if missing.is_empty() {
             "none".into()
         } else {
@@ -770,8 +750,9 @@ fn baseline_has_a_cell_for_every_scenario_and_driver() {
             twice.join(", ")
         },
     );
-    let drivers: Vec<&str> = b.drivers.keys().map(String::as_str).collect();
-    assert_eq!(drivers, locklab_drivers::ids(), "the baseline's driver columns");
+    let drivers: BTreeSet<&str> = b.drivers.keys().map(String::as_str).collect();
+    let ids: BTreeSet<&str> = locklab_drivers::ids().into_iter().collect();
+    assert_eq!(drivers, ids, "the baseline's driver columns");
 }
 
 /// Every reading of a race cell in the committed baseline is among its
@@ -842,30 +823,27 @@ fn a_reading_outside_the_declared_outcomes_or_one_violation_fails_a_race_cell() 
     assert!(msg.contains("invariant none-held violated in 3 of 3 trials"), "{msg}");
 }
 
-/// A process that runs one trial reads only the baseline's header and its
-/// cell ([`one_cell`]): that is what the whole file says, for the first, a
-/// middle and the last cell, and no cell for a cell it does not have.
-fn one_cell_of_the_baseline_reads_as_in_the_whole_file() {
+/// A process that runs one trial reads only its scenario's file
+/// ([`committed_for`]): its cells are what the whole directory has for that
+/// scenario, and the file's columns are the directory's entries for them.
+fn one_file_of_the_baseline_reads_as_in_the_whole_directory() {
     let whole = committed();
-    let text = std::fs::read_to_string(common::root().join(BASELINE)).unwrap();
     let n = whole.cells.len();
     assert!(n > 0);
     for c in [&whole.cells[0], &whole.cells[n / 2], &whole.cells[n - 1]] {
-        let one = one_cell(&text, &c.scenario, &c.driver)
-            .unwrap_or_else(|| panic!("{BASELINE} not read as a header and cells"));
-        assert_eq!(one.cells, vec![c.clone()], "{} × {}", c.scenario, c.driver);
-        let header = Baseline {
-            cells: Vec::new(),
-            ..one
-        };
-        assert_eq!(
-            header,
-            Baseline {
-                cells: Vec::new(),
-                ..whole.clone()
-            }
-        );
+        let name = baseline::family(&c.scenario);
+        let one = BaselineDir::load_some(&common::root().join(BASELINE), Some(&[name])).unwrap();
+        let file = &one.files[name];
+        let from_whole: Vec<_> = whole
+            .cells
+            .iter()
+            .filter(|w| baseline::family(&w.scenario) == name)
+            .collect();
+        assert_eq!(file.cells.iter().collect::<Vec<_>>(), from_whole, "{name}");
+        for (id, d) in &file.drivers {
+            assert_eq!(Some(d), whole.drivers.get(id), "{name}: column {id}");
+        }
     }
-    let none = one_cell(&text, "no-such-scenario", &whole.cells[0].driver).unwrap();
-    assert!(none.cells.is_empty());
+    let none = BaselineDir::load_some(&common::root().join(BASELINE), Some(&["no-such-scenario"])).unwrap();
+    assert!(none.files.is_empty());
 }

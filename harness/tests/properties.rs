@@ -379,8 +379,8 @@ fn check_shows_the_verdict_change_first() {
         }
     }
     assert!(changed >= 2, "no lock snapshot of psycopg-pool to change");
-    let path = dir.path().join("baseline.json");
-    baseline.save(&path).unwrap();
+    let path = dir.path().join("baseline");
+    baseline.save_as_dir(&path).unwrap();
     let out = locklab(&[
         "check",
         "--from",

@@ -49,7 +49,6 @@ fn main() {
             the_html_report_renders_the_matrix_in_chromium,
         ),
         common::trial("the_committed_html_report_renders", the_committed_html_report_renders),
-        common::trial("check_names_the_cell_that_changed", check_names_the_cell_that_changed),
         common::trial(
             "a_sharded_matrix_merges_into_the_unsharded_one",
             a_sharded_matrix_merges_into_the_unsharded_one,
@@ -314,74 +313,6 @@ fn the_committed_html_report_renders() {
     assert_eq!(overview.matches("\" title=\"").count(), families.len() * columns);
 }
 
-/// `locklab check` as a user runs it: one cell against a baseline in which
-/// that cell's first observation was changed exits 1 and names the cell,
-/// the observation and both values; against the committed baseline it exits 0.
-fn check_names_the_cell_that_changed() {
-    let dir = tempfile::tempdir().unwrap();
-    let committed = root().join("reports").join("baseline.json");
-    let mut tampered: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&committed).unwrap()).unwrap();
-    let cell = tampered["cells"]
-        .as_array_mut()
-        .unwrap()
-        .iter_mut()
-        .find(|c| c["scenario"] == "lock-timeout-200ms" && c["driver"] == "deadpool-fast")
-        .expect("the baseline has lock-timeout-200ms × deadpool-fast");
-    let (name, obs) = cell["observations"].as_object_mut().unwrap().iter_mut().next().unwrap();
-    let name = name.clone();
-    let real = serde_json::from_value::<locklab::outcome::Reading>(obs["value"].clone())
-        .unwrap()
-        .to_string();
-    obs["value"] = serde_json::json!({"kind": "text", "value": "something else"});
-    let path = dir.path().join("baseline.json");
-    std::fs::write(&path, serde_json::to_string(&tampered).unwrap()).unwrap();
-    let run = |baseline: &Path| {
-        Command::new(env!("CARGO_BIN_EXE_locklab"))
-            .args([
-                "check",
-                "--backend",
-                "local",
-                "-s",
-                "lock-timeout-200ms",
-                "-d",
-                "deadpool-fast",
-            ])
-            .arg("--baseline")
-            .arg(baseline)
-            .env_remove("LOCKLAB_DSN")
-            .output()
-            .unwrap()
-    };
-    let out = run(&path);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(stdout.contains("1 of 1 cell(s) differ"), "{stdout}");
-    assert!(
-        stdout.contains("lock-timeout-200ms × deadpool-fast (deadpool-postgres "),
-        "{stdout}"
-    );
-    let line = stdout
-        .lines()
-        .find(|l| l.contains(&format!("`{name}`: ")))
-        .unwrap_or_default();
-    assert!(
-        line.contains("something else") && line.ends_with(&format!("→ {real}")),
-        "{stdout}"
-    );
-    let out = run(&committed);
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The scenario files the shard test splits: plain cells, a parameterised
 /// file, a timing, and locks left after the run. (Not a race: two short runs
 /// of 12 trials may each see a value the other did not, by nature; the
@@ -543,8 +474,8 @@ fn check_from_a_report_file_runs_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let committed = root().join("reports").join("matrix.json");
     let report = locklab::report::load(&committed).unwrap();
-    let baseline = dir.path().join("baseline.json");
-    Baseline::from_report(&report).unwrap().save(&baseline).unwrap();
+    let baseline = dir.path().join("baseline");
+    Baseline::from_report(&report).unwrap().save_as_dir(&baseline).unwrap();
     let check = |file: &Path| {
         Command::new(env!("CARGO_BIN_EXE_locklab"))
             .args(["check", "--from"])

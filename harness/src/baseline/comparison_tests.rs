@@ -163,7 +163,7 @@ fn a_rewrite_keeps_the_readings_the_previous_baseline_knew() {
     );
     // The new run missed the two rare readings and read one never seen.
     let mut fresh = baseline(vec![race(&[("true", 998), ("42P01", 2)], 1000, 0.3)], "0.14", "");
-    assert_eq!(fresh.keep_readings_of(&previous), 2);
+    assert_eq!(fresh.cells[0].keep_readings_of(&previous.cells[0]), 2);
     let shares = fresh.cells[0].observations["held"].shares.clone().unwrap();
     let got: Vec<(String, u64)> = shares.iter().map(|s| (s.reading.to_string(), s.count(1000))).collect();
     assert_eq!(
@@ -186,7 +186,8 @@ fn a_rewrite_keeps_the_readings_the_previous_baseline_knew() {
         (vec![], vec![])
     );
     // Once kept, a second rewrite adds nothing.
-    assert_eq!(fresh.clone().keep_readings_of(&fresh), 0);
+    let again = fresh.cells[0].clone();
+    assert_eq!(fresh.cells[0].keep_readings_of(&again), 0);
 }
 
 #[test]
@@ -204,12 +205,7 @@ fn a_changed_value_names_scenario_observation_driver_and_versions() {
     let c = compare(&before, &after, Tolerance::default(), &|_| true);
     assert_eq!(c.compared, 2);
     assert_eq!(c.diffs.len(), 1);
-    let text = c.render(
-        &before,
-        Path::new("reports/baseline.json"),
-        "PostgreSQL 17.11 (local)",
-        None,
-    );
+    let text = c.render(&before, Path::new("reports/baseline"), "PostgreSQL 17.11 (local)", None);
     assert!(
         text.contains("s × b (deadpool-postgres 0.14.1 → 0.14.2; configuration Fast → Clean)"),
         "{text}"

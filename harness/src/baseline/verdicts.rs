@@ -282,7 +282,9 @@ mod tests {
         let root = crate::server::workspace_root();
         let scenarios = crate::scenario::load_dir(&root.join("scenarios")).unwrap();
         let properties = crate::properties::load_dir(&root.join("properties"), &scenarios).unwrap();
-        let before = Baseline::load(&root.join("reports/baseline.json")).unwrap();
+        let before = crate::baseline::BaselineDir::load(&root.join("reports/baseline"))
+            .unwrap()
+            .whole();
         let other_connection = |driver: &str| {
             let mut after = before.clone();
             let cell = after

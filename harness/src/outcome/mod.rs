@@ -480,7 +480,7 @@ impl Observation {
 }
 
 /// What a run measured, without timings or backend pids: what repeats of a
-/// cell must agree on and what the baseline (`reports/baseline.json`) keeps.
+/// cell must agree on and what the baseline (`reports/baseline/`) keeps.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Outcome {
     /// `pass`, `deviates` (behind transaction pooling), `n/a`, `varies`

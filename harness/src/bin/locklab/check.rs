@@ -1,12 +1,15 @@
-//! `locklab check`: a fresh run compared with the committed baseline, or
-//! (`--update`) written as the new baseline.
+//! `locklab check`: a fresh run compared with the baseline directory
+//! (`reports/baseline/`, one file per scenario); what differs is written as
+//! pending files for `locklab review`, or (`--update`) into the accepted
+//! files, scenario by scenario and only where cells differ.
 
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
-use locklab::baseline::{self, Baseline, Tolerance, short_version};
+use locklab::baseline::{self, Baseline, BaselineDir, ScenarioBaseline, Tolerance, dir, family, short_version};
 use locklab::outcome::RunResult;
 use locklab::report::Report;
 use locklab::server;
@@ -16,20 +19,25 @@ use crate::execute::execute;
 use crate::output::emit;
 
 /// Lines of cell diffs `check` prints without `--full`: about one screen.
-const DIFF_LINES: usize = 30;
+pub const DIFF_LINES: usize = 30;
+
+/// The committed baseline directory of this repository.
+pub fn default_baseline() -> PathBuf {
+    server::workspace_root().join("reports").join("baseline")
+}
 
 /// What `check` was asked to do, from its options.
 struct CheckPlan<'a> {
     /// The selection and the server.
     run: &'a RunArgs,
-    /// The baseline file.
+    /// The baseline directory.
     path: PathBuf,
-    /// Only some scenarios or drivers run (-s, -d, another scenario directory).
-    partial: bool,
     /// The scenarios are this repository's `scenarios/`.
     default_dir: bool,
     /// `--baseline` was given.
     explicit: bool,
+    /// `--update`: write accepted files rather than pending ones.
+    update: bool,
     /// Timing tolerance.
     tolerance: Tolerance,
     /// Diff lines to print (`None` with `--full`).
@@ -40,16 +48,30 @@ struct CheckPlan<'a> {
     from_file: bool,
 }
 
+impl CheckPlan<'_> {
+    /// ` --baseline DIR` when the directory is not the default one.
+    fn baseline_arg(&self) -> String {
+        if self.explicit {
+            format!(" --baseline {}", self.path.display())
+        } else {
+            String::new()
+        }
+    }
+}
+
 /// Compares a fresh run of the scenarios in `dir` (or, with `--from`, a
-/// report's `matrix.json`) with the baseline, or (`--update`) rewrites the
-/// baseline from it. `given_dir` is the directory
-/// `--scenarios` / `LOCKLAB_SCENARIOS` named, if any. Exit code 1 on a
-/// difference, a failed cell, or (`--update`) a failed cell not written.
+/// report's `matrix.json`) with the baseline directory and writes each
+/// differing scenario's cells as a pending file, or (`--update`) into its
+/// accepted file; with `--review`, reviews the pending files in a terminal
+/// afterwards. `given_dir` is the directory `--scenarios` /
+/// `LOCKLAB_SCENARIOS` named, if any. Exit code 1 on a difference (a
+/// pending file written or left unreviewed) or a failed cell.
 ///
 /// # Errors
-/// `--update` of a selection without `--baseline`; several versions or
-/// backends; no baseline file; a `--from` file that is not a matrix.json of
-/// one server; as [`execute`]; the baseline cannot be written.
+/// Another scenario directory or a user's column without `--baseline`;
+/// several versions or backends; no default baseline directory; a baseline
+/// file that does not load; a `--from` file that is not a matrix.json of one
+/// server; as [`execute`]; a file cannot be written.
 pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<ExitCode> {
     let explicit = args.baseline.is_some();
     let default_dir = match given_dir {
@@ -59,13 +81,10 @@ pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<E
     let run = &args.run;
     let plan = CheckPlan {
         run,
-        path: args
-            .baseline
-            .clone()
-            .unwrap_or_else(|| server::workspace_root().join("reports").join("baseline.json")),
-        partial: !run.scenario.is_empty() || !run.driver.is_empty() || !default_dir || run.shard.is_some(),
+        path: args.baseline.clone().unwrap_or_else(default_baseline),
         default_dir,
         explicit,
+        update: args.update,
         tolerance: Tolerance {
             factor: args.timing_factor,
             slack_ms: args.timing_slack_ms,
@@ -78,40 +97,40 @@ pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<E
         },
         from_file: args.from.is_some(),
     };
-    if args.update && plan.partial && !explicit {
-        bail!(
-            "`check --update` with --scenario, --driver, --shard or another scenario directory would replace \
-             the full baseline with a partial one; give --baseline FILE"
-        );
-    }
     one_server(run)?;
-    if !explicit {
-        user_columns_need_a_baseline(run)?;
-    }
     if let Some(pair) = &args.upgrade {
         return upgrade(&plan, dir, args.from.as_deref(), &pair[0], &pair[1]);
     }
-    // Read the baseline before the runs: a missing one is an error at once.
-    let before = if args.update {
-        None
+    if !explicit {
+        if !default_dir {
+            bail!(
+                "the scenarios of {} are not locklab's: compare them with a baseline directory of your own, \
+                 --baseline DIR (`check --baseline DIR` writes a pending file per scenario, `review --baseline DIR \
+                 --accept-all` accepts them)",
+                dir.display()
+            );
+        }
+        user_columns_need_a_baseline(run)?;
+    }
+    // Read the baseline before the runs: a broken one is an error at once.
+    let accepted = if explicit && !plan.path.exists() {
+        BaselineDir::empty(&plan.path)
     } else {
-        Some(Baseline::load(&plan.path)?)
+        BaselineDir::load(&plan.path)?
     };
     let report = match &args.from {
-        Some(file) => {
-            let report = locklab::report::load(file)?;
-            if args.update && !explicit {
-                whole_matrix(dir, file, &report)?;
-            }
-            report
-        }
+        Some(file) => locklab::report::load(file)?,
         None => execute(dir, run)?,
     };
     let fresh = Baseline::from_report(&report)?;
-    match before {
-        None => update(&plan, &report, &fresh),
-        Some(before) => compare(&plan, &report, &before, &fresh),
+    let (mut code, written) = compare(&plan, &report, &accepted, &fresh)?;
+    if args.review && written > 0 {
+        crate::review::interactive(&plan.path, plan.max_lines)?;
+        if BaselineDir::pending(&plan.path)?.is_empty() && failed_runs(&report).is_empty() {
+            code = ExitCode::SUCCESS;
+        }
     }
+    Ok(code)
 }
 
 /// A user's columns (`--columns FILE`) are never compared with locklab's
@@ -130,8 +149,8 @@ fn user_columns_need_a_baseline(run: &crate::cli::RunArgs) -> Result<()> {
         if let Some(file) = locklab_drivers::external::user_column_file(id) {
             bail!(
                 "column '{id}' comes from your columns file {}: the committed baseline holds locklab's own columns \
-                 only; compare it with a baseline of your own, --baseline FILE (`check --update --baseline FILE -d \
-                 {id}` writes one){}",
+                 only; compare it with a baseline directory of your own, --baseline DIR (`check --update --baseline DIR \
+                 -d {id}` writes one){}",
                 file.display(),
                 if run.driver.is_empty() {
                     ", or select locklab's columns with -d"
@@ -238,25 +257,6 @@ pub fn between_columns(
     Ok((text, comparison.is_clean() && failed.is_empty()))
 }
 
-/// `--update --from FILE` without `--baseline`: FILE must hold the whole
-/// matrix (every scenario of `dir`, every registered driver, no shard), or
-/// it would replace the full baseline with a partial one.
-fn whole_matrix(dir: &Path, file: &Path, report: &Report) -> Result<()> {
-    let scenarios = crate::selection::load(dir)?.len();
-    let drivers = locklab_drivers::registry().len();
-    if report.shard.is_some() || report.scenarios.len() != scenarios || report.drivers.len() != drivers {
-        bail!(
-            "{} holds {} scenario(s) × {} driver(s){}, not the whole matrix ({scenarios} × {drivers}): \
-             `check --update` would replace the full baseline with a partial one; give --baseline FILE",
-            file.display(),
-            report.scenarios.len(),
-            report.drivers.len(),
-            if report.shard.is_some() { " of one shard" } else { "" }
-        );
-    }
-    Ok(())
-}
-
 /// One server: refuses several versions or backends before starting any.
 fn one_server(run: &RunArgs) -> Result<()> {
     let mut majors = run.server.majors();
@@ -283,67 +283,24 @@ fn failed_runs(report: &Report) -> Vec<&RunResult> {
     report.runs.iter().filter(|r| !r.passed()).collect()
 }
 
-/// `--update`: writes `fresh`, the run's baseline, unless a cell failed
-/// (exit 1; a cell whose repeats read differently is recorded with each way
-/// it read: `BaselineCell::variants`). Race rows keep the readings the file
-/// being replaced knew for them ([`Baseline::keep_readings_of`]), when it is
-/// of the same major version.
-fn update(plan: &CheckPlan, report: &Report, fresh: &Baseline) -> Result<ExitCode> {
-    let path = plan.path.as_path();
-    let failed = failed_runs(report);
-    if !failed.is_empty() {
-        let mut text = format!(
-            "locklab: not writing {}: {} cell(s) failed; a baseline records passing behaviour\n",
-            path.display(),
-            failed.len()
-        );
-        for r in &failed {
-            let _ = writeln!(text, "  {}", r.failure.as_deref().unwrap_or_default());
-        }
-        eprint!("{text}");
-        return Ok(ExitCode::from(1));
-    }
-    let mut fresh = fresh.clone();
-    let kept = match path.exists().then(|| Baseline::load(path)) {
-        Some(Ok(previous)) if previous.server.major == fresh.server.major => fresh.keep_readings_of(&previous),
-        Some(Ok(_)) | None => 0,
-        Some(Err(e)) => {
-            eprintln!("locklab: note: the baseline being replaced is not read for its race readings: {e:#}");
-            0
-        }
-    };
-    fresh.save(path)?;
-    emit(&format!(
-        "wrote {} ({} cell(s), {}, {} run(s) per cell){}{}\n",
-        path.display(),
-        fresh.cells.len(),
-        server_label(report),
-        report.repeat,
-        if kept > 0 {
-            format!("; kept {kept} race reading(s) the file being replaced knew and this run did not read, at count 0")
-        } else {
-            String::new()
-        },
-        if plan.partial {
-            "; a selection: the file now holds only these cells"
-        } else {
-            ""
-        }
-    ))?;
-    Ok(ExitCode::SUCCESS)
-}
-
 /// How the reason of a cell that needs a Docker engine starts
 /// (`locklab::server::poolers::unavailable`).
 const NEEDS_DOCKER: &str = "needs Docker";
 
-/// Compares `fresh`, the run's baseline, with `before` and prints the
-/// differences (exit 1 if any, or if a cell failed).
-fn compare(plan: &CheckPlan, report: &Report, before: &Baseline, fresh: &Baseline) -> Result<ExitCode> {
-    let (run, path) = (plan.run, plan.path.as_path());
+/// Compares `fresh`, the run's baseline, with the accepted files and prints
+/// the differences, then writes each scenario that differs (or has no
+/// accepted file) as a pending file, or with `--update` into its accepted
+/// file ([`ScenarioBaseline::settle`]: only its differing cells change). A
+/// scenario with a failed cell is not written. Returns the exit code (1 if
+/// anything differs or a cell failed; with `--update`, only if a cell
+/// failed) and how many pending files were written.
+fn compare(plan: &CheckPlan, report: &Report, accepted: &BaselineDir, fresh: &Baseline) -> Result<(ExitCode, usize)> {
+    let run = plan.run;
+    let path = plan.path.as_path();
+    let before = accepted.whole();
     let server = &report.servers[0];
     let failed = failed_runs(report);
-    if before.server.major != server.major {
+    if !accepted.files.is_empty() && before.server.major != server.major {
         eprintln!(
             "locklab: note: the baseline was measured on PostgreSQL {}, this run is on {}",
             before.server.major, server.major
@@ -354,7 +311,7 @@ fn compare(plan: &CheckPlan, report: &Report, before: &Baseline, fresh: &Baselin
     // it is in another shard than this run's (--shard: the run's cells are its shard's).
     let ran: Vec<&str> = report.scenarios.iter().map(|s| s.name.as_str()).collect();
     let scenarios_partial = !run.scenario.is_empty() || !plan.default_dir;
-    let in_shard: std::collections::HashSet<(&str, &str)> = report
+    let in_shard: HashSet<(&str, &str)> = report
         .runs
         .iter()
         .map(|r| (r.scenario.as_str(), r.driver.as_str()))
@@ -373,7 +330,7 @@ fn compare(plan: &CheckPlan, report: &Report, before: &Baseline, fresh: &Baselin
     // A cell that cannot run here for want of Docker (a pooler in a
     // container) is not applicable, never a difference: it is left out of
     // both sides.
-    let not_here: std::collections::HashSet<(&str, &str)> = report
+    let not_here: HashSet<(&str, &str)> = report
         .runs
         .iter()
         .filter(|r| r.skipped.as_deref().is_some_and(|why| why.starts_with(NEEDS_DOCKER)))
@@ -392,26 +349,13 @@ fn compare(plan: &CheckPlan, report: &Report, before: &Baseline, fresh: &Baselin
     let expected = |cell: &baseline::BaselineCell| {
         expected(cell) && !not_here.contains(&(cell.scenario.as_str(), cell.driver.as_str()))
     };
-    let mut comparison = baseline::compare_with(before, &fresh, plan.tolerance, plan.shares, &expected);
+    let mut comparison = baseline::compare_with(&before, &fresh, plan.tolerance, plan.shares, &expected);
     match locklab::properties::shipped_cached() {
-        Ok(properties) => comparison.judge(properties, before, &fresh),
+        Ok(properties) => comparison.judge(properties, &before, &fresh),
         Err(e) => eprintln!("locklab: note: verdicts not compared: the property files do not load:\n{e}"),
     }
-    let mut text = comparison.render(before, path, &server_label(report), plan.max_lines);
-    if !comparison.is_clean() {
-        let _ = writeln!(
-            text,
-            "\nIf the change is intended, rewrite the baseline: {}",
-            if plan.explicit || plan.partial {
-                format!(
-                    "`cargo locklab check --update --baseline {}` with the same selection",
-                    path.display()
-                )
-            } else {
-                "`cargo locklab check --update` (or `just baseline`)".to_owned()
-            }
-        );
-    }
+    let mut text = comparison.render(&before, path, &server_label(report), plan.max_lines);
+    let written = write_files(plan, report, accepted, &fresh, &comparison, &failed, &mut text)?;
     if !failed.is_empty() {
         let _ = writeln!(text, "\n{} cell(s) failed:", failed.len());
         for r in &failed {
@@ -419,9 +363,152 @@ fn compare(plan: &CheckPlan, report: &Report, before: &Baseline, fresh: &Baselin
         }
     }
     emit(&text)?;
-    Ok(if comparison.is_clean() && failed.is_empty() {
-        ExitCode::SUCCESS
+    let clean = if plan.update {
+        true
     } else {
-        ExitCode::from(1)
-    })
+        comparison.is_clean() && written.pending == 0 && written.stale.is_empty()
+    };
+    Ok((
+        if clean && failed.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        },
+        written.pending,
+    ))
+}
+
+/// What [`write_files`] did.
+#[derive(Default)]
+struct Written {
+    /// Pending files written.
+    pending: usize,
+    /// Accepted files whose scenario file is gone (a full run's).
+    stale: Vec<String>,
+}
+
+/// Writes, per scenario file of the run or of the differences, what
+/// differs: a pending file (`NAME.json.new`), or with `--update` the
+/// accepted one; removes a pending file this run found nothing for, when
+/// the run compared every cell it holds; and appends to `text` what it wrote
+/// and how to review it.
+fn write_files(
+    plan: &CheckPlan,
+    report: &Report,
+    accepted: &BaselineDir,
+    fresh: &Baseline,
+    comparison: &baseline::Comparison,
+    failed: &[&RunResult],
+    text: &mut String,
+) -> Result<Written> {
+    let path = plan.path.as_path();
+    let mut differ: BTreeMap<String, HashSet<(String, String)>> = BTreeMap::new();
+    for d in &comparison.diffs {
+        differ
+            .entry(family(&d.scenario).to_owned())
+            .or_default()
+            .insert((d.scenario.clone(), d.driver.clone()));
+    }
+    let mut names: BTreeSet<String> = report.scenarios.iter().map(|s| s.family.clone()).collect();
+    names.extend(differ.keys().cloned());
+    let failed_names: BTreeSet<&str> = failed.iter().map(|r| family(&r.scenario)).collect();
+    let files = ScenarioBaseline::split(fresh);
+    let compared: HashSet<(&str, &str)> = fresh
+        .cells
+        .iter()
+        .map(|c| (c.scenario.as_str(), c.driver.as_str()))
+        .collect();
+    let mut lines: Vec<String> = Vec::new();
+    let mut done = Written::default();
+    let mut kept_total = 0;
+    for name in &names {
+        let acc = accepted.files.get(name);
+        let none = HashSet::new();
+        let changed = differ.get(name).unwrap_or(&none);
+        let pending = dir::pending_path(path, name);
+        if acc.is_some() && changed.is_empty() {
+            // Nothing differs: a pending file of an earlier run whose every
+            // cell this run compared is stale.
+            if pending.is_file()
+                && let Ok(p) = ScenarioBaseline::load(&pending)
+                && p.cells
+                    .iter()
+                    .chain(acc.iter().flat_map(|a| a.cells.iter()))
+                    .all(|c| compared.contains(&(c.scenario.as_str(), c.driver.as_str())))
+            {
+                std::fs::remove_file(&pending)?;
+                lines.push(format!(
+                    "removed {}: this run reads as the accepted file",
+                    pending.display()
+                ));
+            }
+            continue;
+        }
+        if failed_names.contains(name.as_str()) {
+            lines.push(format!(
+                "not written: {name}: a cell failed (a baseline records passing behaviour)"
+            ));
+            continue;
+        }
+        let Some(file) = files.get(name) else {
+            if acc.is_some() && !report.scenarios.iter().any(|s| &s.family == name) {
+                if plan.update {
+                    let gone = dir::accepted_path(path, name);
+                    std::fs::remove_file(&gone)?;
+                    lines.push(format!("removed {}: no such scenario", gone.display()));
+                } else {
+                    lines.push(format!(
+                        "{}: no such scenario any more (`check --update` removes its file)",
+                        dir::accepted_path(path, name).display()
+                    ));
+                    done.stale.push(name.clone());
+                }
+            }
+            continue;
+        };
+        let (settled, kept) = ScenarioBaseline::settle(acc, file, changed);
+        kept_total += kept;
+        let what = match acc {
+            None => format!("no baseline for scenario {name}: {} new cell(s)", settled.cells.len()),
+            Some(_) => format!("{name}: {} cell(s) differ", changed.len()),
+        };
+        if plan.update {
+            let target = dir::accepted_path(path, name);
+            settled.save(&target)?;
+            if pending.is_file() {
+                std::fs::remove_file(&pending)?;
+            }
+            lines.push(format!("{what}: wrote {}", target.display()));
+        } else {
+            settled.save(&pending)?;
+            done.pending += 1;
+            lines.push(format!("{what}: wrote {}", pending.display()));
+        }
+    }
+    if lines.is_empty() {
+        if plan.update {
+            let _ = writeln!(text, "\nno accepted file changed in {}", path.display());
+        }
+        return Ok(done);
+    }
+    let _ = writeln!(text);
+    for l in &lines {
+        let _ = writeln!(text, "{l}");
+    }
+    if kept_total > 0 {
+        let _ = writeln!(
+            text,
+            "kept {kept_total} race reading(s) the accepted files knew and this run did not read, at count 0"
+        );
+    }
+    if done.pending > 0 {
+        let b = plan.baseline_arg();
+        let _ = writeln!(
+            text,
+            "\nIf the change is intended, accept it: `cargo locklab review{b}` (a terminal: a accept, r reject, s skip), \
+             `cargo locklab review{b} --accept NAME` (or --accept-all), or rewrite a scenario's accepted file \
+             directly with `cargo locklab check --update{b} -s NAME`."
+        );
+    }
+    Ok(done)
 }

@@ -84,8 +84,27 @@ pub enum Command {
     /// cells whose outcome differs between rounds; exit 1 if any differs or fails.
     Soak(SoakArgs),
     /// Run scenarios × drivers and compare the outcomes with the committed
-    /// baseline (reports/baseline.json); exit 1 with a per-cell diff on any change.
+    /// baseline (reports/baseline/, one file per scenario); exit 1 with a
+    /// per-cell diff on any change, and write each changed scenario's cells
+    /// as a pending file (NAME.json.new) for `locklab review`.
     Check(CheckArgs),
+    /// Accept or reject the pending baseline files `check` wrote
+    /// (NAME.json.new beside NAME.json): in a terminal one scenario at a
+    /// time, its diff shown (verdict changes first) and a key pressed (a
+    /// accept, r reject, s skip, q quit); or by name (--accept, --reject,
+    /// --accept-all, --reject-all). Without a terminal and without those,
+    /// prints the pending diffs and exits 1 if there are any.
+    Review(ReviewArgs),
+    /// Split a whole-matrix baseline.json (baseline_version 2, before the
+    /// baseline was a directory) into a baseline directory, one file per
+    /// scenario, then check that every value of every cell is in the new
+    /// files; prints the counts.
+    MigrateBaseline {
+        /// The old baseline.json.
+        file: PathBuf,
+        /// The directory to write (new or empty).
+        dir: PathBuf,
+    },
     /// Another version of a Rust pool crate against the matrix, without
     /// editing locklab: builds locklab's driver for CRATE@VERSION in a
     /// scratch project (cached per crate and version), runs its columns next
@@ -241,17 +260,51 @@ pub struct SoakArgs {
     pub json_out: Option<PathBuf>,
 }
 
+/// `locklab review`'s arguments.
+#[derive(Args)]
+pub struct ReviewArgs {
+    /// The baseline directory (default: reports/baseline/ of this repository).
+    #[arg(long, value_name = "DIR")]
+    pub baseline: Option<PathBuf>,
+    /// Accept these scenarios' pending files (repeatable, or comma-separated).
+    #[arg(long, value_name = "NAME", value_delimiter = ',')]
+    pub accept: Vec<String>,
+    /// Reject (remove) these scenarios' pending files (repeatable, or comma-separated).
+    #[arg(long, value_name = "NAME", value_delimiter = ',')]
+    pub reject: Vec<String>,
+    /// Accept every pending file (for CI bots).
+    #[arg(long, conflicts_with_all = ["accept", "reject", "reject_all"])]
+    pub accept_all: bool,
+    /// Reject every pending file.
+    #[arg(long, conflicts_with_all = ["accept", "reject"])]
+    pub reject_all: bool,
+    /// Print every changed cell of a diff (default: about one screen each).
+    #[arg(long)]
+    pub full: bool,
+}
+
 /// `locklab check`'s arguments.
 #[derive(Args)]
 pub struct CheckArgs {
     #[command(flatten)]
     pub run: RunArgs,
-    /// The baseline file (default: reports/baseline.json of this repository).
-    #[arg(long)]
+    /// The baseline directory, one NAME.json per scenario file (default:
+    /// reports/baseline/ of this repository); give your own for your own
+    /// scenarios (--scenarios) or columns (--columns). A directory that
+    /// does not exist yet is one with no scenario accepted.
+    #[arg(long, value_name = "DIR")]
     pub baseline: Option<PathBuf>,
-    /// Rewrite the baseline from this run instead of comparing (every cell must pass).
-    #[arg(long)]
+    /// Write what differs into the accepted files (NAME.json) instead of
+    /// pending ones: only the scenarios of this run whose cells differ by
+    /// the comparison rules, and in them only those cells (`check --update
+    /// -s NAME` rewrites NAME's); a scenario with a failed cell is not
+    /// written.
+    #[arg(long, conflicts_with = "review")]
     pub update: bool,
+    /// After the comparison, review the pending files it wrote, as `locklab
+    /// review` does in a terminal.
+    #[arg(long)]
+    pub review: bool,
     /// Timing tolerance: a p50 time t against the baseline's b passes when
     /// b/F - S <= t <= b*F + S, with F this factor (>= 1) ...
     #[arg(long, default_value_t = Tolerance::default().factor, value_parser = parse_factor)]
@@ -278,7 +331,7 @@ pub struct CheckArgs {
     /// column TO (e.g. `--upgrade sqlx08 sqlx`, `--upgrade pgbouncer-session
     /// pgbouncer-trixie-session`). Runs only those two columns, or reads
     /// them from --from. Exit 1 when any cell differs.
-    #[arg(long, num_args = 2, value_names = ["FROM", "TO"], conflicts_with_all = ["update", "baseline"])]
+    #[arg(long, num_args = 2, value_names = ["FROM", "TO"], conflicts_with_all = ["update", "baseline", "review"])]
     pub upgrade: Option<Vec<String>>,
 }
 

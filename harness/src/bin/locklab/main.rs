@@ -15,6 +15,7 @@ mod merge;
 mod output;
 mod progress;
 mod report;
+mod review;
 mod run;
 mod schema;
 mod selection;
@@ -95,6 +96,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Verdict(args) => verdict::verdict(&dir, args),
         Command::Soak(args) => soak::soak(&dir, args),
         Command::Check(args) => check::check(&dir, given, args),
+        Command::Review(args) => review::review(args),
+        Command::MigrateBaseline { file, dir } => review::migrate(file, dir),
         Command::Try(args) => try_cmd::try_crates(&dir, args),
         Command::Merge(args) => merge::merge(args),
         Command::Adapter(cli::AdapterCommand::Check(args)) => adapter::check(args),
