@@ -125,6 +125,15 @@ pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<E
     let fresh = Baseline::from_report(&report)?;
     let (mut code, written) = compare(&plan, &report, &accepted, &fresh)?;
     if args.review && written > 0 {
+        use std::io::IsTerminal;
+        if !(std::io::stdin().is_terminal() && std::io::stdout().is_terminal()) {
+            eprintln!(
+                "locklab: note: --review needs a terminal; review by name: `locklab review{} --accept NAME` \
+                 (or --accept-all, --reject NAME)",
+                plan.baseline_arg()
+            );
+            return Ok(code);
+        }
         crate::review::interactive(&plan.path, plan.max_lines)?;
         if BaselineDir::pending(&plan.path)?.is_empty() && failed_runs(&report).is_empty() {
             code = ExitCode::SUCCESS;
