@@ -467,3 +467,7 @@ fn list(dir: &Path, suffix: &str) -> Result<Vec<String>> {
     out.sort();
     Ok(out)
 }
+
+#[cfg(test)]
+#[path = "dir_tests.rs"]
+mod tests;
