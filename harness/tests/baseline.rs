@@ -232,7 +232,8 @@ fn check_update_rewrites_only_what_differs() {
 /// the next `check` is clean; after a change in their column (its reset:
 /// psycopg_pool's `reset=` running `pg_advisory_unlock_all()`), `check`
 /// exits 1 naming the cell and the column's configuration change. Without
-/// `--baseline`, their scenarios are refused with the way out.
+/// `--baseline`, their scenarios are refused with the way out, and so is a
+/// `--baseline` file name that does not exist.
 #[test]
 fn a_users_scenarios_and_column_get_a_baseline_directory_of_their_own() {
     let work = tempfile::tempdir().unwrap();
@@ -274,6 +275,13 @@ fn a_users_scenarios_and_column_get_a_baseline_directory_of_their_own() {
     let out = run(&[]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("--baseline DIR"), "{}", text(&out));
+
+    // A baseline is a directory: a file name that does not exist is refused
+    // before anything runs (a directory that does not exist is a new one).
+    let old = work.path().join("baseline.json");
+    let out = run(&["--baseline", old.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("a baseline is a directory"), "{}", text(&out));
 
     let b = base.to_str().unwrap();
     let out = run(&["--baseline", b]);

@@ -114,6 +114,19 @@ pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<E
     }
     // Read the baseline before the runs: a broken one is an error at once.
     let accepted = if explicit && !plan.path.exists() {
+        if plan.path.extension().is_some_and(|e| e == "json") {
+            bail!(
+                "--baseline {}: no such file or directory; a baseline is a directory of one NAME.json per scenario \
+                 (a whole-matrix baseline.json of before is split with `locklab migrate-baseline FILE DIR`)",
+                plan.path.display()
+            );
+        }
+        eprintln!(
+            "locklab: note: {} does not exist yet: no scenario has an accepted file there; this run's cells are \
+             written there as pending files{}",
+            plan.path.display(),
+            if args.update { " (accepted, with --update)" } else { "" }
+        );
         BaselineDir::empty(&plan.path)
     } else {
         BaselineDir::load(&plan.path)?
