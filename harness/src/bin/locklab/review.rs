@@ -7,7 +7,7 @@
 //! old whole-matrix file.
 
 use std::io::{IsTerminal, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
@@ -225,7 +225,7 @@ fn short_commit(file: &ScenarioBaseline) -> String {
 ///
 /// # Errors
 /// As [`baseline::migrate::migrate`].
-pub fn migrate(file: &PathBuf, into: &PathBuf) -> Result<ExitCode> {
+pub fn migrate(file: &Path, into: &Path) -> Result<ExitCode> {
     let done = baseline::migrate::migrate(file, into)?;
     emit(&format!(
         "wrote {} file(s) into {}; checked: every one of the {} cell(s) of {} is there, all {} value(s) equal\n",
