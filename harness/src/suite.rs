@@ -451,29 +451,16 @@ impl Suite {
             "`locklab review --baseline {} --accept {name}` accepts it",
             path.display()
         );
-        let Some(acc) = accepted.files.get(name) else {
-            let base = pending_path
-                .is_file()
-                .then(|| ScenarioBaseline::load(&pending_path))
-                .transpose()?;
-            let keys = fresh_file
-                .cells
-                .iter()
-                .map(|c| (c.scenario.clone(), c.driver.clone()))
-                .collect();
-            ScenarioBaseline::settle(base.as_ref(), &fresh_file, &keys)
-                .0
-                .save(&pending_path)?;
-            return Ok(Some(Unmet::Baseline {
-                scenario: scenario.name.clone(),
-                diff: format!(
-                    "no baseline for scenario {name} in {}: wrote its cells to {}; {review}",
-                    path.display(),
-                    pending_path.display()
-                ),
-            }));
-        };
-        let before = acc.as_baseline(acc.race_rows());
+        let acc = accepted.files.get(name);
+        // With no accepted file, every cell of the run is new.
+        let before = acc.map_or_else(
+            || Baseline {
+                cells: Vec::new(),
+                drivers: Default::default(),
+                ..fresh.clone()
+            },
+            |a| a.as_baseline(a.race_rows()),
+        );
         let expected = |c: &baseline::BaselineCell| {
             c.scenario == scenario.name && fresh.cells.iter().any(|f| f.driver == c.driver)
         };
@@ -492,14 +479,25 @@ impl Suite {
             .iter()
             .map(|d| (d.scenario.clone(), d.driver.clone()))
             .collect();
-        let base = if pending_path.is_file() {
-            ScenarioBaseline::load(&pending_path)?
-        } else {
-            acc.clone()
-        };
-        ScenarioBaseline::settle(Some(&base), &fresh_file, &differ)
+        // On top of a pending file an earlier test of this run wrote (another
+        // parameter set), else of the accepted file.
+        let pending = pending_path
+            .is_file()
+            .then(|| ScenarioBaseline::load(&pending_path))
+            .transpose()?;
+        ScenarioBaseline::settle(pending.as_ref().or(acc), &fresh_file, &differ)
             .0
             .save(&pending_path)?;
+        if acc.is_none() {
+            return Ok(Some(Unmet::Baseline {
+                scenario: scenario.name.clone(),
+                diff: format!(
+                    "no baseline for scenario {name} in {}: wrote its cells to {}; {review}",
+                    path.display(),
+                    pending_path.display()
+                ),
+            }));
+        }
         let text = comparison.render(&before, &dir::accepted_path(path, name), "this test", None);
         Ok(Some(Unmet::Baseline {
             scenario: scenario.name.clone(),
