@@ -15,7 +15,7 @@ macro_rules! bb8_driver {
             use $bb8p::PostgresConnectionManager;
             use $bb8p::bb8::{PooledConnection, RunError};
 
-            use $crate::try_kit::{ClientGuard, DropReturns};
+            use $crate::kit::{ClientGuard, DropReturns};
             use $crate::{
                 Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions,
                 crate_version_matching,
@@ -95,8 +95,8 @@ bb8_driver!(current, bb8_postgres, "", "bb8");
 pub use current::Bb8Postgres;
 
 /// How `locklab try` builds this file for another version of bb8-postgres ([`crate::try_kit`]).
-pub(crate) const FAMILY: crate::try_kit::Family = {
-    use crate::try_kit::{Dep, Family};
+pub(crate) const FAMILY: crate::kit::Family = {
+    use crate::kit::{Dep, Family};
     Family {
         crate_name: "bb8-postgres",
         aliases: &["bb8"],

@@ -18,7 +18,7 @@ macro_rules! deadpool_driver {
             use tokio_postgres::NoTls;
             use $dp::{Manager, ManagerConfig, Object, RecyclingMethod};
 
-            use $crate::try_kit::{ClientGuard, DropReturns};
+            use $crate::kit::{ClientGuard, DropReturns};
             use $crate::{
                 Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions,
                 crate_version_matching,
@@ -148,8 +148,8 @@ deadpool_driver!(v013, deadpool_postgres013, "0.13", "deadpool-0.13");
 pub use current::Deadpool;
 
 /// How `locklab try` builds this file for another version of deadpool-postgres ([`crate::try_kit`]).
-pub(crate) const FAMILY: crate::try_kit::Family = {
-    use crate::try_kit::{Dep, Family};
+pub(crate) const FAMILY: crate::kit::Family = {
+    use crate::kit::{Dep, Family};
     Family {
         crate_name: "deadpool-postgres",
         aliases: &[],

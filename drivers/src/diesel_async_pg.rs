@@ -32,7 +32,7 @@ macro_rules! diesel_async_driver {
             use $da::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig, PoolError};
             use $da::{AsyncConnectionCore, AsyncPgConnection, SimpleAsyncConnection};
 
-            use $crate::try_kit::token_canceller;
+            use $crate::kit::token_canceller;
             use $crate::{
                 Canceller, Conn, ConnectSpec, DbError, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions,
                 Returned, Rows, crate_version_matching,
@@ -242,8 +242,8 @@ diesel_async_driver!(current, diesel_async, "", "diesel-async");
 pub use current::DieselAsyncDeadpool;
 
 /// How `locklab try` builds this file for another version of diesel-async ([`crate::try_kit`]).
-pub(crate) const FAMILY: crate::try_kit::Family = {
-    use crate::try_kit::{Dep, Family};
+pub(crate) const FAMILY: crate::kit::Family = {
+    use crate::kit::{Dep, Family};
     Family {
         crate_name: "diesel-async",
         aliases: &[],

@@ -16,9 +16,11 @@ mod deadpool_pg;
 mod diesel_async_pg;
 mod direct;
 pub mod external;
+#[doc(hidden)]
+pub mod kit;
 pub mod libraries;
 mod mobc_pg;
-mod pgbouncer;
+mod poolers;
 mod r2d2_pg;
 mod sqlx_pg;
 pub mod try_kit;
@@ -30,7 +32,7 @@ use std::time::Duration;
 
 pub use direct::{CONNECT_TIMEOUT, DirectConn, simple_query_rows};
 pub use locklab_core::{ConnectSpec, with_sources};
-pub use pgbouncer::{Pooler, PoolerKind, PoolerMode};
+pub use poolers::{CancelRequests, Column as PoolerColumn, Facts as PoolerFacts, Pooler, PoolerKind, PoolerMode};
 /// sqlx 0.8's `PgPool` as a column (the crate renamed `sqlx08` here), as [`SqlxPgPool`].
 #[cfg(feature = "columns")]
 pub use sqlx_pg::v08::SqlxPgPool as Sqlx08PgPool;
@@ -454,8 +456,16 @@ pub trait Driver: Send + Sync {
     /// ID` (the `locklab` binary; [`external::serve`]). The default hosts
     /// this driver there ([`external::ExternalDriver::hosting`]); an
     /// out-of-process driver starts an adapter per pool. `None`: not possible.
+    ///
+    /// A column behind a user's own pooler ([`PoolerKind::External`]) is
+    /// not hosted: `locklab pool-adapter ID` knows locklab's own columns
+    /// only, not those of a user's columns file.
     fn in_own_process(&self, host: &Path) -> Option<Box<dyn Driver>> {
-        Some(Box::new(external::ExternalDriver::hosting(self.info(), host)))
+        let info = self.info();
+        if info.pooler.is_some_and(|p| p.kind == PoolerKind::External) {
+            return None;
+        }
+        Some(Box::new(external::ExternalDriver::hosting(info, host)))
     }
 }
 
@@ -485,7 +495,7 @@ pub fn registry() -> Vec<Box<dyn Driver>> {
         Box::new(r2d2_pg::R2d2Postgres),
         Box::new(diesel_async_pg::DieselAsyncDeadpool),
     ]);
-    all.extend(pgbouncer::columns());
+    all.extend(poolers::columns());
     all.extend(external::declared().into_iter().map(|d| Box::new(d) as Box<dyn Driver>));
     all.extend(external::user_columns());
     all

@@ -20,7 +20,7 @@ macro_rules! mobc_driver {
             use $mobcp::PgConnectionManager;
             use $mobcp::mobc;
 
-            use $crate::try_kit::{simple_query_rows, token_canceller};
+            use $crate::kit::{simple_query_rows, token_canceller};
             use $crate::{
                 Canceller, Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions, Returned,
                 Rows, crate_version_matching,
@@ -134,8 +134,8 @@ mobc_driver!(current, mobc_postgres, "", "mobc");
 pub use current::MobcPostgres;
 
 /// How `locklab try` builds this file for another version of mobc-postgres ([`crate::try_kit`]).
-pub(crate) const FAMILY: crate::try_kit::Family = {
-    use crate::try_kit::{Dep, Family};
+pub(crate) const FAMILY: crate::kit::Family = {
+    use crate::kit::{Dep, Family};
     Family {
         crate_name: "mobc-postgres",
         aliases: &["mobc"],

@@ -102,7 +102,7 @@ macro_rules! r2d2_driver {
                 let line = format!("{}: {}", n.severity(), n.message());
                 let kept = NOTICES.with(|s| s.borrow_mut().as_mut().map(|v| v.push(line.clone())).is_some());
                 if !kept {
-                    $crate::try_kit::unclaimed_notice(&line);
+                    $crate::kit::unclaimed_notice(&line);
                 }
             }
 
@@ -266,8 +266,8 @@ r2d2_driver!(current, r2d2_postgres, "", "r2d2");
 pub use current::R2d2Postgres;
 
 /// How `locklab try` builds this file for another version of r2d2_postgres ([`crate::try_kit`]).
-pub(crate) const FAMILY: crate::try_kit::Family = {
-    use crate::try_kit::{Dep, Family};
+pub(crate) const FAMILY: crate::kit::Family = {
+    use crate::kit::{Dep, Family};
     Family {
         crate_name: "r2d2_postgres",
         aliases: &["r2d2-postgres"],

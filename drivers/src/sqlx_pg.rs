@@ -297,8 +297,8 @@ sqlx_driver!(
 /// ([`crate::try_kit`]): 0.9 and later run unprepared SQL as 0.9 does
 /// (`AssertSqlSafe`), earlier versions as 0.8 does. The lock libraries are
 /// not on a tried pool ([`crate::libraries::none`]).
-pub(crate) const FAMILY: crate::try_kit::Family = {
-    use crate::try_kit::{Dep, Family};
+pub(crate) const FAMILY: crate::kit::Family = {
+    use crate::kit::{Dep, Family};
     Family {
         crate_name: "sqlx",
         aliases: &[],

@@ -27,7 +27,12 @@ set -euo pipefail
 tag="${1:-locklab/poolers:trixie-2}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 suite=trixie
-packages="pgbouncer pgagroal pgpool2 socat"
+list="$root/harness/scripts/poolers.list"
+# field N (1-based) of each line of poolers.list, trimmed.
+list_field() { grep -v '^[[:space:]]*#' "$list" | awk -F'|' -v n="$1" -v s="${2:-}" 'NF >= 4 { for (i = 1; i <= NF; i++) gsub(/^[ \t]+|[ \t]+$/, "", $i); if (s == "" || $2 == s) print $n }'; }
+packages="$(list_field 3 "$suite" | tr '\n' ' ' | sed 's/ *$//')"
+sid_packages="$(list_field 3 sid | tr '\n' ' ' | sed 's/ *$//')"
+[ -n "$packages" ] || { echo "build-pooler-image: error: no $suite packages in $list" >&2; exit 1; }
 rootfs="$root/.cache/rootfs/$suite-poolers"
 
 say() { echo "build-pooler-image: $*" >&2; }
@@ -97,12 +102,11 @@ debs="$(mktemp -d "$root/.cache/pooler-debs-XXXXXX")"
 trap 'rm -rf "$staging" "$debs"' EXIT
 cp -a "$rootfs/." "$staging/"
 rm -f "$staging/.locklab-complete"
-say "unpacking Odyssey from Debian sid's odyssey package"
-bash "$root/drivers/adapters/fetch-debs.sh" sid "$debs" odyssey || die "cannot download Debian sid's odyssey package"
-dpkg-deb -x "$debs"/odyssey_*.deb "$staging/"
-if ! out="$(chroot "$staging" odyssey --version 2>&1)"; then
-  echo "$out" >&2
-  die "the odyssey binary from sid does not run in the $suite root (a library missing?)"
+if [ -n "$sid_packages" ]; then
+  say "unpacking Debian sid's $sid_packages"
+  # shellcheck disable=SC2086
+  bash "$root/drivers/adapters/fetch-debs.sh" sid "$debs" $sid_packages || die "cannot download Debian sid's $sid_packages"
+  for p in $sid_packages; do dpkg-deb -x "$debs/${p}"_*.deb "$staging/"; done
 fi
 # The unprivileged user the poolers run as (PgBouncer and pgagroal refuse
 # root), with a home under /tmp: pgagroal keeps its master key in
@@ -110,16 +114,27 @@ fi
 echo 'locklab:x:998:998:locklab pooler:/tmp/locklab:/bin/sh' >>"$staging/etc/passwd"
 echo 'locklab:x:998:' >>"$staging/etc/group"
 echo 'locklab:*:19000:0:99999:7:::' >>"$staging/etc/shadow"
-cat >"$staging/usr/local/bin/pooler-versions" <<'VERSIONS'
-#!/bin/sh
-# One line per pooler: name and version, as the binaries print them.
-echo "pgbouncer $(pgbouncer --version 2>&1 | head -n 1)"
-echo "pgagroal $(pgagroal --version 2>&1 | head -n 1)"
-echo "pgpool $(pgpool --version 2>&1 | head -n 1)"
-echo "odyssey $(odyssey --version 2>&1 | head -n 1)"
-VERSIONS
+{
+  echo '#!/bin/sh'
+  echo '# One line per pooler: name and version, as the binaries print them.'
+  list_field 1 | while read -r id; do
+    version="$(grep -v '^[[:space:]]*#' "$list" | awk -F'|' -v id="$id" '{ gsub(/^[ \t]+|[ \t]+$/, "", $1); gsub(/^[ \t]+|[ \t]+$/, "", $4); if ($1 == id) print $4 }')"
+    echo "echo \"${id%-trixie} \$($version 2>&1 | head -n 1)\""
+  done
+} >"$staging/usr/local/bin/pooler-versions"
 chmod 0755 "$staging/usr/local/bin/pooler-versions"
 versions="$(chroot "$staging" /usr/local/bin/pooler-versions)"
+# Each pooler's binary runs in the root (a sid binary may miss a library):
+# its version command is found and loads (some exit 1 after printing it).
+list_field 4 | while read -r version; do
+  status=0
+  # shellcheck disable=SC2086
+  out="$(chroot "$staging" $version 2>&1)" || status=$?
+  if [ "$status" -ge 126 ] || [ -z "$out" ] || printf '%s' "$out" | grep -q 'error while loading shared libraries'; then
+    echo "$out" >&2
+    die "'$version' does not run in the $suite root (exit $status; a library missing?)"
+  fi
+done
 say "versions: $(echo "$versions" | tr '\n' ';')"
 
 say "importing $tag"
@@ -129,6 +144,6 @@ tar -C "$staging" --numeric-owner -c . | docker import \
   --change "USER locklab" \
   --change "WORKDIR /tmp" \
   --change 'CMD ["/usr/local/bin/pooler-versions"]' \
-  --message "locklab pooler image (Debian $suite minbase + $packages + sid odyssey)" \
+  --message "locklab pooler image (Debian $suite minbase + $packages + sid $sid_packages)" \
   - "$tag" >/dev/null
 say "built $tag"

@@ -34,4 +34,3 @@ pub mod runner;
 pub mod scenario;
 pub mod server;
 pub mod shard;
-pub mod suite;

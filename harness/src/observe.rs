@@ -339,7 +339,7 @@ pub fn databases_like_sql(pattern: &str) -> String {
 }
 
 /// Whether statement `sql` waits in pgagroal's queue, read from the server
-/// (pgagroal 1.6 lists no clients: [`crate::server::pooler_queue`]): `t`
+/// (pgagroal 1.6 lists no clients: [`crate::server::poolers::queue`]): `t`
 /// when no backend of the current database runs it (`active` with that
 /// text in `pg_stat_activity.query`, compared on its first 1000
 /// characters, below the default `track_activity_query_size` of 1024

@@ -284,6 +284,15 @@ pub struct DriverColumn {
 }
 
 impl DriverColumn {
+    /// The product of the pooler it goes through (`PgBouncer`,
+    /// `Pgpool-II`, `your pooler`), else `None`.
+    pub fn pooler_product(&self) -> Option<&'static str> {
+        self.pooler_kind
+            .as_deref()
+            .and_then(locklab_drivers::PoolerKind::from_id)
+            .map(locklab_drivers::PoolerKind::product)
+    }
+
     /// Whether its cells' readings vary by nature (its pooler's
     /// `PoolerKind::readings_vary`: pgagroal, Odyssey).
     pub fn readings_vary(&self) -> bool {
@@ -418,6 +427,21 @@ impl Summary {
         }
         text
     }
+}
+
+/// The template environment of the Markdown writers: a template's
+/// trailing newline is kept.
+///
+/// # Errors
+/// A syntax configuration error (a bug).
+fn markdown_environment() -> Result<minijinja::Environment<'static>> {
+    let mut env = minijinja::Environment::new();
+    env.set_syntax(
+        minijinja::syntax::SyntaxConfig::builder()
+            .keep_trailing_newline(true)
+            .build()?,
+    );
+    Ok(env)
 }
 
 impl Report {

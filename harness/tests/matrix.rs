@@ -770,7 +770,7 @@ fn every_race_reading_the_baseline_knows_is_a_declared_outcome() {
             let Some(o) = c.observations.get(name) else { continue };
             for share in o.shares.iter().flatten() {
                 let v = &share.reading.value;
-                if !matches!(v, Value::NotApplicable | Value::SettingsCannotPassPgBouncer)
+                if !matches!(v, Value::NotApplicable | Value::SettingsCannotPass)
                     && !list.iter().any(|p| runner::possible(p, v))
                 {
                     unknown.push(format!(

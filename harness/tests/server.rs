@@ -57,6 +57,9 @@ fn main() {
         common::trial("servers_the_harness_starts_listen_on_loopback_only", || {
             common::block_on_multi(servers_the_harness_starts_listen_on_loopback_only())
         }),
+        common::trial("each_poolers_settings_pass_is_what_it_does", || {
+            common::block_on_multi(each_poolers_settings_pass_is_what_it_does())
+        }),
     ];
     for (case, step, wanted) in V2_CASES {
         trials.push(common::trial(
@@ -473,6 +476,71 @@ async fn servers_the_harness_starts_listen_on_loopback_only() {
         let mut want = vec!["127.0.0.1".to_owned(), ns.host_addr().to_string()];
         want.sort();
         assert_eq!(addrs, want, "the fault server (port {port}) listens on {addrs:?}");
+    }
+}
+
+/// Whether connection settings pass a pooler (`PoolerFacts::settings_pass`,
+/// which decides whether a scenario with `pool.settings` runs behind it) is
+/// what the pooler does: in each mode of its columns, a client connects
+/// through it with `options=-c lock_timeout=1234ms` (as the pools do for
+/// `pool.settings`) and asks `SHOW lock_timeout`. The fact holds when in
+/// every mode the client connects and reads `1234ms`, and is false when in
+/// some mode the pooler refuses the client or the server never got the
+/// setting. Behind transaction pooling one statement is asked, on an
+/// otherwise idle pooler: a pooler that passes the setting to the server
+/// connection the client first gets and not to others would pass here.
+async fn each_poolers_settings_pass_is_what_it_does() {
+    use locklab_drivers::{Pooler, PoolerKind};
+    let mut seen = Vec::new();
+    for kind in PoolerKind::ALL {
+        let mut passes = true;
+        let mut measured = false;
+        for column in kind.facts().columns {
+            let pooler = Pooler::new(kind, column.mode);
+            if let Some(why) = locklab::server::poolers::unavailable(pooler) {
+                eprintln!("skipping {}: {why}", pooler.label());
+                continue;
+            }
+            let (port, _, password) = server().pooler(pooler).await.unwrap();
+            let mut spec = server().spec("postgres", "locklab-settings");
+            spec.host = "127.0.0.1".into();
+            spec.port = port;
+            spec.password = Some(password);
+            spec.options = vec![("lock_timeout".into(), "1234ms".into())];
+            let read = match DirectConn::connect(&spec).await {
+                Ok(c) => {
+                    let rows = c.client().simple_query("SHOW lock_timeout").await;
+                    c.close().await;
+                    match rows {
+                        Ok(rows) => rows
+                            .iter()
+                            .find_map(|m| match m {
+                                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+                                _ => None,
+                            })
+                            .unwrap_or_default(),
+                        Err(e) => format!("SHOW failed: {e}"),
+                    }
+                }
+                Err(e) => format!("refused: {e}"),
+            };
+            eprintln!("{}: lock_timeout {read}", pooler.label());
+            measured = true;
+            passes &= read == "1234ms";
+        }
+        if measured {
+            seen.push((kind, passes));
+        }
+    }
+    for (kind, passes) in seen {
+        assert_eq!(
+            kind.settings_pass(),
+            passes,
+            "{}: settings_pass is declared {}, and a client's setting {} the server through it",
+            kind.as_str(),
+            kind.settings_pass(),
+            if passes { "reached" } else { "did not reach" }
+        );
     }
 }
 

@@ -11,13 +11,14 @@ use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::names::KeyNames;
-use crate::snapshot::{self, Target};
+use crate::setup::Setup;
+use crate::snapshot::Target;
 use crate::tls::Connector;
-use crate::{Judged, Thresholds, Verdict, judge, metrics, render};
-use anyhow::{Context, Result, bail};
+use crate::{Judged, Thresholds, Verdict, metrics, render};
+use anyhow::{Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
 
 use locklab_core::output::emit;
@@ -155,13 +156,6 @@ fn parse_interval(s: &str) -> Result<f64, String> {
     }
 }
 
-/// What every form needs: where, the thresholds and the names.
-pub(crate) struct Setup {
-    pub(crate) target: Target,
-    thresholds: Thresholds,
-    names: KeyNames,
-}
-
 impl Setup {
     fn new(c: &Common) -> Result<Setup> {
         let env = crate::conninfo::ProcessEnv;
@@ -192,26 +186,6 @@ impl Setup {
             },
             names,
         })
-    }
-
-    /// One judged snapshot, and the time it took (connecting included), within
-    /// `--timeout`. The keys file's server-side rules are computed first, until
-    /// that succeeds once (also within `--timeout`).
-    pub(crate) async fn snapshot(&mut self) -> (Result<Judged>, Duration) {
-        let started = Instant::now();
-        let result = async {
-            if self.names.needs_server() {
-                let names = &mut self.names;
-                let what = "computing the --keys file's hashtext keys";
-                snapshot::within(&self.target, what, async |client| names.resolve(client).await)
-                    .await
-                    .context("computing the --keys file's hashtext keys on the server")?;
-            }
-            let s = snapshot::take(&self.target).await?;
-            Ok(judge(s, self.thresholds, &self.names))
-        }
-        .await;
-        (result, started.elapsed())
     }
 }
 

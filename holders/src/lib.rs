@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod names;
 pub mod render;
 pub mod serve;
+mod setup;
 pub mod snapshot;
 pub mod tls;
 pub mod verdict;

@@ -33,8 +33,8 @@ use axum::routing::get;
 use indexmap::IndexMap;
 use prometheus::{Encoder, GaugeVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
 
-use crate::cli::Setup;
 use crate::metrics;
+use crate::setup::Setup;
 use locklab_core::signals::{Interrupted, Interrupts};
 
 /// One server: the next snapshot is taken under the lock (scrapes of one

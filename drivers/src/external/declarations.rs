@@ -336,13 +336,13 @@ fn column(s: &AdapterSpec) -> Box<dyn crate::Driver> {
         super::leak(&format!("{} {}: {}", s.package, s.version, s.configuration)),
     );
     match p.client {
-        PoolerClient::TokioPostgres => Box::new(crate::pgbouncer::ViaPooler::new(
+        PoolerClient::TokioPostgres => Box::new(crate::poolers::ViaPooler::new(
             id,
             configuration,
             pooler,
             crate::direct::TokioPostgresDirect,
         )),
-        PoolerClient::Deadpool => Box::new(crate::pgbouncer::ViaPooler::new(
+        PoolerClient::Deadpool => Box::new(crate::poolers::ViaPooler::new(
             id,
             configuration,
             pooler,

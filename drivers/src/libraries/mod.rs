@@ -126,13 +126,11 @@ pub struct MigrateRun {
 /// Whether the libraries run through the column `info`: a sqlx 0.8 pool
 /// (its own), or a pooler (a sqlx 0.8 pool through it). Elsewhere a cell
 /// with a `library` step is `n/a` ([`NOT_APPLICABLE`]), and so it is on a
-/// column `locklab try` built ([`crate::try_kit::TRIED`] in its id): its
+/// column `locklab try` built ([`crate::kit::TRIED`] in its id): its
 /// pool lives in a program of its own, out of the libraries' reach.
 pub fn apply_to(info: &crate::DriverInfo) -> bool {
     info.pooler.is_some()
-        || (info.crate_name == "sqlx"
-            && info.crate_version.starts_with("0.8")
-            && !info.id.contains(crate::try_kit::TRIED))
+        || (info.crate_name == "sqlx" && info.crate_version.starts_with("0.8") && !info.id.contains(crate::kit::TRIED))
 }
 
 /// Why a cell with a `library` step does not run through a column the

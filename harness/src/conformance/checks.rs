@@ -6,7 +6,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{BOUND_MS, HELLO_S, KEY_BASE, POOL_S, SLACK_MS, Session, error, gave_up, implicit_transaction, ok};
+use super::{
+    BOUND_MS, HELLO_S, KEY_BASE, POOL_S, SLACK_MS, Session, done, error, gave_up, implicit_transaction, ok, one,
+    still_answers,
+};
 
 pub(super) type Check = fn(&mut Session<'_>) -> Result<(), String>;
 
@@ -102,27 +105,12 @@ fn lifecycle(s: &mut Session<'_>) -> Result<(), String> {
     s.close(&pool)
 }
 
-/// A pool of 1 and its connection.
-pub(super) fn one(s: &mut Session<'_>) -> Result<(String, String), String> {
-    let pool = s.pool(1, 10_000)?;
-    let c = s.checkout(&pool)?;
-    Ok((pool, c))
-}
-
 /// A pool of 2 and two connections of it.
 fn two(s: &mut Session<'_>) -> Result<(String, String, String), String> {
     let pool = s.pool(2, 10_000)?;
     let a = s.checkout(&pool)?;
     let b = s.checkout(&pool)?;
     Ok((pool, a, b))
-}
-
-/// Returns `conns` and closes `pool`.
-pub(super) fn done(s: &mut Session<'_>, pool: &str, conns: &[&str]) -> Result<(), String> {
-    for c in conns {
-        s.give_back(c)?;
-    }
-    s.close(pool)
 }
 
 fn text_values(s: &mut Session<'_>) -> Result<(), String> {
@@ -585,14 +573,4 @@ fn stdin_closed(s: &mut Session<'_>) -> Result<(), String> {
             Err(e) => return Err(format!("cannot wait for it: {e}")),
         }
     }
-}
-
-/// `select N` on `conn` answers N: the connection is still usable after
-/// what `after` names.
-pub(super) fn still_answers(s: &mut Session<'_>, conn: &str, n: u32, after: &str) -> Result<(), String> {
-    let o = s.query(conn, &format!("select {n}"))?;
-    if o["rows"] != json!([[n.to_string()]]) {
-        return Err(format!("{after}: `select {n}` gave {}", o["rows"]));
-    }
-    Ok(())
 }

@@ -16,8 +16,7 @@
 
 use serde_json::{Value, json};
 
-use super::checks::{done, one, still_answers};
-use super::{KEY_BASE, Session, error, ok};
+use super::{KEY_BASE, Session, done, error, ok, one, still_answers};
 
 /// The protocol doc's name for the behaviour, quoted in every failure.
 const RULE: &str = "the statements of one query run as one implicit transaction, as PostgreSQL runs those of \

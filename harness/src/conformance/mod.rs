@@ -320,6 +320,31 @@ fn leak_op(op: &str) -> &'static str {
     OPS.iter().find(|o| **o == op).copied().unwrap_or("unknown op")
 }
 
+/// A pool of 1 and its connection.
+fn one(s: &mut Session<'_>) -> Result<(String, String), String> {
+    let pool = s.pool(1, 10_000)?;
+    let c = s.checkout(&pool)?;
+    Ok((pool, c))
+}
+
+/// Returns `conns` and closes `pool`.
+fn done(s: &mut Session<'_>, pool: &str, conns: &[&str]) -> Result<(), String> {
+    for c in conns {
+        s.give_back(c)?;
+    }
+    s.close(pool)
+}
+
+/// `select N` on `conn` answers N: the connection is still usable after
+/// what `after` names.
+fn still_answers(s: &mut Session<'_>, conn: &str, n: u32, after: &str) -> Result<(), String> {
+    let o = s.query(conn, &format!("select {n}"))?;
+    if o["rows"] != json!([[n.to_string()]]) {
+        return Err(format!("{after}: `select {n}` gave {}", o["rows"]));
+    }
+    Ok(())
+}
+
 /// The `ok` object of answer `v`, or what the answer was instead.
 fn ok(v: &Value, what: &str) -> Result<Value, String> {
     match v.get("ok") {

@@ -455,6 +455,15 @@ impl Observation {
         }
     }
 
+    /// As [`Observation::shown`], in a column behind the pooler product
+    /// `pooler` ([`Value::shown_through`]).
+    pub fn shown_through(&self, pooler: Option<&str>) -> String {
+        match (&self.distribution, &self.value) {
+            (None, Value::SettingsCannotPass) => self.value.shown_through(pooler),
+            _ => self.shown(),
+        }
+    }
+
     /// `201.2 ms, 3.1 at await`; `None` for observations without a timing.
     /// With several repeats: `p50 201.2 ms, 198.0–230.5` (min–max), and for
     /// an `await` step the p50 at the await.

@@ -18,7 +18,7 @@ use indexmap::IndexMap;
 use serde::Serialize;
 
 use super::{Counted, Observation, Reading, Stats, Value, Verdict};
-use crate::scenario::{Invariant, InvariantCheck};
+use crate::scenario::{Invariant, InvariantCheck, row_name};
 
 /// The smallest share of the trials (5 %) in which a value must be seen to
 /// be shown in the observation's cell (the report also shows every share).
@@ -180,11 +180,6 @@ pub fn shares(distribution: &[Counted]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" · ")
-}
-
-/// The name of an invariant's report row.
-pub fn row_name(invariant: &str) -> String {
-    format!("invariant {invariant}")
 }
 
 /// Collects the trials of one cell as they run.

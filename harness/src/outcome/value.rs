@@ -25,10 +25,15 @@ pub enum Value {
     Null,
     /// The step does not apply to this driver kind (`when:`): shown `n/a`.
     NotApplicable,
-    /// The cell was not run (the pooler cannot carry the scenario's
-    /// connection settings): shown `n/a (settings cannot pass PgBouncer)`.
+    /// The cell was not run: its pooler does not carry the scenario's
+    /// connection settings (`locklab_drivers::PoolerFacts::settings_pass`).
+    /// Shown `n/a (settings cannot pass the pooler)`; a report names the
+    /// column's product ([`Value::shown_through`]: `n/a (settings cannot
+    /// pass Pgpool-II)`). Its JSON names no product (`{"kind":
+    /// "settings_cannot_pass"}`), so a baseline's cell is the same whichever
+    /// pooler it is about.
     #[serde(rename = "settings_cannot_pass")]
-    SettingsCannotPassPgBouncer,
+    SettingsCannotPass,
     /// `t` / `f` from the server: shown `true` / `false`.
     Bool(bool),
     /// A value that parses as an i64 and is written as Rust writes it.
@@ -340,8 +345,19 @@ impl Value {
     pub fn is_not_applicable(&self) -> bool {
         matches!(
             self,
-            Value::NotApplicable | Value::SettingsCannotPassPgBouncer | Value::Unsupported(_)
+            Value::NotApplicable | Value::SettingsCannotPass | Value::Unsupported(_)
         )
+    }
+
+    /// The text of its report cell in a column behind the pooler product
+    /// `pooler` (`PgBouncer`, `Pgpool-II`; `None`: no pooler): as
+    /// `Display`, except that [`Value::SettingsCannotPass`] names the
+    /// product.
+    pub fn shown_through(&self, pooler: Option<&str>) -> String {
+        match (self, pooler) {
+            (Value::SettingsCannotPass, Some(product)) => format!("n/a (settings cannot pass {product})"),
+            _ => self.to_string(),
+        }
     }
 
     /// The lock snapshot of an `observe` step, if this is one.
@@ -368,7 +384,7 @@ impl fmt::Display for Value {
             Value::NoRows => f.write_str("(no rows)"),
             Value::Null => f.write_str("NULL"),
             Value::NotApplicable => f.write_str("n/a"),
-            Value::SettingsCannotPassPgBouncer => f.write_str("n/a (settings cannot pass PgBouncer)"),
+            Value::SettingsCannotPass => f.write_str("n/a (settings cannot pass the pooler)"),
             Value::Bool(b) => write!(f, "{b}"),
             Value::Int(n) => write!(f, "{n}"),
             Value::Number(_, t) => f.write_str(t),
@@ -488,7 +504,7 @@ mod tests {
             Value::NoRows,
             Value::Null,
             Value::NotApplicable,
-            Value::SettingsCannotPassPgBouncer,
+            Value::SettingsCannotPass,
             Value::of_text("t"),
             Value::of_text("-7"),
             Value::of_text("007"),

@@ -228,7 +228,7 @@ mod tests {
                 Value::NoRows
                 | Value::Null
                 | Value::NotApplicable
-                | Value::SettingsCannotPassPgBouncer
+                | Value::SettingsCannotPass
                 | Value::Bool(_)
                 | Value::Int(_)
                 | Value::Number(..)
@@ -253,7 +253,7 @@ mod tests {
             Value::NoRows,
             Value::Null,
             Value::NotApplicable,
-            Value::SettingsCannotPassPgBouncer,
+            Value::SettingsCannotPass,
             Value::Bool(true),
             Value::Int(1),
             Value::Number(7, "007".into()),

@@ -100,7 +100,7 @@ fn observation_row(row: &ObservationRow<'_>, headers: &[String]) -> Result<(Row,
                     }
                     distributions.push((headers[c].clone(), by_text));
                 }
-                (o.shown(), o.timing().unwrap_or_default())
+                (cell.shown.clone(), o.timing().unwrap_or_default())
             }
             None => ("—".into(), String::new()),
         };

@@ -90,8 +90,8 @@ fn table<'a>(family: &Family<'a>, headers: &[String]) -> Table<'a> {
         for (r, c) in part.rows.iter_mut().zip(&row.cells) {
             r.cells.push(match c.observation {
                 Some(o) => match o.timing() {
-                    Some(t) => format!("{} ({t})", esc(&o.shown())),
-                    None => esc(&o.shown()),
+                    Some(t) => format!("{} ({t})", esc(&c.shown)),
+                    None => esc(&c.shown),
                 },
                 None => "—".to_owned(),
             });
@@ -136,21 +136,6 @@ fn table<'a>(family: &Family<'a>, headers: &[String]) -> Table<'a> {
     }
 }
 
-/// The template environment of the Markdown writers: a template's
-/// trailing newline is kept.
-///
-/// # Errors
-/// A syntax configuration error (a bug).
-pub(super) fn environment() -> Result<minijinja::Environment<'static>> {
-    let mut env = minijinja::Environment::new();
-    env.set_syntax(
-        minijinja::syntax::SyntaxConfig::builder()
-            .keep_trailing_newline(true)
-            .build()?,
-    );
-    Ok(env)
-}
-
 impl Report {
     /// The report as GitHub-flavoured Markdown: the verdicts first
     /// ([`super::verdicts`]), then per scenario file a table per parameter
@@ -166,7 +151,7 @@ impl Report {
         let headers: Vec<String> = view.columns.iter().map(|c| c.header.clone()).collect();
         let tables: Vec<Table> = view.families.iter().map(|f| table(f, &headers)).collect();
         let verdicts = super::verdicts::VerdictView::of(self).markdown("all", "", "##")?;
-        let mut env = environment()?;
+        let mut env = super::markdown_environment()?;
         env.add_template("matrix.md", include_str!("../../templates/matrix.md.j2"))?;
         let out = env.get_template("matrix.md")?.render(minijinja::context! {
             headers => headers,

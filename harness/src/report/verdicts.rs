@@ -332,7 +332,7 @@ impl VerdictView {
     /// # Errors
     /// A template error (a bug).
     pub fn markdown(&self, section: &str, link: &str, heading: &str) -> Result<String> {
-        let mut env = super::markdown::environment()?;
+        let mut env = super::markdown_environment()?;
         env.add_template("verdicts.md", include_str!("../../templates/verdicts.md.j2"))?;
         Ok(env.get_template("verdicts.md")?.render(minijinja::context! {
             v => minijinja::value::Serde(self),

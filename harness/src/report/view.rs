@@ -26,6 +26,8 @@ pub(super) struct Column<'a> {
     pub driver: &'a str,
     /// The driver id, or `server · driver` with several servers.
     pub header: String,
+    /// The product of the pooler it goes through (`Pgpool-II`), else `None`.
+    pub pooler: Option<&'static str>,
 }
 
 /// The rows of one scenario file.
@@ -65,6 +67,9 @@ pub(super) struct ObservationRow<'a> {
 pub(super) struct ObservationCell<'a> {
     /// The observation; `None` when the run recorded none (or did not run).
     pub observation: Option<&'a Observation>,
+    /// What the cell shows ([`Observation::shown_through`] its column's
+    /// pooler); empty without an observation.
+    pub shown: String,
     /// The status of the cell's run; `None` without a run.
     pub status: Option<Status>,
     /// Whether the value differs from the reference column of its server
@@ -242,6 +247,7 @@ impl<'a> Cells<'a> {
                 Column {
                     server,
                     driver: d.id.as_str(),
+                    pooler: d.pooler_product(),
                     header: if several {
                         format!("{server} · {driver}")
                     } else {
@@ -354,6 +360,7 @@ impl<'a> Cells<'a> {
             }
             return ObservationCell {
                 observation: None,
+                shown: String::new(),
                 status: run.map(RunResult::status),
                 differs: false,
                 evidence,
@@ -368,6 +375,7 @@ impl<'a> Cells<'a> {
         let differs = reference.is_some_and(|r| r != seen && !r.is_not_applicable() && !seen.is_not_applicable());
         ObservationCell {
             observation: Some(o),
+            shown: o.shown_through(column.pooler),
             status: Some(run.status()),
             differs,
             evidence: evidence(&column.header, o, run),

@@ -118,8 +118,8 @@ async fn run_cell(server: &Server, scenario: &Scenario, driver: &dyn Driver, sha
             phases::not_applicable(scenario, &mut result, why);
             return result;
         }
-        Err(NotRun::SettingsCannotPass) => {
-            phases::not_applicable_behind_pgbouncer(scenario, &mut result);
+        Err(NotRun::SettingsCannotPass(product)) => {
+            phases::settings_cannot_pass(scenario, &mut result, product);
             return result;
         }
     };

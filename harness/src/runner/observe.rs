@@ -10,7 +10,7 @@ use super::{StepError, StepResult};
 use crate::observe::{self, Activity, LockRow, Polled, poll_until};
 use crate::outcome::{LockHolder, LockSnapshot, Value, Wait, WaitEvent};
 use crate::scenario::{ObserveDetail, ObserveExpect, ObserveStep, Step};
-use crate::server::pooler_queue::QueueView;
+use crate::server::poolers::queue::QueueView;
 
 /// How long the other backends must stay calm for a `settle: true` observe
 /// (ms): as long as [`observe::UNSETTLED_SQL`]'s own window for a state change.
@@ -236,7 +236,7 @@ impl Run<'_> {
 
     /// Waits until every target's background step is blocked on a lock,
     /// seen by the server, or queued in the pooler for a server connection,
-    /// seen by the pooler ([`crate::server::pooler_queue`]); fails when one
+    /// seen by the pooler ([`crate::server::poolers::queue`]); fails when one
     /// finishes instead, unless `or_finished` (one target), which reads
     /// that as `finished first` and leaves the outcome for its `await`.
     /// With `record` (one target), records which ([`Wait`]).

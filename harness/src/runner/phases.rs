@@ -13,19 +13,20 @@ use crate::outcome::{Observation, RunResult, Value};
 use crate::scenario::Scenario;
 use crate::server::Server;
 
-/// Records a cell that cannot run behind PgBouncer: 1.18 refuses the
-/// `options` startup parameter that carries connection settings, so a
-/// scenario with `pool.settings` (other than `application_name`) cannot be
-/// run as written. Its observations are `n/a`.
-pub(super) fn not_applicable_behind_pgbouncer(scenario: &Scenario, result: &mut RunResult) {
+/// Records a cell that cannot run behind the pooler `product`: it does not
+/// pass the `options` startup parameter that carries connection settings
+/// (`locklab_drivers::PoolerFacts::settings_pass`), so a scenario with
+/// `pool.settings` (other than `application_name`) cannot be run as
+/// written. Its observations are [`Value::SettingsCannotPass`].
+pub(super) fn settings_cannot_pass(scenario: &Scenario, result: &mut RunResult, product: &str) {
     result.skipped = Some(format!(
-        "PgBouncer does not pass connection settings (the `options` startup parameter) to the server; \
+        "{product} does not pass connection settings (the `options` startup parameter) to the server; \
          the pool settings at {} cannot apply",
         scenario.at(scenario.pool_settings.pos)
     ));
     for step in &scenario.steps {
         if let Some(name) = &step.record {
-            let value = Value::SettingsCannotPassPgBouncer;
+            let value = Value::SettingsCannotPass;
             let mut observation = Observation::new(name, step.index + 1, value, Vec::new(), None, None);
             observation.time_varies = step.time_varies;
             result.observations.push(observation);

@@ -12,9 +12,9 @@ use crate::server::Server;
 pub(super) enum NotRun {
     /// This machine or configuration cannot (the reason); its observations are `n/a`.
     NotApplicable(String),
-    /// The pooler cannot carry the scenario's connection settings; its
-    /// observations are `n/a (settings cannot pass PgBouncer)`.
-    SettingsCannotPass,
+    /// The pooler (its product) cannot carry the scenario's connection
+    /// settings; its observations are `n/a (settings cannot pass PRODUCT)`.
+    SettingsCannotPass(&'static str),
     /// Something the cell needs failed (what): the cell fails.
     Fails(String),
 }
@@ -63,8 +63,11 @@ pub(super) fn not_applicable(scenario: &Scenario, info: &DriverInfo) -> Option<N
             info.crate_name
         )));
     }
-    if info.pooler.is_some() && scenario.pool_settings.list.iter().any(|(k, _)| k != "application_name") {
-        return Some(NotRun::SettingsCannotPass);
+    if let Some(pooler) = info.pooler
+        && !pooler.kind.settings_pass()
+        && scenario.pool_settings.list.iter().any(|(k, _)| k != "application_name")
+    {
+        return Some(NotRun::SettingsCannotPass(pooler.kind.product()));
     }
     if scenario.placement() == Placement::FaultServer
         && let Some(why) = crate::faults::netns::unavailable()

@@ -9,8 +9,9 @@ use locklab_drivers::DirectConn;
 use super::state::Run;
 use super::{StepError, StepResult};
 use crate::outcome::shares::PressureMeter;
-use crate::outcome::trials::{Collector, row_name};
+use crate::outcome::trials::Collector;
 use crate::outcome::{Observation, Value};
+use crate::scenario::row_name;
 use crate::scenario::{Possible, Trials};
 
 /// At most this many trials per cell (0: as the scenario says).
@@ -110,9 +111,7 @@ fn outside(outcomes: &[(String, Vec<Possible>)], observations: &[Observation]) -
         let n: u64 = d.iter().map(|c| c.trials).sum();
         for c in d {
             let v = &c.reading.value;
-            if matches!(v, Value::NotApplicable | Value::SettingsCannotPassPgBouncer)
-                || list.iter().any(|p| possible(p, v))
-            {
+            if matches!(v, Value::NotApplicable | Value::SettingsCannotPass) || list.iter().any(|p| possible(p, v)) {
                 continue;
             }
             out.push(format!(

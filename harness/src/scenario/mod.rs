@@ -35,7 +35,7 @@ pub use step::{
     AwaitStep, ClientBound, HeldCountStep, LibraryStep, ObserveExpect, ObserveStep, SqlExpect, SqlStep, Step, StepKind,
     Transaction, TransactionStep,
 };
-pub use trials::{Invariant, InvariantCheck, Possible, RandomValue, Trials};
+pub use trials::{Invariant, InvariantCheck, Possible, RandomValue, Trials, row_name};
 
 use params::{expand_params, instance_suffix, neutralize_placeholders, substitute_params, without_params_and_comments};
 use raw::{ParamsOnly, RawScenario};
@@ -128,7 +128,7 @@ impl Scenario {
                 self.trials
                     .iter()
                     .flat_map(|t| t.invariants.iter())
-                    .map(|i| crate::outcome::trials::row_name(&i.name)),
+                    .map(|i| row_name(&i.name)),
             )
             .collect()
     }

@@ -108,3 +108,8 @@ pub enum InvariantCheck {
     /// At most this many holders.
     MaxHolders(u32),
 }
+
+/// The name of an invariant's report row: `invariant NAME`.
+pub fn row_name(invariant: &str) -> String {
+    format!("invariant {invariant}")
+}

@@ -10,9 +10,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use clap::Args;
 use locklab::cpu::Usage;
-use locklab::matrix::{self, DEFAULT_JOBS};
+use locklab::matrix;
 use locklab::outcome::{Phase, RunResult};
 use locklab::runner::{self, Sharing};
 use locklab::scenario::Scenario;
@@ -20,29 +19,9 @@ use locklab::server::{BackendChoice, Server};
 use locklab_core::signals::Interrupts;
 use locklab_drivers::Driver;
 
-use crate::cli::ServerArgs;
+use crate::cli::{BenchArgs, ServerArgs};
 use crate::selection::load;
 use crate::servers::start_servers;
-
-/// `locklab bench`'s arguments.
-#[derive(Args)]
-pub struct BenchArgs {
-    #[command(flatten)]
-    pub server: ServerArgs,
-    /// Timed runs per cell, one at a time, after two that warm it up (3-1000).
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u16).range(3..=1000))]
-    pub runs: u16,
-    /// Trials of the race cell (1-10000).
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10000))]
-    pub trials: u32,
-    /// Runs in flight at once for the cells-per-second figure (1-256).
-    #[arg(long, default_value_t = DEFAULT_JOBS as u16, value_parser = clap::value_parser!(u16).range(1..=256))]
-    pub jobs: u16,
-    /// Only the cells whose kind, scenario or column contains this text
-    /// (repeatable; e.g. `--only plain`, `--only deadpool`).
-    #[arg(long, value_name = "TEXT")]
-    pub only: Vec<String>,
-}
 
 /// One benchmarked cell: what kind of cell it stands for, and its scenario
 /// and column.

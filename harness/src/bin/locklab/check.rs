@@ -18,14 +18,6 @@ use crate::cli::{CheckArgs, RunArgs};
 use crate::execute::execute;
 use crate::output::emit;
 
-/// Lines of cell diffs `check` prints without `--full`: about one screen.
-pub const DIFF_LINES: usize = 30;
-
-/// The committed baseline directory of this repository.
-pub fn default_baseline() -> PathBuf {
-    server::workspace_root().join("reports").join("baseline")
-}
-
 /// What `check` was asked to do, from its options.
 struct CheckPlan<'a> {
     /// The selection and the server.
@@ -81,7 +73,7 @@ pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<E
     let run = &args.run;
     let plan = CheckPlan {
         run,
-        path: args.baseline.clone().unwrap_or_else(default_baseline),
+        path: args.baseline.clone().unwrap_or_else(crate::cli::default_baseline),
         default_dir,
         explicit,
         update: args.update,
@@ -89,7 +81,7 @@ pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<E
             factor: args.timing_factor,
             slack_ms: args.timing_slack_ms,
         },
-        max_lines: (!args.full).then_some(DIFF_LINES),
+        max_lines: (!args.full).then_some(crate::cli::DIFF_LINES),
         shares: if args.compare_shares {
             baseline::Shares::ByPressure
         } else {

@@ -110,7 +110,7 @@ pub enum Command {
     /// scratch project (cached per crate and version), runs its columns next
     /// to the built-in ones and prints what changed, as `check --upgrade`
     /// does (verdicts first). Exit 1 when a cell differs.
-    Try(crate::try_cmd::TryArgs),
+    Try(TryArgs),
     /// Put the matrix.json files of `--shard 1/N` … `N/N` runs together into
     /// the report one unsharded run would have written (all N must be given).
     Merge(MergeArgs),
@@ -131,7 +131,7 @@ pub enum Command {
     /// container when a Docker engine answers): wall time per run and per
     /// cell, CPU per cell, the matrix's cells per second. A benchmark: it
     /// judges nothing (docs/src/speed.md).
-    Bench(crate::bench::BenchArgs),
+    Bench(BenchArgs),
     /// The load report (reports/load/: load.md, load.json, the curves' SVG
     /// charts): throughput next to pgbench, every pattern checked, and the
     /// contention curves; about eight minutes.
@@ -639,4 +639,61 @@ pub enum SchemaOf {
     Protocol,
     /// Property files (properties/*.yaml).
     Property,
+}
+
+/// Lines of cell diffs `check` prints without `--full`: about one screen.
+pub const DIFF_LINES: usize = 30;
+
+/// The committed baseline directory of this repository.
+pub fn default_baseline() -> PathBuf {
+    locklab::server::workspace_root().join("reports").join("baseline")
+}
+
+/// `locklab try`'s arguments.
+#[derive(Args)]
+pub struct TryArgs {
+    /// The crates and versions to try: CRATE@VERSION (a requirement as
+    /// Cargo.toml takes it: `deadpool-postgres@0.12`, `sqlx@=0.7.3`),
+    /// CRATE@git+URL[#REV] or CRATE@path:DIR. CRATE is a pool crate with
+    /// Rust columns: deadpool-postgres, bb8-postgres (or bb8), sqlx,
+    /// mobc-postgres (or mobc), r2d2_postgres, diesel-async.
+    #[arg(required = true, value_name = "CRATE@VERSION")]
+    pub crates: Vec<String>,
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Where the scratch projects and their shared target directory live
+    /// (a cache: delete it to start over) [default: $XDG_CACHE_HOME/locklab/try,
+    /// else ~/.cache/locklab/try]
+    #[arg(long, env = "LOCKLAB_TRY_DIR", hide_env_values = true, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Build only, print each program and the columns file, and run nothing.
+    #[arg(long)]
+    pub build_only: bool,
+    /// Have cargo work offline: every crate must be in its cache already
+    /// (a version of the workspace's Cargo.lock, or one fetched before).
+    #[arg(long)]
+    pub offline: bool,
+    /// Print every changed cell (default: about one screen per pair of columns).
+    #[arg(long)]
+    pub full: bool,
+}
+
+/// `locklab bench`'s arguments.
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// Timed runs per cell, one at a time, after two that warm it up (3-1000).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u16).range(3..=1000))]
+    pub runs: u16,
+    /// Trials of the race cell (1-10000).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub trials: u32,
+    /// Runs in flight at once for the cells-per-second figure (1-256).
+    #[arg(long, default_value_t = DEFAULT_JOBS as u16, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub jobs: u16,
+    /// Only the cells whose kind, scenario or column contains this text
+    /// (repeatable; e.g. `--only plain`, `--only deadpool`).
+    #[arg(long, value_name = "TEXT")]
+    pub only: Vec<String>,
 }

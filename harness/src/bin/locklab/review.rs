@@ -13,8 +13,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use locklab::baseline::{self, BaselineDir, ScenarioBaseline, Tolerance, dir};
 
-use crate::check::{DIFF_LINES, default_baseline};
 use crate::cli::ReviewArgs;
+use crate::cli::{DIFF_LINES, default_baseline};
 use crate::output::emit;
 
 /// `locklab review`: accepts or rejects the named pending files, every one

@@ -4,46 +4,16 @@
 //! compared with it as `check --upgrade` compares two columns.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use clap::Args;
 use locklab::baseline::Tolerance;
 
-use crate::cli::RunArgs;
+use crate::cli::TryArgs;
 use crate::execute::execute;
 use crate::output::emit;
 use crate::try_build::{self, Asked, BuildOptions, Built};
-
-/// `locklab try`'s arguments.
-#[derive(Args)]
-pub struct TryArgs {
-    /// The crates and versions to try: CRATE@VERSION (a requirement as
-    /// Cargo.toml takes it: `deadpool-postgres@0.12`, `sqlx@=0.7.3`),
-    /// CRATE@git+URL[#REV] or CRATE@path:DIR. CRATE is a pool crate with
-    /// Rust columns: deadpool-postgres, bb8-postgres (or bb8), sqlx,
-    /// mobc-postgres (or mobc), r2d2_postgres, diesel-async.
-    #[arg(required = true, value_name = "CRATE@VERSION")]
-    pub crates: Vec<String>,
-    #[command(flatten)]
-    pub run: RunArgs,
-    /// Where the scratch projects and their shared target directory live
-    /// (a cache: delete it to start over) [default: $XDG_CACHE_HOME/locklab/try,
-    /// else ~/.cache/locklab/try]
-    #[arg(long, env = "LOCKLAB_TRY_DIR", hide_env_values = true, value_name = "DIR")]
-    pub dir: Option<PathBuf>,
-    /// Build only, print each program and the columns file, and run nothing.
-    #[arg(long)]
-    pub build_only: bool,
-    /// Have cargo work offline: every crate must be in its cache already
-    /// (a version of the workspace's Cargo.lock, or one fetched before).
-    #[arg(long)]
-    pub offline: bool,
-    /// Print every changed cell (default: about one screen per pair of columns).
-    #[arg(long)]
-    pub full: bool,
-}
 
 /// One tried column and the built-in column it is compared with.
 struct Pair {

@@ -126,7 +126,7 @@ fn not_applicable_and_its_reasons() {
         &[cell(
             "s",
             Status::NotApplicable,
-            vec![("x", obs(Value::SettingsCannotPassPgBouncer))],
+            vec![("x", obs(Value::SettingsCannotPass))],
         )],
     );
     assert_eq!(skipped.verdict, Mark::NotApplicable);

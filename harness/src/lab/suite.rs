@@ -37,8 +37,8 @@ use std::sync::{Arc, OnceLock};
 use anyhow::{Result, anyhow, bail};
 use locklab_drivers::{ConnectSpec, Driver, DriverError, DriverInfo, Pool, PoolOptions};
 
+use super::run::Lab;
 use crate::baseline::BaselineCell;
-use crate::lab::Lab;
 use crate::outcome::{RunResult, Status};
 use crate::properties::{Mark, Property, Scope};
 use crate::scenario::{Process, Scenario};
@@ -179,7 +179,7 @@ impl Suite {
         };
         Suite {
             driver,
-            scenarios: crate::lab::shipped_scenarios(),
+            scenarios: super::run::shipped_scenarios(),
             only: Vec::new(),
             require: Vec::new(),
             properties: None,
@@ -258,7 +258,7 @@ impl Suite {
                 locklab_core::home::missing("the scenario library", &self.scenarios)
             );
         }
-        let all = crate::lab::load_scenarios(&self.scenarios)?;
+        let all = super::run::load_scenarios(&self.scenarios)?;
         for name in &self.only {
             if !all.iter().any(|s| s.name == *name || s.family == *name) {
                 bail!(
@@ -282,7 +282,7 @@ impl Suite {
         }
         // A property may name any scenario of the library, not only the selected ones.
         let mut known = all.clone();
-        if let Ok(shipped) = crate::scenario::load_dir(&crate::lab::shipped_scenarios()) {
+        if let Ok(shipped) = crate::scenario::load_dir(&super::run::shipped_scenarios()) {
             known.extend(shipped.into_iter().filter(|s| !all.iter().any(|a| a.name == s.name)));
         }
         let properties = crate::properties::load_dir(&dir, &known).map_err(|errors| {

@@ -1,32 +1,17 @@
-//! The lab's public API, for a program outside this repository: load
-//! scenarios, choose drivers, start a server, run, read the typed outcomes,
-//! write a report. The other modules of this crate are the lab's own
-//! machinery (public for the `locklab` binary and the tests); this one, and
-//! the types it re-exports, are what later versions build on.
-//!
-//! Each scenario × driver cell runs in a database of its own on the server,
-//! which the run drops; the server (a local cluster, a container, or an
-//! existing server given by DSN) stops when the [`Lab`] is dropped.
-//!
-//! One scenario through one pool on a local PostgreSQL 17 cluster (installed
-//! into `.cache/` on first use). The program is
-//! `harness/tests/examples/lab_api.rs`, which `cargo test` runs
-//! (`harness/tests/docs.rs`; a doc test would be compiled anew on every
-//! run, about two minutes of the test budget):
-//!
-#![doc = concat!("```text\n", include_str!("../tests/examples/lab_api.rs"), "```")]
+//! [`Lab`]: a started server and the runtime its cells run on, and the
+//! helpers that choose what runs (the shipped scenarios, a scenario file or
+//! directory, drivers by id).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow};
+use locklab_drivers::Driver;
 
-pub use crate::outcome::{Observation, Outcome, RunResult, Status, Value};
-pub use crate::report::{Format, Report};
-pub use crate::scenario::Scenario;
-pub use crate::server::{BackendChoice, Server, ServerOptions};
-pub use crate::suite::{Checked, SUITE_PG_MAJOR, Suite, SuiteError, Unmet, columns_file};
-pub use locklab_drivers::{Driver, SqlxPgPool};
+use crate::outcome::RunResult;
+use crate::report::Report;
+use crate::scenario::Scenario;
+use crate::server::{Server, ServerOptions};
 
 /// The directory of the scenarios this crate ships (`scenarios/` of its
 /// workspace).

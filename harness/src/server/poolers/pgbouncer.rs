@@ -1,7 +1,9 @@
-//! PgBouncer in front of a server, for the driver configurations that go
-//! through a pooler ([`locklab_drivers::PoolerMode`]).
+//! PgBouncer in front of a server: Debian 12's (1.18) as a process of the
+//! harness ([`PgBouncer`]), and the configuration Debian 13's (1.24) gets in
+//! a container too ([`config`], [`super::pgbouncer_trixie`]); its console's
+//! `KILL` and `SHOW CLIENTS`.
 //!
-//! The binary is Debian's `pgbouncer` package, unpacked into
+//! Debian 12's binary is Debian's `pgbouncer` package, unpacked into
 //! `.cache/pgbouncer` by `harness/scripts/install-pgbouncer.sh` on first use
 //! (or given by `LOCKLAB_PGBOUNCER`). Each instance gets a directory
 //! `locklab-pg-bouncer-…` next to the local clusters with its configuration,
@@ -29,7 +31,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use locklab_drivers::{DirectConn, PoolerMode};
 
-use super::local::{RunAs, Startup, Watchdog, chown_tree, command, free_port, run_as, tail, wait_accepting};
+use super::{Product, Setup, Started, Upstream, random_password};
+use crate::server::local::{RunAs, Startup, Watchdog, chown_tree, command, free_port, run_as, tail, wait_accepting};
 
 /// Where `install-pgbouncer.sh` is.
 pub fn install_script() -> PathBuf {
@@ -60,7 +63,7 @@ fn find_or_install() -> Result<PathBuf> {
         }
         return Ok(p);
     }
-    let bin = super::workspace_root().join(".cache/pgbouncer/bin/pgbouncer");
+    let bin = crate::server::workspace_root().join(".cache/pgbouncer/bin/pgbouncer");
     if bin.is_file() {
         return Ok(bin);
     }
@@ -83,16 +86,6 @@ fn find_or_install() -> Result<PathBuf> {
         );
     }
     Ok(bin)
-}
-
-/// The server PgBouncer forwards to.
-pub(super) struct Upstream<'a> {
-    pub host: &'a str,
-    pub port: u16,
-    pub user: &'a str,
-    pub password: Option<&'a str>,
-    /// A database that exists, for the readiness check.
-    pub admin_db: &'a str,
 }
 
 /// A running PgBouncer.
@@ -144,7 +137,7 @@ impl PgBouncer {
             .unwrap_or_else(|| dir.clone());
         let own = dir.join("pgbouncer");
         let bin = if install.join("bin/pgbouncer.real").is_file() {
-            super::local::copy_tree(&install, &own)?;
+            crate::server::local::copy_tree(&install, &own)?;
             own.join("bin/pgbouncer")
         } else {
             launcher.clone()
@@ -193,7 +186,7 @@ impl PgBouncer {
     }
 
     async fn wait_ready(&mut self, up: &Upstream<'_>, timeout: Duration) -> Result<()> {
-        let spec = super::loopback_spec(self.port, up.user, &self.password, up.admin_db, "locklab-ready");
+        let spec = crate::server::loopback_spec(self.port, up.user, &self.password, up.admin_db, "locklab-ready");
         let log = self.dir.join("pgbouncer.log");
         match wait_accepting(&mut self.child, &spec, Instant::now() + timeout).await? {
             Startup::Ready => Ok(()),
@@ -255,7 +248,7 @@ pub(super) fn config(server: &str, port: u16, dir: &str, mode: PoolerMode, admin
 /// # Errors
 /// The console refuses the connection or a command, or does not answer in time.
 pub(super) async fn kill_database(port: u16, password: &str, user: &str, dbname: &str, resume: bool) -> Result<()> {
-    let spec = super::loopback_spec(port, user, password, "pgbouncer", "locklab-console");
+    let spec = crate::server::loopback_spec(port, user, password, "pgbouncer", "locklab-console");
     let console = DirectConn::connect(&spec)
         .await
         .map_err(|e| anyhow::anyhow!("cannot open PgBouncer's admin console: {e}"))?;
@@ -335,16 +328,6 @@ fn spawn(bin: &Path, dir: &Path, config: &Path, who: Option<&RunAs>, group: i32)
     c.spawn().with_context(|| format!("cannot run {}", bin.display()))
 }
 
-/// 32 hex digits from the kernel's random source.
-pub(super) fn random_password() -> Result<String> {
-    use std::io::Read;
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .context("cannot read /dev/urandom for PgBouncer's password")?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
 fn write_private(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
@@ -354,10 +337,33 @@ fn write_private(path: &Path, text: &str) -> Result<()> {
 /// `<cluster_parent>/locklab-pg-bouncer-<pid>-<n>`: named like the clusters so
 /// the same leftover checks find it.
 fn bouncer_dir_name() -> PathBuf {
-    let d = super::local::cluster_dir_name();
+    let d = crate::server::local::cluster_dir_name();
     let name = d
         .file_name()
         .map(|n| n.to_string_lossy().replacen("locklab-pg-", "locklab-pg-bouncer-", 1))
         .unwrap_or_else(|| "locklab-pg-bouncer".into());
     d.with_file_name(name)
 }
+
+/// Debian 12's PgBouncer, run as a process ([`PgBouncer::start`]), not in a
+/// container.
+pub(super) struct Debian12;
+
+impl Product for Debian12 {
+    fn container(&self, _: PoolerMode, _: &Setup<'_>) -> Result<Started> {
+        bail!("Debian 12's PgBouncer runs as a process of the harness, not in a container")
+    }
+
+    fn queue(&self) -> super::Queue {
+        CONSOLE_QUEUE
+    }
+}
+
+/// PgBouncer's queue on its admin console: `SHOW CLIENTS` in database
+/// `pgbouncer`, whose `state` is `waiting` for clients that "have sent
+/// queries but have not yet got a server connection" (PgBouncer docs,
+/// "SHOW CLIENTS"; 1.18 and 1.24 alike).
+pub(super) const CONSOLE_QUEUE: super::Queue = super::Queue::Console {
+    database: "pgbouncer",
+    waiting_state: "waiting",
+};

@@ -2,28 +2,15 @@
 //! database wait for a server connection, for the `blocked` step's
 //! `queued in the pooler` reading ([`crate::outcome::Wait::QueuedInPooler`]).
 //!
-//! - PgBouncer (1.18 and 1.24): `SHOW CLIENTS` on its admin console, the
-//!   rows whose `database` is the cell's and whose `state` is `waiting`
-//!   (PgBouncer docs, "SHOW CLIENTS": `active` clients are linked to a
-//!   server connection or idle with no queries waiting, `waiting` ones
-//!   "have sent queries but have not yet got a server connection").
-//! - Odyssey (1.5): `show clients` on its console (database `console`,
-//!   configured by [`super::pooler_setup`]), `state` `queue`: Odyssey
-//!   puts a client in its route's queue while it tries to attach it to a
-//!   server connection and leaves it there while it waits for one
-//!   (`od_router_try_attach` in Odyssey's `sources/router.c`; the console's
-//!   `od_console_show_clients` in `sources/console.c` writes `active`,
-//!   `pending` or `queue`; a client between transactions is `pending`).
-//! - pgagroal 1.6 lists no clients (its `pgagroal-cli status details`
-//!   lists server connections; its Prometheus gauge `pgagroal_client_wait`
-//!   counts clients still authenticating, `src/libpgagroal/worker.c`): its
-//!   queue is read from the server instead (the runner's
-//!   [`crate::observe::queued_on_no_backend_sql`]).
-//! - Pgpool-II and a user's own pooler: not read (a scenario's cap does
-//!   not apply to them: [`super::poolers::caps`]).
+//! Each pooler's module says how its queue is read ([`super::Product::queue`]):
+//! PgBouncer's and Odyssey's consoles, pgagroal's from the server, not
+//! Pgpool-II's or a user's own (a scenario's cap does not apply to them:
+//! [`super::caps`]).
 
 use anyhow::{Context, Result, anyhow};
 use locklab_drivers::{DirectConn, Pooler, PoolerKind};
+
+use super::Queue;
 use tokio_postgres::SimpleQueryMessage;
 
 /// How a cell's pooler shows its queue.
@@ -33,8 +20,10 @@ pub enum QueueView {
     Console {
         /// The console connection.
         conn: DirectConn,
-        /// Which pooler (what its waiting clients' `state` reads).
+        /// Which pooler.
         kind: PoolerKind,
+        /// What its waiting clients' `state` reads.
+        waiting_state: &'static str,
     },
     /// pgagroal: no list of clients; the server is asked instead.
     Server,
@@ -51,13 +40,15 @@ impl QueueView {
     /// The console refused `SHOW CLIENTS` or its rows lack `database` or
     /// `state`.
     pub async fn waiting(&mut self, dbname: &str) -> Result<Option<u32>> {
-        let QueueView::Console { conn, kind } = self else {
+        let QueueView::Console {
+            conn,
+            kind,
+            waiting_state,
+        } = self
+        else {
             return Ok(None);
         };
-        let waiting_state = match kind {
-            PoolerKind::Odyssey => "queue",
-            _ => "waiting",
-        };
+        let waiting_state = *waiting_state;
         let messages = conn
             .client()
             .simple_query("SHOW CLIENTS")
@@ -90,7 +81,7 @@ impl QueueView {
     }
 }
 
-impl super::Server {
+impl crate::server::Server {
     /// How the queue of `pooler` (the cell's, started for database
     /// `dbname` with the scenario's `cap`) is read: its console opened, or
     /// [`QueueView::Server`] for pgagroal; [`QueueView::Unread`] without a
@@ -103,14 +94,16 @@ impl super::Server {
         let Some(pooler) = pooler else {
             return Ok(QueueView::Unread);
         };
-        let console_db = match pooler.kind {
-            PoolerKind::PgBouncer | PoolerKind::PgBouncerTrixie => "pgbouncer",
-            PoolerKind::Odyssey => "console",
-            PoolerKind::Pgagroal => return Ok(QueueView::Server),
-            PoolerKind::Pgpool | PoolerKind::External => return Ok(QueueView::Unread),
+        let (console_db, waiting_state) = match super::product(pooler.kind).map_or(Queue::Unread, |p| p.queue()) {
+            Queue::Console {
+                database,
+                waiting_state,
+            } => (database, waiting_state),
+            Queue::Server => return Ok(QueueView::Server),
+            Queue::Unread => return Ok(QueueView::Unread),
         };
         let (port, _, password) = self.pooler_instance(pooler, dbname, cap).await?;
-        let spec = super::loopback_spec(port, &self.user, &password, console_db, "locklab-console");
+        let spec = crate::server::loopback_spec(port, &self.user, &password, console_db, "locklab-console");
         let conn = tokio::time::timeout(std::time::Duration::from_secs(10), DirectConn::connect(&spec))
             .await
             .map_err(|_| anyhow!("{}'s console did not answer within 10 s", pooler.label()))?
@@ -118,6 +111,7 @@ impl super::Server {
         Ok(QueueView::Console {
             conn,
             kind: pooler.kind,
+            waiting_state,
         })
     }
 }

@@ -1,0 +1,41 @@
+//! PgBouncer from Debian 13's package (1.24), in a container of the pooler
+//! image (`harness/scripts/build-pooler-image.sh`), configured as Debian
+//! 12's ([`super::pgbouncer`]).
+//!
+//! - Cancel requests: sent (1.24 forwards them to the server connection the
+//!   client is linked to; PgBouncer docs, "Cancel requests").
+//! - Its console's `KILL db` / `RESUME db` close its server connections to
+//!   one database on request (PgBouncer docs, "Process controlling commands").
+
+use super::{CancelRequests, Column, Facts, PoolerMode};
+
+/// What is true of Debian 13's PgBouncer.
+pub(super) const FACTS: Facts = Facts {
+    id: "pgbouncer-trixie",
+    product: "PgBouncer",
+    in_container: true,
+    readings_vary: false,
+    closes_client_connections: false,
+    closes_server_connections_on_request: true,
+    one_instance_per_database: false,
+    cancel: CancelRequests::Sent,
+    transaction_pooling: true,
+    session_backend_varies: false,
+    settings_pass: false,
+    columns: &[
+        Column {
+            mode: PoolerMode::Session,
+            id: "pgbouncer-trixie-session",
+            configuration: "PgBouncer (Debian 13, container) pool_mode=session; tokio-postgres, no pool",
+            pooled_id: "pgbouncer-trixie-session+deadpool",
+            pooled_configuration: "PgBouncer (Debian 13, container) pool_mode=session; deadpool-postgres RecyclingMethod::Fast",
+        },
+        Column {
+            mode: PoolerMode::Transaction,
+            id: "pgbouncer-trixie-transaction",
+            configuration: "PgBouncer (Debian 13, container) pool_mode=transaction; tokio-postgres, no pool",
+            pooled_id: "pgbouncer-trixie-transaction+deadpool",
+            pooled_configuration: "PgBouncer (Debian 13, container) pool_mode=transaction; deadpool-postgres RecyclingMethod::Fast",
+        },
+    ],
+};
