@@ -21,6 +21,7 @@ pub mod cpu;
 pub mod faults;
 pub mod floor;
 pub mod held_count;
+pub mod judge;
 pub mod lab;
 pub use locklab_core::keys;
 pub use locklab_holders as holders;

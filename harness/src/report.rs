@@ -91,7 +91,8 @@ pub mod regions;
 pub mod verdicts;
 mod view;
 
-pub use merge::{load, merge};
+pub use crate::outcome::DriverColumn;
+pub use merge::{merge_shards, read};
 
 use std::path::{Path, PathBuf};
 
@@ -99,7 +100,10 @@ use anyhow::{Context, Result};
 use locklab_drivers::Driver;
 use serde::{Deserialize, Serialize};
 
+use crate::outcome::cell::BaselineCell;
 use crate::outcome::{Phase, RunResult, Status};
+use crate::properties::dimensions::Column;
+use crate::properties::{Property, ServerVerdicts};
 use crate::scenario::Scenario;
 use crate::server::Server;
 
@@ -258,51 +262,6 @@ impl ServerInfo {
     }
 }
 
-/// A driver column.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct DriverColumn {
-    /// Column id.
-    pub id: String,
-    /// Crate under test.
-    pub crate_name: String,
-    /// Exact version from Cargo.lock.
-    pub crate_version: String,
-    /// Configuration in the crate's terms.
-    pub configuration: String,
-    /// `direct` or `pooled`.
-    pub kind: String,
-    /// The pool mode of the pooler for configurations behind one (`session` /
-    /// `transaction`), else `None`.
-    pub pooler: Option<String>,
-    /// Which pooler (`pgbouncer`, `pgbouncer-trixie`, `pgpool`), else `None`.
-    #[serde(default)]
-    pub pooler_kind: Option<String>,
-    /// The pooler's version as its binary printed it (`PgBouncer 1.24.1`,
-    /// `pgpool-II version 4.6.1 (chirikoboshi)`), when it ran in this run.
-    #[serde(default)]
-    pub pooler_version: Option<String>,
-}
-
-impl DriverColumn {
-    /// The product of the pooler it goes through (`PgBouncer`,
-    /// `Pgpool-II`, `your pooler`), else `None`.
-    pub fn pooler_product(&self) -> Option<&'static str> {
-        self.pooler_kind
-            .as_deref()
-            .and_then(locklab_drivers::PoolerKind::from_id)
-            .map(locklab_drivers::PoolerKind::product)
-    }
-
-    /// Whether its cells' readings vary by nature (its pooler's
-    /// `PoolerKind::readings_vary`: pgagroal, Odyssey).
-    pub fn readings_vary(&self) -> bool {
-        self.pooler_kind
-            .as_deref()
-            .and_then(locklab_drivers::PoolerKind::from_id)
-            .is_some_and(locklab_drivers::PoolerKind::readings_vary)
-    }
-}
-
 /// A scenario (one parameter set of a file).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ScenarioInfo {
@@ -445,13 +404,19 @@ fn markdown_environment() -> Result<minijinja::Environment<'static>> {
 }
 
 impl Report {
-    /// Assembles a report. `elapsed_ms` is the wall time of the whole matrix.
+    /// Assembles a report from what it is given: the servers, scenarios and
+    /// drivers of the run, its cells, the wall time of the whole matrix
+    /// (`elapsed_ms`) and the machine it ran on (`environment`:
+    /// [`Environment::current`] for this process). It has no verdicts until
+    /// [`Report::judged_by`] (`locklab::judge::report` does both, with the
+    /// shipped properties).
     pub fn new(
         servers: &[Server],
         scenarios: &[Scenario],
         drivers: &[Box<dyn Driver>],
         runs: Vec<RunResult>,
         elapsed_ms: f64,
+        environment: Environment,
     ) -> Report {
         let root = crate::server::workspace_root();
         let mut report = Report {
@@ -460,7 +425,7 @@ impl Report {
             locklab_version: env!("CARGO_PKG_VERSION").to_owned(),
             repeat: runs.iter().map(|r| r.repeats).max().unwrap_or(1),
             shard: None,
-            environment: Environment::current(),
+            environment,
             servers: servers.iter().map(ServerInfo::of).collect(),
             drivers: drivers
                 .iter()
@@ -513,59 +478,33 @@ impl Report {
             verdicts: Vec::new(),
         };
         report.summary = Summary::of(&report.runs, &report.drivers, elapsed_ms);
-        report.judged_with(scenarios)
+        report
     }
 
-    /// With [`Report::properties`] and [`Report::verdicts`] evaluated anew
-    /// from its runs by the shipped properties (`properties/`), loaded with
-    /// the run's own scenario files where they still are (their witnesses
-    /// decide, as in [`Report::judged_with`]). When they cannot be read (an invalid property file: `locklab validate` names
-    /// it), a note on stderr, and no verdicts.
-    pub fn judged(self) -> Report {
-        // A run's own scenario files (not under the shipped `scenarios/`),
-        // read again where they still are, so that their witnesses decide.
-        let root = crate::server::workspace_root();
-        let shipped = root.join("scenarios");
-        let mut files: Vec<std::path::PathBuf> = self
-            .scenarios
+    /// With [`Report::properties`] and [`Report::verdicts`] evaluated from
+    /// its runs by `properties`: each server's cells as the baseline keeps
+    /// them ([`BaselineCell::of`]), judged per column
+    /// ([`crate::properties::evaluate`]). Nothing is read from disk
+    /// (`locklab::judge` loads the shipped properties).
+    pub fn judged_by(mut self, properties: &[Property]) -> Report {
+        let drivers: Vec<Column> = self.drivers.iter().map(Column::of).collect();
+        self.verdicts = self
+            .servers
             .iter()
             .map(|s| {
-                if s.file.is_absolute() {
-                    s.file.clone()
-                } else {
-                    root.join(&s.file)
+                let cells: Vec<BaselineCell> = self
+                    .runs
+                    .iter()
+                    .filter(|r| r.server == s.id)
+                    .map(BaselineCell::of)
+                    .collect();
+                ServerVerdicts {
+                    server: s.id.clone(),
+                    properties: crate::properties::evaluate(properties, &cells, &drivers),
                 }
             })
-            .filter(|f| !f.starts_with(&shipped) && f.is_file())
             .collect();
-        files.sort();
-        files.dedup();
-        let own: Vec<Scenario> = files
-            .iter()
-            .filter_map(|f| crate::scenario::load_file(f).ok())
-            .flatten()
-            .collect();
-        self.judged_with(&own)
-    }
-
-    /// [`Report::judged`], with the shipped properties loaded against the
-    /// shipped scenarios and `scenarios` (the run's own, e.g. `--scenarios
-    /// DIR`): a run's own scenario that records a witness a property
-    /// selects (`witness: unlock`) decides it, without a property file
-    /// naming it.
-    pub fn judged_with(mut self, scenarios: &[Scenario]) -> Report {
-        match crate::properties::for_scenarios(scenarios) {
-            Ok(properties) => {
-                self.verdicts = crate::properties::evaluate_report(&properties, &self);
-                self.properties = properties.to_vec();
-            }
-            Err(e) => {
-                static ONCE: std::sync::Once = std::sync::Once::new();
-                ONCE.call_once(|| eprintln!("locklab: note: no verdicts: the property files do not load:\n{e}"));
-                self.properties.clear();
-                self.verdicts.clear();
-            }
-        }
+        self.properties = properties.to_vec();
         self
     }
 

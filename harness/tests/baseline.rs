@@ -325,7 +325,7 @@ fn a_users_scenarios_and_column_get_a_baseline_directory_of_their_own() {
 /// cell and the value.
 #[test]
 fn migrate_baseline_keeps_every_value() {
-    let report = locklab::report::load(&root().join("reports/matrix.json")).unwrap();
+    let report = locklab::judge::load(&root().join("reports/matrix.json")).unwrap();
     let mut whole = Baseline::from_report(&report).unwrap();
     whole.baseline_version = baseline::WHOLE_FILE_VERSION;
     let work = tempfile::tempdir().unwrap();

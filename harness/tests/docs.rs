@@ -165,7 +165,7 @@ fn the_lab_api_example_in_the_docs_runs() {
 #[test]
 fn the_generated_findings_match_the_committed_report() {
     let root = root();
-    let report = locklab::report::load(&root.join("reports/matrix.json")).unwrap();
+    let report = locklab::judge::load(&root.join("reports/matrix.json")).unwrap();
     assert!(!report.verdicts.is_empty(), "the committed report has no verdicts");
     let stale = locklab::report::regions::stale(&report, &root).unwrap();
     assert!(
@@ -181,7 +181,7 @@ fn the_generated_findings_match_the_committed_report() {
 #[test]
 fn the_committed_report_files_match_their_matrix_json() {
     let root = root();
-    let report = locklab::report::load(&root.join("reports/matrix.json")).unwrap();
+    let report = locklab::judge::load(&root.join("reports/matrix.json")).unwrap();
     let md = std::fs::read_to_string(root.join("reports/matrix.md")).unwrap();
     assert!(
         md == report.to_markdown().unwrap(),
@@ -194,4 +194,71 @@ fn the_committed_report_files_match_their_matrix_json() {
         serde_json::to_value(&report.verdicts).unwrap(),
         "the verdicts of reports/matrix.json are stale: run `cargo locklab report --from reports/matrix.json`"
     );
+}
+
+/// Every file `docs/src/architecture.md` names exists: a backticked path
+/// with a known extension is the end of the path of a file of the
+/// workspace (`runner/place.rs`, `harness/src/runner/place.rs`), and a bare
+/// file name is the name of one. A placeholder (`NAME.rs`, a segment in
+/// capitals) is not a file.
+#[test]
+fn the_architecture_chapter_names_only_files_that_exist() {
+    let root = root();
+    let text = std::fs::read_to_string(root.join("docs/src/architecture.md")).unwrap();
+    let extensions = [".rs", ".sh", ".py", ".yaml", ".list", ".toml", ".j2"];
+    let mut files = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if ![".git", ".cache", "target", "node_modules"].contains(&name.as_str()) {
+                    stack.push(path);
+                }
+            } else if let Ok(rel) = path.strip_prefix(&root) {
+                files.push(format!("/{}", rel.display()));
+            }
+        }
+    }
+    let placeholder = |part: &str| {
+        part.split(['/', '.'])
+            .any(|seg| seg.len() > 1 && seg.chars().all(|c| c.is_ascii_uppercase()))
+    };
+    let mut missing = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        for (i, part) in line.split('`').enumerate() {
+            if i % 2 == 0 || part.contains(' ') || !extensions.iter().any(|e| part.ends_with(e)) || placeholder(part) {
+                continue;
+            }
+            let end = format!("/{}", part.trim_start_matches('/'));
+            if !files.iter().any(|f| f.ends_with(&end)) {
+                missing.push(format!("docs/src/architecture.md:{}: `{part}`", n + 1));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "names a file that does not exist:\n{}",
+        missing.join("\n")
+    );
+}
+
+/// No module of any crate of the workspace imports, through others, one
+/// that imports it (`harness/scripts/module-cycles.py`: a module may use its
+/// ancestors; test code is left out).
+#[test]
+fn no_crate_has_an_import_circle() {
+    let out = std::process::Command::new("python3")
+        .arg(root().join("harness/scripts/module-cycles.py"))
+        .arg(root())
+        .output()
+        .expect("python3 runs harness/scripts/module-cycles.py");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "import circles:\n{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("no import circle"), "{text}");
 }

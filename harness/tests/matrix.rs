@@ -407,12 +407,14 @@ fn check_cell(
     assert_eq!(r.server, "pg17");
     assert_observations_well_formed(s, &r, driver.info().kind == DriverKind::Pooled);
     let drivers = vec![locklab_drivers::find(id).map_err(|e| e.to_string())?];
+    // The baseline keeps the runs, not the verdicts: the report is not judged.
     let report = Report::new(
         std::slice::from_ref(server),
         std::slice::from_ref(s),
         &drivers,
         vec![r],
         0.0,
+        locklab::report::Environment::current(),
     );
     let fresh = Baseline::from_report(&report).map_err(|e| format!("{e:#}"))?;
     let Some(before) = committed_for(&s.family) else {

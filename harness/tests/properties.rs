@@ -39,7 +39,7 @@ fn shipped() -> &'static [Property] {
 /// The committed report.
 fn committed_report() -> &'static locklab::report::Report {
     static R: OnceLock<locklab::report::Report> = OnceLock::new();
-    R.get_or_init(|| locklab::report::load(&root().join("reports/matrix.json")).unwrap())
+    R.get_or_init(|| locklab::judge::load(&root().join("reports/matrix.json")).unwrap())
 }
 
 /// The committed report's cells, as the baseline keeps them.
@@ -356,7 +356,7 @@ fn a_finding_no_selected_cell_decides_says_so() {
 fn check_shows_the_verdict_change_first() {
     let dir = tempfile::tempdir().unwrap();
     let matrix = root().join("reports/matrix.json");
-    let report = locklab::report::load(&matrix).unwrap();
+    let report = locklab::judge::load(&matrix).unwrap();
     let mut baseline = Baseline::from_report(&report).unwrap();
     // The baseline as it would be if psycopg_pool released the lock on
     // return: every lock snapshot of its cells of the two scenarios that

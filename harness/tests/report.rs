@@ -117,7 +117,7 @@ fn report() -> &'static Report {
             1,
             |_, _| {},
         ));
-        Report::new(servers, scenarios(), &drivers, runs, 0.0)
+        locklab::judge::report(servers, scenarios(), &drivers, runs, 0.0)
     })
 }
 
@@ -359,7 +359,7 @@ fn a_sharded_matrix_merges_into_the_unsharded_one() {
             "shard {shard}: {} cells",
             runs.len()
         );
-        let mut part = Report::new(servers, &chosen, &drivers, runs, 0.0);
+        let mut part = locklab::judge::report(servers, &chosen, &drivers, runs, 0.0);
         part.shard = Some(shard);
         let out = dir.path().join(format!("shard-{index}"));
         part.write(&out, &[Format::Json]).unwrap();
@@ -388,7 +388,7 @@ fn a_sharded_matrix_merges_into_the_unsharded_one() {
         .filter(|r| chosen.iter().any(|s| s.name == r.scenario))
         .cloned()
         .collect();
-    let unsharded = Report::new(servers, &chosen, &drivers, unsharded_runs, 0.0);
+    let unsharded = locklab::judge::report(servers, &chosen, &drivers, unsharded_runs, 0.0);
     let all_passed = unsharded.runs.iter().all(RunResult::passed);
     assert_eq!(
         out.status.success(),
@@ -400,7 +400,7 @@ fn a_sharded_matrix_merges_into_the_unsharded_one() {
     for f in ["matrix.json", "matrix.md", "index.html"] {
         assert!(merged_dir.join(f).is_file(), "no {f}");
     }
-    let merged = locklab::report::load(&merged_dir.join("matrix.json")).unwrap();
+    let merged = locklab::judge::load(&merged_dir.join("matrix.json")).unwrap();
     assert_eq!(merged.shard, None);
     let cell = |r: &RunResult| format!("{} × {} × {}", r.server, r.scenario, r.driver);
     assert_eq!(
@@ -473,7 +473,7 @@ fn check_of_a_shard_compares_its_cells() {
 fn check_from_a_report_file_runs_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let committed = root().join("reports").join("matrix.json");
-    let report = locklab::report::load(&committed).unwrap();
+    let report = locklab::judge::load(&committed).unwrap();
     let baseline = dir.path().join("baseline");
     Baseline::from_report(&report).unwrap().save_as_dir(&baseline).unwrap();
     let check = |file: &Path| {
@@ -523,7 +523,7 @@ fn check_from_a_report_file_runs_nothing() {
 /// the file lacks, is refused.
 fn upgrade_between_columns_of_the_committed_report() {
     let committed = root().join("reports").join("matrix.json");
-    let report = locklab::report::load(&committed).unwrap();
+    let report = locklab::judge::load(&committed).unwrap();
     let upgrade = |file: &Path, from: &str, to: &str| {
         Command::new(env!("CARGO_BIN_EXE_locklab"))
             .args(["check", "--upgrade", from, to, "--full", "--from"])
@@ -699,8 +699,8 @@ fn a_scenario_no_property_names_decides_the_unlock_property_as_a_witness() {
             .expect("a verdict of deadpool-fast")
     };
     let without_runs: Vec<_> = runs.iter().filter(|r| r.scenario != FIXTURE).cloned().collect();
-    let without = verdict_of(&Report::new(servers, &shipped, &drivers, without_runs, 0.0));
-    let with = verdict_of(&Report::new(servers, &both, &drivers, runs.clone(), 0.0));
+    let without = verdict_of(&locklab::judge::report(servers, &shipped, &drivers, without_runs, 0.0));
+    let with = verdict_of(&locklab::judge::report(servers, &both, &drivers, runs.clone(), 0.0));
     // The fixture's unlock is a witness: it is evidence of the property.
     let from_fixture: Vec<_> = with.evidence.iter().filter(|e| e.scenario == FIXTURE).collect();
     assert_eq!(from_fixture.len(), 1, "{:?}", with.evidence);

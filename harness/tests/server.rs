@@ -481,16 +481,21 @@ async fn servers_the_harness_starts_listen_on_loopback_only() {
 
 /// Whether connection settings pass a pooler (`PoolerFacts::settings_pass`,
 /// which decides whether a scenario with `pool.settings` runs behind it) is
-/// what the pooler does: in each mode of its columns, a client connects
+/// what the pooler does. In each mode of its columns a client connects
 /// through it with `options=-c lock_timeout=1234ms` (as the pools do for
-/// `pool.settings`) and asks `SHOW lock_timeout`. The fact holds when in
-/// every mode the client connects and reads `1234ms`, and is false when in
-/// some mode the pooler refuses the client or the server never got the
-/// setting. Behind transaction pooling one statement is asked, on an
-/// otherwise idle pooler: a pooler that passes the setting to the server
-/// connection the client first gets and not to others would pass here.
+/// `pool.settings`) and reads its `lock_timeout` and its backend pid, in
+/// rounds: in each round three other clients without the option first take
+/// a server connection each in a transaction and end it, so that the
+/// pooler has idle server connections that other clients used, and then
+/// the client's statement runs. The rule: settings pass when in every mode
+/// the client connects and every statement reads `1234ms`; behind
+/// transaction pooling one of its statements must also have run on a server
+/// connection another client used first (else the test says so and fails:
+/// the fact would rest on connections made for the client). They do not
+/// pass when the pooler refuses the client or a statement reads another
+/// value.
 async fn each_poolers_settings_pass_is_what_it_does() {
-    use locklab_drivers::{Pooler, PoolerKind};
+    use locklab_drivers::{Pooler, PoolerKind, PoolerMode};
     let mut seen = Vec::new();
     for kind in PoolerKind::ALL {
         let mut passes = true;
@@ -502,31 +507,80 @@ async fn each_poolers_settings_pass_is_what_it_does() {
                 continue;
             }
             let (port, _, password) = server().pooler(pooler).await.unwrap();
-            let mut spec = server().spec("postgres", "locklab-settings");
-            spec.host = "127.0.0.1".into();
-            spec.port = port;
-            spec.password = Some(password);
-            spec.options = vec![("lock_timeout".into(), "1234ms".into())];
-            let read = match DirectConn::connect(&spec).await {
-                Ok(c) => {
-                    let rows = c.client().simple_query("SHOW lock_timeout").await;
-                    c.close().await;
-                    match rows {
-                        Ok(rows) => rows
-                            .iter()
-                            .find_map(|m| match m {
-                                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
-                                _ => None,
-                            })
-                            .unwrap_or_default(),
-                        Err(e) => format!("SHOW failed: {e}"),
-                    }
+            let spec = |options: bool| {
+                let mut spec = server().spec("postgres", "locklab-settings");
+                spec.host = "127.0.0.1".into();
+                spec.port = port;
+                spec.password = Some(password.clone());
+                if options {
+                    spec.options = vec![("lock_timeout".into(), "1234ms".into())];
                 }
-                Err(e) => format!("refused: {e}"),
+                spec
             };
-            eprintln!("{}: lock_timeout {read}", pooler.label());
             measured = true;
-            passes &= read == "1234ms";
+            let client = match DirectConn::connect(&spec(true)).await {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("{}: refused: {e}", pooler.label());
+                    passes = false;
+                    continue;
+                }
+            };
+            let mut others = Vec::new();
+            for _ in 0..3 {
+                others.push(DirectConn::connect(&spec(false)).await.unwrap());
+            }
+            let mut reads = Vec::new();
+            let mut theirs = std::collections::HashSet::new();
+            for _ in 0..4 {
+                for o in &others {
+                    let rows = o
+                        .client()
+                        .simple_query("BEGIN; SELECT pg_backend_pid()::text")
+                        .await
+                        .unwrap();
+                    theirs.extend(rows.iter().filter_map(|m| match m {
+                        tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+                        _ => None,
+                    }));
+                }
+                for o in &others {
+                    o.client().simple_query("COMMIT").await.unwrap();
+                }
+                let rows = client
+                    .client()
+                    .simple_query("SELECT current_setting('lock_timeout'), pg_backend_pid()::text")
+                    .await
+                    .unwrap();
+                let row = rows
+                    .iter()
+                    .find_map(|m| match m {
+                        tokio_postgres::SimpleQueryMessage::Row(r) => Some((
+                            r.get(0).unwrap_or_default().to_owned(),
+                            r.get(1).unwrap_or_default().to_owned(),
+                        )),
+                        _ => None,
+                    })
+                    .unwrap();
+                reads.push(row);
+            }
+            for o in others {
+                o.close().await;
+            }
+            client.close().await;
+            eprintln!(
+                "{}: (lock_timeout, backend pid) {reads:?}; the other clients' backends {theirs:?}",
+                pooler.label()
+            );
+            let all = reads.iter().all(|(v, _)| v == "1234ms");
+            if all && column.mode == PoolerMode::Transaction {
+                assert!(
+                    reads.iter().any(|(_, pid)| theirs.contains(pid)),
+                    "{}: every statement read the setting, but none ran on a server connection another client used: not shown to pass",
+                    pooler.label()
+                );
+            }
+            passes &= all;
         }
         if measured {
             seen.push((kind, passes));

@@ -7,6 +7,10 @@
 //! - Readings vary by nature: over three repeats of the committed report,
 //!   25 cells of its columns read different values, e.g.
 //!   `next_checkout_same_backend` true once, false twice (seen here).
+//! - Settings pass, in both modes: a client's `options` reach the server
+//!   connection it is attached to, one made for another client too (seen
+//!   here: `-c lock_timeout=1234ms` read back on server connections other
+//!   clients had used, `harness/tests/server.rs`).
 //! - No command closes its server connections to one database: the harness
 //!   ends them from the server.
 
@@ -24,7 +28,7 @@ pub(super) const FACTS: Facts = Facts {
     cancel: CancelRequests::Sent,
     transaction_pooling: true,
     session_backend_varies: false,
-    settings_pass: false,
+    settings_pass: true,
     columns: &[
         Column {
             mode: PoolerMode::Session,

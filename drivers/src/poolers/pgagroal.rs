@@ -15,6 +15,9 @@
 //!   cell's database gets an instance of its own that makes all its server
 //!   connections at start, and it closes client connections of its own
 //!   accord.
+//! - Settings do not pass: the server connections are made at start,
+//!   without a client's `options` (seen here: a client's `-c
+//!   lock_timeout=1234ms` read `0`, `harness/tests/server.rs`).
 //! - A client gets any of the server connections made at start, whichever
 //!   is free first, and they carry pgagroal's `application_name`, not the
 //!   client's (seen with 1.6.0): readings vary by nature.

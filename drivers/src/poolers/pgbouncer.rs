@@ -7,7 +7,7 @@
 //!   report with it (seen here).
 //! - Settings: 1.18 refuses the `options` startup parameter that carries
 //!   connection settings ("unsupported startup parameter: options"; PgBouncer
-//!   docs, "ignore_startup_parameters").
+//!   docs, "ignore_startup_parameters"; seen here, `harness/tests/server.rs`).
 //! - Its console's `KILL db` / `RESUME db` close its server connections to
 //!   one database on request (PgBouncer docs, "Process controlling commands").
 

@@ -4,6 +4,10 @@
 //!
 //! - Cancel requests: sent (1.24 forwards them to the server connection the
 //!   client is linked to; PgBouncer docs, "Cancel requests").
+//! - Settings: 1.24 takes the `options` startup parameter only for the
+//!   parameters it tracks (`track_extra_parameters`; PgBouncer docs) and
+//!   refuses others: "unsupported startup parameter in options:
+//!   lock_timeout" (seen here, `harness/tests/server.rs`).
 //! - Its console's `KILL db` / `RESUME db` close its server connections to
 //!   one database on request (PgBouncer docs, "Process controlling commands").
 

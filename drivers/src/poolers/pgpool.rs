@@ -7,6 +7,9 @@
 //! - Each of its child processes caches its own server connections, so a
 //!   new client connection may get another one than the last client had
 //!   (Pgpool-II docs, "Connection Pooling").
+//! - Settings pass: the client's startup packet, `options` included, goes
+//!   to the server connection made for it (seen here: a client's `-c
+//!   lock_timeout=1234ms` read back, `harness/tests/server.rs`).
 //! - No command closes its server connections to one database: the harness
 //!   ends them from the server.
 
@@ -24,7 +27,7 @@ pub(super) const FACTS: Facts = Facts {
     cancel: CancelRequests::Sent,
     transaction_pooling: false,
     session_backend_varies: true,
-    settings_pass: false,
+    settings_pass: true,
     columns: &[Column {
         mode: PoolerMode::Session,
         id: "pgpool",

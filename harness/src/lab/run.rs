@@ -136,7 +136,7 @@ impl Lab {
     /// write with [`Report::write`].
     pub fn report(&self, scenarios: &[Scenario], drivers: &[Box<dyn Driver>], results: Vec<RunResult>) -> Report {
         let elapsed_ms = *self.last_run_ms.lock().unwrap_or_else(|p| p.into_inner());
-        Report::new(
+        crate::judge::report(
             std::slice::from_ref(&self.server),
             scenarios,
             drivers,

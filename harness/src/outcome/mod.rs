@@ -4,11 +4,14 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod cell;
+mod column;
 mod reading;
 pub mod shares;
 pub mod trials;
 mod value;
 
+pub use column::DriverColumn;
 pub use reading::{Counted, LeftLock, LocksLeft, Reading, Seen};
 pub use value::{
     Cancel, Checkout, GuardEnded, LockHolder, LockSnapshot, Return, StatementError, Value, Verdict, Wait, WaitEvent,

@@ -110,7 +110,7 @@ impl Column {
     }
 
     /// The column of a report.
-    pub fn of(d: &crate::report::DriverColumn) -> Column {
+    pub fn of(d: &crate::outcome::DriverColumn) -> Column {
         Column {
             id: d.id.clone(),
             pooled: d.kind != "direct",
@@ -191,7 +191,7 @@ impl Coordinates {
     /// recorded a backend comparison: `true` is the given-back connection
     /// handed out again (same), `false` by the actor that gave it back is
     /// another connection (other). Without one, the model's guess stays.
-    pub fn measured(mut self, cell: &crate::baseline::BaselineCell) -> Coordinates {
+    pub fn measured(mut self, cell: &crate::outcome::cell::BaselineCell) -> Coordinates {
         let mut seen = BTreeSet::new();
         for (record, own) in &self.compared {
             let Some(o) = cell.observations.get(record) else {

@@ -6,11 +6,12 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+pub mod variation;
+
 use super::dimensions::{Column, Coordinates, Coverage};
 use super::{Decider, Property, Reads, Scope, Severity};
-use crate::baseline::{BaselineCell, BaselineObservation};
+use crate::outcome::cell::{BaselineCell, BaselineObservation};
 use crate::outcome::{Reading, Seen, Status};
-use crate::report::Report;
 
 /// A verdict: how a column (or, for a server property, the server through a
 /// column) fares against a property. Serialised `holds`, `violated`, `n/a`,
@@ -122,7 +123,7 @@ pub struct Evidence {
     /// For a cell whose repeats read differently: the repeats that
     /// violated, of all (judged per repeat: [`RepeatCount`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub repeats: Option<super::variation::RepeatCount>,
+    pub repeats: Option<variation::RepeatCount>,
     /// The step's p50 time in ms, as the baseline keeps it (from 50 ms, two
     /// significant digits): e.g. how long after a crash the lock was released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -202,28 +203,6 @@ pub fn evaluate(properties: &[Property], cells: &[BaselineCell], drivers: &[Colu
                 .iter()
                 .map(|d| column(p, by_driver.get(d.id.as_str()).map_or(&[][..], Vec::as_slice), d))
                 .collect(),
-        })
-        .collect()
-}
-
-/// The verdicts of every server of `report` (its runs as the baseline keeps
-/// them), with `properties`.
-pub fn evaluate_report(properties: &[Property], report: &Report) -> Vec<ServerVerdicts> {
-    let drivers: Vec<Column> = report.drivers.iter().map(Column::of).collect();
-    report
-        .servers
-        .iter()
-        .map(|s| {
-            let cells: Vec<BaselineCell> = report
-                .runs
-                .iter()
-                .filter(|r| r.server == s.id)
-                .map(BaselineCell::of)
-                .collect();
-            ServerVerdicts {
-                server: s.id.clone(),
-                properties: evaluate(properties, &cells, &drivers),
-            }
         })
         .collect()
 }
@@ -391,7 +370,7 @@ fn read_cell(d: &Decider, cell: &BaselineCell) -> Option<Evidence> {
         at: Coordinates::default(),
     };
     if cell.status == Status::Varies && !cell.variants.is_empty() {
-        return super::variation::read_variants(d, cell, e, read_cell);
+        return variation::read_variants(d, cell, e, read_cell);
     }
     match cell.status {
         Status::Fail => {

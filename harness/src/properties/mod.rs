@@ -43,17 +43,16 @@ pub mod dimensions;
 mod evaluate;
 mod load;
 pub mod remedies;
-pub mod variation;
 mod when;
 pub mod witness;
 
 pub use dimensions::{Applies, Column, Coordinates, Coverage, Dimension, DimensionCoverage};
+pub use evaluate::variation::{self, RepeatCount};
 pub use evaluate::{
     ColumnVerdict, Evidence, Mark, PropertyVerdicts, ServerVerdicts, TrialCount, VARIES_UNKEPT, VerdictChange, changes,
-    evaluate, evaluate_report,
+    evaluate,
 };
 pub use remedies::{Proof, Proven, Remedy};
-pub use variation::RepeatCount;
 pub use witness::{Meaning, Taken, Witness, WitnessKind};
 
 pub use load::{for_scenarios, json_schema, load_dir, load_file, shipped, shipped_cached, shipped_dir};

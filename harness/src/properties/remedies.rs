@@ -21,9 +21,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Mark, PropertyVerdicts, When};
-use crate::baseline::BaselineCell;
+use crate::outcome::DriverColumn;
 use crate::outcome::Seen;
-use crate::report::DriverColumn;
+use crate::outcome::cell::BaselineCell;
 
 /// One way out of a violation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]

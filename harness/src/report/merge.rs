@@ -1,5 +1,6 @@
-//! Reading `matrix.json` back ([`load`]) and putting the shards of one
-//! matrix together ([`merge`]; the split is [`crate::shard`]'s).
+//! Reading `matrix.json` back ([`read`]) and putting the shards of one
+//! matrix together ([`merge_shards`]; the split is [`crate::shard`]'s).
+//! Neither judges: `locklab::judge::{load, merge}` add the verdicts.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -10,15 +11,15 @@ use super::{Report, SCHEMA_VERSION, Summary};
 use crate::shard::Shard;
 
 /// A `matrix.json` (a shard's, or a whole report's), read back, with its
-/// totals counted anew from its cells and its verdicts evaluated anew by the
-/// shipped properties ([`Report::judged`]).
+/// totals counted anew from its cells, and without verdicts (they are
+/// evaluated anew: `locklab::judge::load`).
 ///
 /// # Errors
 /// The file cannot be read, is not JSON, has another `schema_version` than
 /// [`SCHEMA_VERSION`] (or 9, before the variation rule, or 8, before
 /// verdicts), or does not have a report's fields (the message
 /// names the path and, from serde, the line and column).
-pub fn load(path: &Path) -> Result<Report> {
+pub fn read(path: &Path) -> Result<Report> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let json: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{}: not JSON", path.display()))?;
@@ -50,9 +51,10 @@ pub fn load(path: &Path) -> Result<Report> {
     Ok(Report {
         schema_version: SCHEMA_VERSION,
         summary,
+        verdicts: Vec::new(),
+        properties: Vec::new(),
         ..report
-    }
-    .judged())
+    })
 }
 
 /// Puts the shards of one matrix together: the report an unsharded run of
@@ -66,7 +68,7 @@ pub fn load(path: &Path) -> Result<Report> {
 /// servers, scenarios or drivers, another PostgreSQL version, another
 /// locklab version, commit or `--repeat`); a file that is not a shard; a
 /// shard missing or given twice; a cell missing or in two shards.
-pub fn merge(reports: Vec<(String, Report)>) -> Result<Report> {
+pub fn merge_shards(reports: Vec<(String, Report)>) -> Result<Report> {
     let Some((first_name, first)) = reports.first() else {
         bail!("merge: no shard files given");
     };
@@ -142,7 +144,9 @@ pub fn merge(reports: Vec<(String, Report)>) -> Result<Report> {
     merged.environment.git_dirty = git_dirty;
     merged.generated_at = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
     merged.shard = None;
-    Ok(merged.judged())
+    merged.verdicts.clear();
+    merged.properties.clear();
+    Ok(merged)
 }
 
 /// Whether `b` is a shard of the same matrix as `a`: the same locklab,
@@ -191,8 +195,6 @@ fn same_matrix(a_name: &str, a: &Report, b_name: &str, b: &Report) -> Result<()>
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     /// A version 9 file (before the variation rule) failed a cell whose
     /// repeats disagreed, with a failure of its own making and the list in
     /// `unstable`: read today, that cell varies and fails nothing.
@@ -222,7 +224,7 @@ mod tests {
         );
         let file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(file.path(), serde_json::to_string(&json).unwrap()).unwrap();
-        let report = load(file.path()).unwrap();
+        let report = crate::judge::load(file.path()).unwrap();
         let r = report
             .runs
             .iter()
@@ -240,7 +242,7 @@ mod tests {
     #[test]
     fn the_committed_matrix_json_reads_back_unchanged() {
         let path = crate::server::workspace_root().join("reports").join("matrix.json");
-        let report = load(&path).unwrap();
+        let report = crate::judge::load(&path).unwrap();
         assert!(report.runs.len() > 100, "{} runs", report.runs.len());
         let written: serde_json::Value = serde_json::from_str(&report.to_json().unwrap()).unwrap();
         let committed: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();

@@ -207,9 +207,14 @@ impl Scenario {
             })
     }
 
-    /// `file:line:column` of `pos` in this scenario's file.
+    /// `file:line:column` of `pos` in this scenario's file; a file of this
+    /// workspace by its path from the workspace's root
+    /// (`scenarios/unlock-all.yaml:9:13`, as reports and baselines keep it:
+    /// no machine's path), another by the path it was loaded from.
     pub fn at(&self, pos: Pos) -> String {
-        format!("{}:{}:{}", self.file.display(), pos.line, pos.column)
+        let root = crate::server::workspace_root();
+        let file = self.file.strip_prefix(&root).unwrap_or(&self.file);
+        format!("{}:{}:{}", file.display(), pos.line, pos.column)
     }
 }
 

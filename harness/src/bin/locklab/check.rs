@@ -124,7 +124,7 @@ pub fn check(dir: &Path, given_dir: Option<&Path>, args: &CheckArgs) -> Result<E
         BaselineDir::load(&plan.path)?
     };
     let report = match &args.from {
-        Some(file) => locklab::report::load(file)?,
+        Some(file) => locklab::judge::load(file)?,
         None => execute(dir, run)?,
     };
     let fresh = Baseline::from_report(&report)?;
@@ -192,7 +192,7 @@ fn upgrade(plan: &CheckPlan, dir: &Path, file: Option<&Path>, from: &str, to: &s
         bail!("--upgrade needs two different columns, not {from} twice");
     }
     let report = match file {
-        Some(file) => locklab::report::load(file)?,
+        Some(file) => locklab::judge::load(file)?,
         None => {
             let mut run = plan.run.clone();
             run.driver = vec![from.to_owned(), to.to_owned()];

@@ -89,7 +89,7 @@ pub fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
         Ok(runs) => runs,
         Err(signal) => return Err(clean_up_after(signal, rt, servers).into()),
     };
-    let mut report = Report::new(
+    let mut report = locklab::judge::report(
         &servers,
         &scenarios,
         &drivers,

@@ -21,10 +21,10 @@ use crate::run::summary;
 pub fn merge(args: &MergeArgs) -> Result<ExitCode> {
     let mut reports = Vec::new();
     for f in &args.files {
-        reports.push((f.display().to_string(), locklab::report::load(f)?));
+        reports.push((f.display().to_string(), locklab::judge::load(f)?));
     }
     let shards = reports.len();
-    let report = locklab::report::merge(reports)?;
+    let report = locklab::judge::merge(reports)?;
     let mut text = String::new();
     for p in report.write(&args.out, &args.format)? {
         let _ = writeln!(text, "wrote {}", p.display());

@@ -63,7 +63,7 @@ pub fn report(dir: &Path, custom_dir: bool, args: &ReportArgs) -> Result<ExitCod
         locklab::browser::find_chromium()?;
     }
     let report = match from {
-        Some(file) => locklab::report::load(file)?,
+        Some(file) => locklab::judge::load(file)?,
         None => execute(dir, run)?,
     };
     let mut text = String::new();

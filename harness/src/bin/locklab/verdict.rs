@@ -39,7 +39,7 @@ pub fn verdict(dir: &Path, args: &VerdictArgs) -> Result<ExitCode> {
         }
     }
     let report = match &args.from {
-        Some(file) => locklab::report::load(file)?,
+        Some(file) => locklab::judge::load(file)?,
         None => execute(dir, &args.run)?,
     };
     let drivers = &args.run.driver;

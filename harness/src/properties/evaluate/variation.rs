@@ -12,9 +12,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::Decider;
-use super::evaluate::{ColumnVerdict, Evidence, Mark};
-use crate::baseline::BaselineCell;
+use super::{ColumnVerdict, Evidence, Mark};
+use crate::outcome::cell::BaselineCell;
+use crate::properties::Decider;
 
 /// How many of a varying cell's repeats read as violating, of how many.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
