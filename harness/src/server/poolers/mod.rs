@@ -448,3 +448,37 @@ impl crate::server::Server {
 pub fn caps(pooler: Pooler) -> bool {
     pooler.mode == PoolerMode::Transaction && pooler.kind.facts().transaction_pooling
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every pooler the harness starts has its module ([`product`]), and
+    /// every one that runs in a container its line in
+    /// `harness/scripts/poolers.list` (the packages the image holds).
+    #[test]
+    fn every_pooler_has_its_module_and_its_image_line() {
+        let list =
+            std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/poolers.list"))
+                .unwrap();
+        let ids: Vec<&str> = list
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#') && !l.trim().is_empty())
+            .filter_map(|l| l.split('|').next().map(str::trim))
+            .collect();
+        for kind in PoolerKind::ALL {
+            if kind == PoolerKind::External {
+                assert!(product(kind).is_none());
+                continue;
+            }
+            assert!(product(kind).is_some(), "{}: no module starts it", kind.as_str());
+            assert_eq!(
+                ids.contains(&kind.as_str()),
+                kind.in_container(),
+                "{}: its line in poolers.list (it runs in a container: {})",
+                kind.as_str(),
+                kind.in_container()
+            );
+        }
+    }
+}
