@@ -13,19 +13,22 @@
 //!
 //! Also the whole snapshot (connect + query) over TLS with
 //! `sslmode=verify-full` (the server's certificate from a CA of the run's
-//! own, [`locklab::server::tls`]), as a ratio to the plain join and to the
+//! own, `tests/support/tls.rs`), as a ratio to the plain join and to the
 //! same snapshot without TLS, in the same run: `holders` connects per
 //! snapshot (docs/src/operators.md says why), so the handshake is in every
 //! scrape.
+
+#[path = "../tests/support/tls.rs"]
+mod tls;
 
 use std::time::{Duration, Instant};
 
 use locklab::holders::conninfo::{RootCert, SslMode, Tls};
 use locklab::holders::snapshot::{self, Target};
 use locklab::holders::tls::Connector;
-use locklab::server::tls::TestCa;
 use locklab::server::{BackendChoice, Server, ServerOptions};
 use locklab_drivers::DirectConn;
+use tls::TestCa;
 
 const CONNECTIONS: usize = 200;
 
@@ -63,7 +66,7 @@ fn main() {
         // The same snapshot over TLS, sslmode=verify-full: the server's
         // certificate names 127.0.0.1 and is signed by a CA of the run's own.
         let ca = TestCa::new("locklab bench CA").unwrap();
-        locklab::server::tls::turn_on(&server, &ca, &["127.0.0.1"]).await.unwrap();
+        tls::turn_on(&server, &ca, &["127.0.0.1"]).await.unwrap();
         let ca_dir = tempfile::tempdir().unwrap();
         let ca_file = ca_dir.path().join("ca.pem");
         std::fs::write(&ca_file, ca.pem()).unwrap();

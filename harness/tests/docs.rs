@@ -262,3 +262,38 @@ fn no_crate_has_an_import_circle() {
     );
     assert!(text.contains("no import circle"), "{text}");
 }
+
+/// A reason in `reports/matrix.md` names the product it is about: no cell
+/// of a column that does not go through PgBouncer names PgBouncer, and a
+/// cell that says settings cannot pass a pooler names the column's own.
+#[test]
+fn the_matrix_names_the_right_pooler_in_every_reason() {
+    let md = std::fs::read_to_string(root().join("reports/matrix.md")).unwrap();
+    let mut checked = 0;
+    for (n, line) in md.lines().enumerate() {
+        let Some(rest) = line.strip_prefix("| `") else {
+            continue;
+        };
+        let id = rest.split([' ', '`']).next().unwrap_or_default();
+        let Ok(driver) = locklab_drivers::find(id) else {
+            continue;
+        };
+        let product = driver.info().pooler.map(|p| p.kind.product());
+        checked += usize::from(product.is_some());
+        let cells: Vec<&str> = line.split(" | ").skip(1).collect();
+        for cell in cells {
+            if product != Some("PgBouncer") {
+                assert!(
+                    !cell.contains("PgBouncer"),
+                    "reports/matrix.md:{}: column {id} ({product:?}) has a cell naming PgBouncer: {cell}",
+                    n + 1
+                );
+            }
+            if let Some(named) = cell.split("settings cannot pass ").nth(1) {
+                let named = named.trim_end_matches(|c| c == ')' || c == '|' || c == ' ');
+                assert_eq!(Some(named), product, "reports/matrix.md:{}: column {id}", n + 1);
+            }
+        }
+    }
+    assert!(checked > 0, "no row of a pooler's column: the test reads nothing");
+}

@@ -10,6 +10,8 @@
 //! at once, one that never answers delaying nobody.
 
 mod common;
+#[path = "support/tls.rs"]
+mod tls;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -19,10 +21,10 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use libtest_mimic::Trial;
-use locklab::server::tls::TestCa;
 use locklab::server::{BackendChoice, Server, ServerOptions};
 use locklab_drivers::DirectConn;
 use serde_json::Value;
+use tls::TestCa;
 
 /// The address the tests connect to (the server certificate names it;
 /// 127.0.0.1, which it does not name, is the wrong host).
@@ -105,9 +107,7 @@ fn start_tls_server() -> Tls {
             admin.client().batch_execute(&sql).await.unwrap();
         }
         admin.close().await;
-        locklab::server::tls::turn_on(&server, &ca, &[TLS_ADDR, SERVER_NAME])
-            .await
-            .unwrap();
+        tls::turn_on(&server, &ca, &[TLS_ADDR, SERVER_NAME]).await.unwrap();
     });
     Tls { server, dir }
 }

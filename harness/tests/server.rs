@@ -496,7 +496,17 @@ async fn servers_the_harness_starts_listen_on_loopback_only() {
 /// value.
 async fn each_poolers_settings_pass_is_what_it_does() {
     use locklab_drivers::{Pooler, PoolerKind, PoolerMode};
+    // A database of the test's own: a pooler started per database (pgagroal)
+    // gets an instance of its own, which the other tests do not use.
+    let db = format!("locklab_settings_{}", locklab::server::unique_token());
+    let admin = admin().await;
+    admin
+        .client()
+        .simple_query(&format!("create database \"{db}\""))
+        .await
+        .unwrap();
     let mut seen = Vec::new();
+    let mut started = Vec::new();
     for kind in PoolerKind::ALL {
         let mut passes = true;
         let mut measured = false;
@@ -506,9 +516,10 @@ async fn each_poolers_settings_pass_is_what_it_does() {
                 eprintln!("skipping {}: {why}", pooler.label());
                 continue;
             }
-            let (port, _, password) = server().pooler(pooler).await.unwrap();
+            let (port, _, password) = server().pooler_for(pooler, &db).await.unwrap();
+            started.push(pooler);
             let spec = |options: bool| {
-                let mut spec = server().spec("postgres", "locklab-settings");
+                let mut spec = server().spec(&db, "locklab-settings");
                 spec.host = "127.0.0.1".into();
                 spec.port = port;
                 spec.password = Some(password.clone());
@@ -586,6 +597,15 @@ async fn each_poolers_settings_pass_is_what_it_does() {
             seen.push((kind, passes));
         }
     }
+    for pooler in started {
+        server().pooler_close_database(pooler, &db, false, None).await.unwrap();
+    }
+    admin
+        .client()
+        .simple_query(&format!("drop database \"{db}\" with (force)"))
+        .await
+        .unwrap();
+    admin.close().await;
     for (kind, passes) in seen {
         assert_eq!(
             kind.settings_pass(),

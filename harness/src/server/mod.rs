@@ -18,7 +18,6 @@ pub mod local;
 mod options;
 pub mod poolers;
 pub mod shared;
-pub mod tls;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -1,5 +1,6 @@
-//! TLS for a local cluster, for the tests and the benchmark of `holders`
-//! over TLS: a CA and certificates made here (rcgen), the server's put in
+//! Test support, not part of the product (included by `tests/holders_tls.rs`
+//! and `benches/holders.rs`): TLS for a local cluster, for the tests and the
+//! benchmark of `holders` over TLS: a CA and certificates made here (rcgen), the server's put in
 //! its data directory, and `ssl = on` by `ALTER SYSTEM` and a reload (the
 //! SSL settings take effect on SIGHUP: PostgreSQL docs, "SSL Support",
 //! 19.9). Client certificates for `cert` authentication are signed by the
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose};
 
-use super::Server;
+use locklab::server::Server;
 
 /// A certificate authority of a test's own.
 pub struct TestCa {
@@ -62,7 +63,7 @@ impl TestCa {
 /// the data directory (owned by the server's user, mode 0600, as PostgreSQL
 /// wants its key), then `ssl = on` and a reload; returns once a new session
 /// sees `ssl` on (within 20 s). Roles and `pg_hba.conf` lines are the
-/// caller's ([`super::ServerOptions::hba_lines`]).
+/// caller's (`locklab::server::ServerOptions::hba_lines`).
 ///
 /// # Errors
 /// Not a local cluster (the data directory is not on this machine); the
