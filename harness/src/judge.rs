@@ -70,7 +70,9 @@ pub fn judged_with(report: Report, scenarios: &[Scenario]) -> Report {
         Err(e) => {
             static ONCE: std::sync::Once = std::sync::Once::new();
             ONCE.call_once(|| eprintln!("locklab: note: no verdicts: the property files do not load:\n{e}"));
-            report.judged_by(&[])
+            let mut unjudged = report.judged_by(&[]);
+            unjudged.verdicts.clear();
+            unjudged
         }
     }
 }

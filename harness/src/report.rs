@@ -215,7 +215,7 @@ fn git_facts() -> (Option<String>, bool) {
 }
 
 /// The report files `locklab report --format` can write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     /// `matrix.json` (the schema above).
     Json,

@@ -32,7 +32,7 @@ use self::history::{Claim, DoubleClaim, LostUpdate, Overlap, Section, Verdict};
 use crate::server::{BackendChoice, Server, ServerOptions};
 
 /// How a worker takes the lock around its critical section.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Pattern {
     /// `pg_try_advisory_xact_lock` in a transaction; the section runs only

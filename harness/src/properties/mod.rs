@@ -64,9 +64,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// How much a violation matters to a user of the column.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema, clap::ValueEnum,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
     /// A lock can be held by nobody's code, or work can run unprotected.

@@ -10,7 +10,7 @@ use anyhow::{Result, bail};
 use super::{DEFAULT_PG_MAJOR, DEFAULT_START_TIMEOUT, container};
 
 /// Which backend to use, as asked for (`--backend`, `LOCKLAB_BACKEND`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendChoice {
     /// `external` when a DSN is given, else `container` when a Docker engine

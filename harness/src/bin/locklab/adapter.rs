@@ -24,7 +24,7 @@ pub fn check(args: &AdapterCheckArgs) -> Result<ExitCode> {
     };
     let options = ServerOptions {
         dsn: args.dsn.clone(),
-        ..ServerOptions::new(args.backend, args.pg)
+        ..ServerOptions::new(args.backend.0, args.pg)
     };
     let server = Server::start(&options)?;
     emit(&format!(

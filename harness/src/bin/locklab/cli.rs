@@ -11,8 +11,9 @@ use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use locklab::baseline::Tolerance;
 use locklab::matrix::DEFAULT_JOBS;
-use locklab::report::Format;
 use locklab::server::{self, BackendChoice, DEFAULT_START_TIMEOUT};
+
+use crate::words::{BackendWord, FormatWord, SeverityWord};
 use locklab::shard::Shard;
 
 /// `locklab`'s arguments.
@@ -155,8 +156,8 @@ pub struct AdapterCheckArgs {
     /// Where the server comes from: a local cluster (default), a container,
     /// or an existing server (--dsn / LOCKLAB_DSN); the check creates a
     /// database of its own there and drops it afterwards.
-    #[arg(long, value_enum, default_value_t = BackendChoice::Local)]
-    pub backend: BackendChoice,
+    #[arg(long, value_enum, default_value_t = BackendWord(BackendChoice::Local))]
+    pub backend: BackendWord,
     /// PostgreSQL major version for the local and container backends.
     #[arg(long = "pg", default_value_t = server::DEFAULT_PG_MAJOR)]
     pub pg: u32,
@@ -192,7 +193,7 @@ pub struct ReportArgs {
     /// Which files to write, comma-separated: json (matrix.json), md
     /// (matrix.md), html (index.html).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "json,md,html")]
-    pub format: Vec<Format>,
+    pub format: Vec<FormatWord>,
     /// Also screenshot index.html in headless Chromium into index.png
     /// (needs the html format and Chromium: LOCKLAB_CHROMIUM or chromium on PATH).
     #[arg(long)]
@@ -220,7 +221,7 @@ pub struct VerdictArgs {
     /// Exit 1 when a selected column violates a property of this severity or
     /// a graver one (`unsafe`; `surprising`: unsafe and surprising; …).
     #[arg(long, value_enum, value_name = "SEVERITY")]
-    pub require_severity: Option<locklab::properties::Severity>,
+    pub require_severity: Option<SeverityWord>,
     /// Print the verdicts as JSON (matrix.json's `properties` and `verdicts`) instead of text.
     #[arg(long)]
     pub json: bool,
@@ -244,7 +245,7 @@ pub struct MergeArgs {
     pub out: PathBuf,
     /// Which files to write, comma-separated: json, md, html.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "json,md,html")]
-    pub format: Vec<Format>,
+    pub format: Vec<FormatWord>,
 }
 
 /// `locklab soak`'s arguments.
@@ -401,7 +402,7 @@ pub struct ServerArgs {
     /// Several, comma-separated, give one column group per backend × version.
     /// [default: auto]
     #[arg(long, env = "LOCKLAB_BACKEND", hide_env_values = true)]
-    backend: Vec<List<BackendChoice>>,
+    backend: Vec<List<BackendWord>>,
     /// PostgreSQL major versions, comma-separated (14-18); each is a column group
     /// in the report [default: 17]
     #[arg(long = "pg", env = "LOCKLAB_PG", hide_env_values = true)]
@@ -425,7 +426,7 @@ impl ServerArgs {
     /// These options with `--backend` set to `backends`.
     pub fn with_backends(&self, backends: Vec<BackendChoice>) -> ServerArgs {
         ServerArgs {
-            backend: vec![List(backends)],
+            backend: vec![List(backends.into_iter().map(BackendWord).collect())],
             ..self.clone()
         }
     }
@@ -439,7 +440,7 @@ impl ServerArgs {
     /// The `--backend` / `LOCKLAB_BACKEND` choices in the order given,
     /// duplicates included (empty: none asked for, i.e. auto).
     pub fn backends(&self) -> Vec<BackendChoice> {
-        self.backend.iter().flat_map(|l| l.0.iter().copied()).collect()
+        self.backend.iter().flat_map(|l| l.0.iter().map(|w| w.0)).collect()
     }
 
     /// The DSN that goes with `choice`: `--dsn` always (with `local` or
@@ -506,10 +507,10 @@ impl EnvItem for Major {
     }
 }
 
-impl EnvItem for BackendChoice {
+impl EnvItem for BackendWord {
     const WANT: &'static str = "one of auto, container, local, external";
-    fn from_env_item(item: &str) -> Option<BackendChoice> {
-        <BackendChoice as clap::ValueEnum>::from_str(item, true).ok()
+    fn from_env_item(item: &str) -> Option<BackendWord> {
+        <BackendWord as clap::ValueEnum>::from_str(item, true).ok()
     }
 }
 
@@ -583,8 +584,8 @@ impl ValueParserFactory for List<Major> {
     }
 }
 
-impl ValueParserFactory for List<BackendChoice> {
-    type Parser = ListParser<EnumValueParser<BackendChoice>>;
+impl ValueParserFactory for List<BackendWord> {
+    type Parser = ListParser<EnumValueParser<BackendWord>>;
     fn value_parser() -> Self::Parser {
         ListParser(EnumValueParser::new())
     }

@@ -26,6 +26,7 @@ mod try_build;
 mod try_cmd;
 mod validate;
 mod verdict;
+mod words;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

@@ -26,7 +26,8 @@ pub fn merge(args: &MergeArgs) -> Result<ExitCode> {
     let shards = reports.len();
     let report = locklab::judge::merge(reports)?;
     let mut text = String::new();
-    for p in report.write(&args.out, &args.format)? {
+    let format: Vec<locklab::report::Format> = args.format.iter().map(|w| w.0).collect();
+    for p in report.write(&args.out, &format)? {
         let _ = writeln!(text, "wrote {}", p.display());
     }
     let _ = writeln!(text, "merged {shards} shard(s): {} cell(s)", report.runs.len());

@@ -55,6 +55,7 @@ pub fn report(dir: &Path, custom_dir: bool, args: &ReportArgs) -> Result<ExitCod
         ),
         (None, None) => server::workspace_root().join("reports"),
     };
+    let format: Vec<Format> = format.iter().map(|w| w.0).collect();
     if *screenshot && !format.contains(&Format::Html) {
         bail!("--screenshot needs the html format (--format …,html)");
     }
@@ -67,7 +68,7 @@ pub fn report(dir: &Path, custom_dir: bool, args: &ReportArgs) -> Result<ExitCod
         None => execute(dir, run)?,
     };
     let mut text = String::new();
-    for p in report.write(&out, format)? {
+    for p in report.write(&out, &format)? {
         let _ = writeln!(text, "wrote {}", p.display());
     }
     // This repository's reports/: the README's and the book's findings follow them.

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::{Result, bail};
 use clap::Args;
 use comfy_table::Table;
-use locklab::load::{self, Client, LoadResult, LoadSpec, Pattern};
+use locklab::load::{self, Client, LoadResult, LoadSpec};
 
 use crate::output::emit;
 use locklab_core::signals::Interrupts;
@@ -20,7 +20,7 @@ pub struct StressArgs {
     pub driver: Vec<String>,
     /// The locking pattern.
     #[arg(long, value_enum, default_value = "xact-wait")]
-    pub pattern: Pattern,
+    pub pattern: crate::words::PatternWord,
     /// Concurrent workers (also the pool size), 1-256.
     #[arg(short, long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub workers: u32,
@@ -74,7 +74,7 @@ pub fn stress(args: &StressArgs) -> Result<ExitCode> {
         }
     }
     let spec = LoadSpec {
-        pattern: args.pattern,
+        pattern: args.pattern.0,
         workers: args.workers,
         keys: args.keys,
         seconds: args.seconds,

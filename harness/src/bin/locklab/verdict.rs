@@ -67,7 +67,7 @@ pub fn verdict(dir: &Path, args: &VerdictArgs) -> Result<ExitCode> {
     let mut failures = 0;
     for server in &report.verdicts {
         for p in server.properties.iter().filter(|p| p.scope == Scope::Column) {
-            let required = args.require.contains(&p.id) || args.require_severity.is_some_and(|s| p.severity <= s);
+            let required = args.require.contains(&p.id) || args.require_severity.is_some_and(|s| p.severity <= s.0);
             if !required {
                 continue;
             }
@@ -129,7 +129,7 @@ pub fn verdict(dir: &Path, args: &VerdictArgs) -> Result<ExitCode> {
             .iter()
             .flat_map(|s| &s.properties)
             .filter(|p| p.scope == Scope::Column)
-            .filter(|p| args.require.contains(&p.id) || args.require_severity.is_some_and(|s| p.severity <= s))
+            .filter(|p| args.require.contains(&p.id) || args.require_severity.is_some_and(|s| p.severity <= s.0))
             .flat_map(|p| {
                 p.columns
                     .iter()
