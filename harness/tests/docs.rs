@@ -290,7 +290,7 @@ fn the_matrix_names_the_right_pooler_in_every_reason() {
                 );
             }
             if let Some(named) = cell.split("settings cannot pass ").nth(1) {
-                let named = named.trim_end_matches(|c| c == ')' || c == '|' || c == ' ');
+                let named = named.trim_end_matches([')', '|', ' ']);
                 assert_eq!(Some(named), product, "reports/matrix.md:{}: column {id}", n + 1);
             }
         }
