@@ -86,6 +86,14 @@ async fn admin() -> DirectConn {
     server().admin().await.expect("admin connection")
 }
 
+/// Runs `statement` on `conn` (a test's own database made or dropped).
+async fn sql(conn: &DirectConn, statement: &str) {
+    conn.client()
+        .simple_query(statement)
+        .await
+        .unwrap_or_else(|e| panic!("{statement}: {e}"));
+}
+
 /// pg_locks decoding against the server itself: bigint keys above 2^32,
 /// negative and extreme keys, and two-int keys.
 async fn advisory_keys_decode_as_the_server_stores_them() {
@@ -349,11 +357,7 @@ async fn a_checkout_that_gives_up_is_recorded_and_later_steps_say_so() {
 async fn the_leak_guard_reports_and_ends_what_a_run_left() {
     let admin = server().admin().await.unwrap();
     let db = format!("ll_leak_guard_{}", std::process::id());
-    admin
-        .client()
-        .simple_query(&format!("create database \"{db}\""))
-        .await
-        .unwrap();
+    sql(&admin, &format!("create database \"{db}\"")).await;
     assert_eq!(
         runner::leak_guard(admin.client(), &db).await.unwrap(),
         Vec::<String>::new()
@@ -383,11 +387,7 @@ async fn the_leak_guard_reports_and_ends_what_a_run_left() {
     );
     // Ended: the connection is closed by the server.
     assert!(leaked.client().simple_query("select 1").await.is_err());
-    admin
-        .client()
-        .simple_query(&format!("drop database \"{db}\" with (force)"))
-        .await
-        .unwrap();
+    sql(&admin, &format!("drop database \"{db}\" with (force)")).await;
     admin.close().await;
 }
 
@@ -500,11 +500,7 @@ async fn each_poolers_settings_pass_is_what_it_does() {
     // gets an instance of its own, which the other tests do not use.
     let db = format!("locklab_settings_{}", locklab::server::unique_token());
     let admin = admin().await;
-    admin
-        .client()
-        .simple_query(&format!("create database \"{db}\""))
-        .await
-        .unwrap();
+    sql(&admin, &format!("create database \"{db}\"")).await;
     let mut seen = Vec::new();
     let mut started = Vec::new();
     for kind in PoolerKind::ALL {
@@ -603,11 +599,7 @@ async fn each_poolers_settings_pass_is_what_it_does() {
     for pooler in started {
         server().pooler_close_database(pooler, &db, false, None).await.unwrap();
     }
-    admin
-        .client()
-        .simple_query(&format!("drop database \"{db}\" with (force)"))
-        .await
-        .unwrap();
+    sql(&admin, &format!("drop database \"{db}\" with (force)")).await;
     admin.close().await;
     for (kind, passes) in seen {
         assert_eq!(
