@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use locklab_drivers::{ConnectSpec, DirectConn};
 
-use crate::scenario::{Scenario, StepKind, Via};
+use crate::scenario::{CheckoutStep, DisconnectStep, ReturnStep, Scenario, StepKind, Via};
 
 /// Why `scenario` has no floor (a step kind or feature the bare client
 /// does not replay), or `None` when [`replay`] can run it.
@@ -29,18 +29,13 @@ pub fn why_not(scenario: &Scenario) -> Option<String> {
         let ok = match &step.kind {
             StepKind::Sql(s) => !s.sql.contains("${") && s.bound.is_none() && s.when.is_none(),
             StepKind::Transaction(t) => t.bound.is_none(),
-            StepKind::Checkout { client_timeout_ms, .. } | StepKind::Return { client_timeout_ms, .. } => {
-                client_timeout_ms.is_none()
-            }
-            StepKind::Disconnect { .. } => true,
+            StepKind::Checkout(CheckoutStep { client_timeout_ms, .. })
+            | StepKind::Return(ReturnStep { client_timeout_ms, .. }) => client_timeout_ms.is_none(),
+            StepKind::Disconnect(DisconnectStep { .. }) => true,
             _ => false,
         };
         if !ok {
-            return Some(format!(
-                "step {} ({})",
-                step.index + 1,
-                step.kind.kind().declaration().word
-            ));
+            return Some(format!("step {} ({})", step.index + 1, step.kind.declaration().word));
         }
     }
     None
@@ -73,14 +68,14 @@ pub async fn replay(spec: &ConnectSpec, scenario: &Scenario) -> Result<Duration,
     }
     for step in &scenario.steps {
         let (actor, sql) = match &step.kind {
-            StepKind::Checkout { actor, .. } => {
+            StepKind::Checkout(CheckoutStep { actor, .. }) => {
                 if conns[*actor].is_none() {
                     conns[*actor] = Some(connect().await?);
                 }
                 continue;
             }
-            StepKind::Return { .. } => continue,
-            StepKind::Disconnect { actor } => {
+            StepKind::Return(ReturnStep { .. }) => continue,
+            StepKind::Disconnect(DisconnectStep { actor }) => {
                 if let Some(c) = conns[*actor].take() {
                     c.close().await;
                 }
@@ -88,7 +83,7 @@ pub async fn replay(spec: &ConnectSpec, scenario: &Scenario) -> Result<Duration,
             }
             StepKind::Sql(s) => (s.actor, s.sql.as_str()),
             StepKind::Transaction(t) => (t.actor, t.action.sql()),
-            other => return Err(format!("no floor for step kind {}", other.kind().declaration().word)),
+            other => return Err(format!("no floor for step kind {}", other.declaration().word)),
         };
         let conn = match &mut conns[actor] {
             Some(c) => c,

@@ -53,7 +53,7 @@ use locklab::baseline::{self, Baseline, BaselineDir, Tolerance};
 use locklab::outcome::{RunResult, Value};
 use locklab::report::Report;
 use locklab::runner;
-use locklab::scenario::{self, Scenario, StepKind, When};
+use locklab::scenario::{self, BlockedStep, GrantedStep, OrderStep, Scenario, StepKind, When};
 use locklab::server::{Backend, Server};
 use locklab_drivers::{DriverKind, PoolerMode};
 
@@ -492,13 +492,13 @@ fn assert_observations_well_formed(s: &Scenario, r: &RunResult, pooled: bool) {
                     assert!(h.state.is_some(), "{name}: holder without state: {h:?}");
                 }
             }
-            StepKind::Order { steps: ids } => {
+            StepKind::Order(OrderStep { steps: ids }) => {
                 let Value::Order(got) = &o.value else {
                     panic!("{name}: not a list: {:?}", o.value)
                 };
                 assert_eq!(got.len(), ids.len(), "{name}: {got:?}");
             }
-            StepKind::Blocked { .. } => {
+            StepKind::Blocked(BlockedStep { .. }) => {
                 // What the call was doing when the wait ended; the step's
                 // own time is the poll's, not the call's.
                 assert!(matches!(o.value, Value::Wait(_)), "{name}: {:?}", o.value);
@@ -532,7 +532,7 @@ fn assert_observations_well_formed(s: &Scenario, r: &RunResult, pooled: bool) {
 fn timed_by_granted(s: &Scenario, a: &locklab::scenario::AwaitStep, at: usize) -> bool {
     s.steps[a.target + 1..at]
         .iter()
-        .any(|st| matches!(st.kind, StepKind::Granted { target, .. } if target == a.actor))
+        .any(|st| matches!(st.kind, StepKind::Granted(GrantedStep { target, .. }) if target == a.actor))
 }
 
 /// Parses `text` (reported as `inline.yaml`) and runs it through `driver` on

@@ -5,7 +5,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use locklab::scenario::{self, Scalar, StepKind};
+use locklab::scenario::{self, BackgroundStep, BlockedStep, Scalar, StepKind};
 use rstest::rstest;
 
 fn root() -> PathBuf {
@@ -87,14 +87,17 @@ steps:
     assert_eq!(s.steps.len(), 7);
     assert_eq!(s.steps[1].deadline_ms, 2500);
     assert_eq!(s.steps[2].deadline_ms, 700);
-    assert!(matches!(s.steps[2].kind, StepKind::Background { actor: 0, .. }));
+    assert!(matches!(
+        s.steps[2].kind,
+        StepKind::Background(BackgroundStep { actor: 0, .. })
+    ));
     assert_eq!(
         s.steps[3].kind,
-        StepKind::Blocked {
+        StepKind::Blocked(BlockedStep {
             observer: 1,
             targets: vec![0],
             or_finished: false,
-        }
+        })
     );
     assert_eq!(s.pooler_server_connections, None);
     let StepKind::Await(a) = &s.steps[4].kind else {
@@ -137,11 +140,11 @@ steps:
     assert_eq!(s.pooler_server_connections, Some(1));
     assert_eq!(
         s.steps[2].kind,
-        StepKind::Blocked {
+        StepKind::Blocked(BlockedStep {
             observer: 1,
             targets: vec![0],
             or_finished: true,
-        }
+        })
     );
     assert_eq!(s.steps[2].record.as_deref(), Some("wait"));
 }

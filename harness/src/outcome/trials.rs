@@ -18,7 +18,7 @@ use indexmap::IndexMap;
 use serde::Serialize;
 
 use super::{Counted, Observation, Reading, Stats, Value, Verdict};
-use crate::scenario::{Invariant, InvariantCheck, row_name};
+use crate::scenario::trials::{Invariant, InvariantCheck, row_name};
 
 /// The smallest share of the trials (5 %) in which a value must be seen to
 /// be shown in the observation's cell (the report also shows every share).

@@ -16,7 +16,9 @@ use regex::Regex;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::scenario::{OnTimeout, Scenario, SqlStep, StepKind, Via};
+use crate::scenario::{
+    AbandonStep, BackgroundStep, CheckoutStep, GuardStep, OnTimeout, ReturnStep, Scenario, SqlStep, StepKind, Via,
+};
 
 /// A dimension that can break a property.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
@@ -253,7 +255,7 @@ fn hand_backs(s: &Scenario, end: usize, actor: Option<usize>) -> Vec<String> {
     let mut out = BTreeSet::new();
     for step in &s.steps[..end] {
         match &step.kind {
-            StepKind::Checkout { actor: a, .. } => {
+            StepKind::Checkout(CheckoutStep { actor: a, .. }) => {
                 let previous = had.get(a).copied();
                 let got = match idle.len() {
                     // The pool is full: this checkout would wait; a scenario
@@ -290,7 +292,7 @@ fn hand_backs(s: &Scenario, end: usize, actor: Option<usize>) -> Vec<String> {
                 }
             }
             // A dropped connection object goes back to the pool too.
-            StepKind::Return { actor: a, .. } | StepKind::Abandon { actor: a } => {
+            StepKind::Return(ReturnStep { actor: a, .. }) | StepKind::Abandon(AbandonStep { actor: a }) => {
                 if let Some(c) = holding.remove(a) {
                     idle.push(c);
                     had.insert(*a, c);
@@ -305,9 +307,9 @@ fn hand_backs(s: &Scenario, end: usize, actor: Option<usize>) -> Vec<String> {
 fn step_actor(kind: &StepKind) -> Option<usize> {
     match kind {
         StepKind::Sql(SqlStep { actor, .. })
-        | StepKind::Background { actor, .. }
-        | StepKind::Checkout { actor, .. }
-        | StepKind::Return { actor, .. } => Some(*actor),
+        | StepKind::Background(BackgroundStep { actor, .. })
+        | StepKind::Checkout(CheckoutStep { actor, .. })
+        | StepKind::Return(ReturnStep { actor, .. }) => Some(*actor),
         StepKind::Observe(o) => Some(o.observer),
         _ => None,
     }
@@ -400,11 +402,11 @@ fn give_up(s: &Scenario, steps: &[crate::scenario::Step]) -> Option<String> {
                     None => {}
                 }
             }
-            StepKind::Guard {
+            StepKind::Guard(GuardStep {
                 client_timeout_ms: Some(_),
                 ..
-            } => return Some(DROPPED_FUTURE.to_owned()),
-            StepKind::Abandon { .. } => return Some(DROPPED_CONNECTION.to_owned()),
+            }) => return Some(DROPPED_FUTURE.to_owned()),
+            StepKind::Abandon(AbandonStep { .. }) => return Some(DROPPED_CONNECTION.to_owned()),
             _ => {}
         }
     }

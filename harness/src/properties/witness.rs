@@ -19,7 +19,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::keys::AdvisoryKey;
-use crate::scenario::{Scenario, SqlStep, StepKind};
+use crate::scenario::{
+    AbandonStep, BackgroundStep, DisconnectStep, FaultStep, RestartStep, ReturnStep, Scenario, SqlStep, StepKind,
+};
 
 /// The kinds of reading a property can select by what it witnesses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
@@ -171,7 +173,7 @@ fn surely_taken(step: &crate::scenario::Step, try_lock: bool) -> bool {
 fn sql_of(kind: &StepKind) -> Option<(usize, &str)> {
     match kind {
         StepKind::Sql(SqlStep { actor, sql, .. }) => Some((*actor, sql.as_str())),
-        StepKind::Background { actor, sql } => Some((*actor, sql.as_str())),
+        StepKind::Background(BackgroundStep { actor, sql }) => Some((*actor, sql.as_str())),
         _ => None,
     }
 }
@@ -183,7 +185,7 @@ pub fn of_scenario(s: &Scenario) -> Vec<Witness> {
     for (i, step) in s.steps.iter().enumerate() {
         match &step.kind {
             // The connection goes back: a later unlock runs on a later checkout.
-            StepKind::Return { actor, .. } | StepKind::Abandon { actor } => {
+            StepKind::Return(ReturnStep { actor, .. }) | StepKind::Abandon(AbandonStep { actor }) => {
                 for ((a, _, _), h) in &mut held {
                     if a == actor {
                         h.returned = true;
@@ -191,8 +193,10 @@ pub fn of_scenario(s: &Scenario) -> Vec<Witness> {
                 }
             }
             // The session ends, and its locks with it.
-            StepKind::Disconnect { actor } | StepKind::Fault { actor, .. } => held.retain(|(a, _, _), _| a != actor),
-            StepKind::Restart { .. } => held.clear(),
+            StepKind::Disconnect(DisconnectStep { actor }) | StepKind::Fault(FaultStep { actor, .. }) => {
+                held.retain(|(a, _, _), _| a != actor)
+            }
+            StepKind::Restart(RestartStep { .. }) => held.clear(),
             kind => {
                 let Some((actor, sql)) = sql_of(kind) else {
                     continue;

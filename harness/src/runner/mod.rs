@@ -4,31 +4,21 @@
 //! The cell's life, as the book's "How a run works" (`docs/src/architecture.md`) lists it, one function
 //! per phase: [`run`] creates the database (`phases::create_database`), then
 //! `Run::execute` builds the pool (`Run::open`), connects the direct actors
-//! (`Run::connect_actors`), runs the steps (`Run::run_steps`, one module per
-//! step kind: [`sql`], [`bounded`], [`connection`], [`background`],
-//! [`observe`], [`guard`]), verifies (`Run::verify`: every pool actor's
+//! (`Run::connect_actors`), runs the steps (`Run::run_steps`; each step kind
+//! runs in its file under `scenario/steps/`, against the run's
+//! [`crate::scenario::steps::context::StepCx`]), verifies (`Run::verify`: every pool actor's
 //! connection returned, then `pg_locks`), ends leftover backends
 //! (`Run::end_leftovers`) and closes the pool (`Run::close`); then [`run`]
 //! has PgBouncer close its server connections, runs the [`leak_guard`] and
 //! drops the database (`database::drop_database`).
 
-mod background;
-mod bounded;
-mod connection;
 mod database;
-mod error;
-mod expect;
-mod fault;
-mod faults;
-mod guard;
-mod held_count;
-mod library;
-mod observe;
+pub(crate) mod error;
+pub(crate) mod expect;
 mod phases;
 mod place;
 pub use place::ALLOW_MISSING_VAR;
 mod sharing;
-mod sql;
 mod state;
 mod trials;
 mod verify;
@@ -47,6 +37,7 @@ pub use trials::{effective_trials, possible, set_max_trials};
 
 use crate::outcome::{Phase, RunResult};
 use crate::scenario::Scenario;
+use crate::scenario::steps::context::ms;
 use crate::server::Server;
 use place::{CellServer, NotRun};
 use sharing::Monitor;
@@ -58,10 +49,6 @@ const LEAK_GUARD_WAIT: Duration = Duration::from_secs(5);
 /// Deadline of each clean-up statement after a run (the leak guard's queries
 /// on top of [`LEAK_GUARD_WAIT`], the `drop database`).
 const CLEANUP_QUERY_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How long a step waits for a statement to end after sending a cancel
-/// request before recording that the cancel had no effect.
-const CANCEL_GRACE: Duration = Duration::from_millis(1000);
 
 /// Checkout wait limit for pools, in s.
 const CHECKOUT_TIMEOUT_S: u64 = 10;
@@ -373,11 +360,6 @@ fn database_name(scenario: &str, driver: &str) -> String {
     let mut name = format!("ll_{}_{}", clean(scenario), clean(driver));
     name.truncate(40);
     format!("{name}_{}_{n}", std::process::id())
-}
-
-/// A duration in ms, rounded to µs.
-fn ms(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1e6).round() / 1e3
 }
 
 /// `LOCKLAB_TEST_PANIC_AT_STEP=N`: panic at the start of step N (1-based) of

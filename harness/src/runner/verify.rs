@@ -6,9 +6,10 @@ use std::time::Duration;
 use locklab_drivers::{Conn, DirectConn};
 
 use super::StepResult;
-use super::state::{Run, Slot};
+use super::state::Run;
 use crate::observe;
 use crate::scenario::Via;
+use crate::scenario::steps::context::Slot;
 
 impl Run<'_> {
     /// A failed step may have left backends inside a statement (a step past

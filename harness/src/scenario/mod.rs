@@ -7,33 +7,36 @@
 //! The pieces, in the order a file goes through them: [`raw`] (what serde
 //! reads, and the JSON Schema), `params` (one instance per parameter
 //! combination), [`template`] (the one `${name}` scanner), `validate` (typed
-//! steps, or located errors), [`step`] (the typed steps the runner executes).
+//! steps, or located errors), [`steps`] (each step kind in a file of its
+//! own: its raw fields, its checks, its typed step and how it runs).
 
-pub mod kind;
 mod params;
 pub mod raw;
 mod scalar;
-pub mod step;
+pub mod steps;
 pub mod template;
 pub mod trials;
-mod validate;
+pub(crate) mod validate;
 pub(crate) mod yaml;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-pub use kind::{Declaration, Kind, Placement};
 /// An error in a scenario file, with the place it was found.
 pub use locklab_core::FileError as ScenarioError;
 /// A position in a scenario file (1-based line and column).
 pub use locklab_core::Pos;
-pub use raw::{
-    Action, Bounds, GuardEndRaw, LibraryCallRaw, MigrateRaw, Network, ObserveDetail, ObserveKind, OnTimeout, Process,
-    RowsExpect, Scalar, Via, When, json_schema,
-};
-pub use step::{
-    AwaitStep, ClientBound, HeldCountStep, LibraryStep, ObserveExpect, ObserveStep, SqlExpect, SqlStep, Step, StepKind,
-    Transaction, TransactionStep,
+pub use raw::{Action, Bounds, Network, OnTimeout, Process, RowsExpect, Scalar, Via, When, json_schema};
+pub use steps::fault::Fault;
+pub use steps::library::{LibraryCallRaw, MigrateRaw};
+pub use steps::lock_guard::GuardEndRaw;
+pub use steps::observe::{ObserveDetail, ObserveKind};
+pub use steps::restart::RestartMode;
+pub use steps::transaction::Transaction;
+pub use steps::{
+    AbandonStep, AwaitStep, BackgroundStep, BlockedStep, CheckoutStep, ClientBound, Declaration, DisconnectStep,
+    FaultStep, GrantedStep, GuardStep, HeldCountStep, LibraryStep, ObserveExpect, ObserveStep, OrderStep, Placement,
+    RestartStep, ReturnStep, SqlExpect, SqlStep, Step, StepKind, TransactionStep,
 };
 pub use trials::{Invariant, InvariantCheck, Possible, RandomValue, Trials, row_name};
 
@@ -141,7 +144,7 @@ impl Scenario {
     /// from the namespace); else on the column's server. (The validator
     /// refuses a scenario that would need both servers of its own.)
     pub fn placement(&self) -> Placement {
-        let steps = self.steps.iter().map(|s| s.kind.kind().declaration().placement);
+        let steps = self.steps.iter().map(|s| s.kind.declaration().placement);
         let actors = self
             .actors
             .iter()
@@ -169,7 +172,7 @@ impl Scenario {
     /// their own (`matrix::Lane`).
     pub fn mostly_waits(&self) -> bool {
         self.placement() != Placement::ColumnServer
-            || self.steps.iter().any(|st| matches!(st.kind, StepKind::Granted { .. }))
+            || self.steps.iter().any(|st| matches!(st.kind, StepKind::Granted(_)))
     }
 
     /// Whether the scenario's SQL (setup, steps, teardown) may leave
@@ -194,7 +197,7 @@ impl Scenario {
             .chain(&self.teardown)
             .map(|(sql, _)| sql.as_str())
             .chain(self.steps.iter().filter_map(|st| match &st.kind {
-                StepKind::Sql(SqlStep { sql, .. }) | StepKind::Background { sql, .. } => Some(sql.as_str()),
+                StepKind::Sql(SqlStep { sql, .. }) | StepKind::Background(BackgroundStep { sql, .. }) => Some(sql.as_str()),
                 _ => None,
             }))
             .any(|sql| words.is_match(sql))

@@ -143,7 +143,7 @@ pub fn family(id: &str) -> &'static str {
 /// (as the file names them). (Race scenarios, those with `trials`, have a
 /// fixed server and are never in the cover.)
 fn features(s: &Scenario) -> BTreeSet<String> {
-    s.steps.iter().map(|st| format!("{:?}", st.kind.kind())).collect()
+    s.steps.iter().map(|st| st.kind.declaration().word.to_owned()).collect()
 }
 
 impl Plan {

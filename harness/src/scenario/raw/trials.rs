@@ -3,8 +3,9 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{OrParam, present};
+use super::OrParam;
 use crate::scenario::Scalar;
+use crate::scenario::scalar::present;
 
 /// One possible reading of a race scenario's recorded step (`outcomes:`):
 /// exactly one of its fields, `state` only with `held_by`.

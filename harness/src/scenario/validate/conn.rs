@@ -1,19 +1,25 @@
 //! The connection each actor has as the steps go: a step may only use a
 //! connection its actor has (checked out, not busy with a background step).
 //! What a step does to it is its kind's [`Connection`], declared in
-//! [`crate::scenario::kind`].
+//! [`crate::scenario::steps::declaration`].
 
 use super::Validator;
 use super::walk::{ABANDONED, Conn, Walk};
 use crate::scenario::Pos;
-use crate::scenario::kind::{Connection, Kind, Needs, Side};
 use crate::scenario::raw::{Network, Process, Via};
+use crate::scenario::steps::{Connection, Declaration, Needs, Side};
 
 impl Validator<'_> {
     /// Checks that a step of `kind` fits the connection `actor` has, and
     /// updates it as the kind's [`Connection`] says.
-    pub(super) fn connection_rules(&mut self, walk: &mut Walk, n: usize, pos: Pos, kind: Kind, actor: usize) {
-        let declared = kind.declaration();
+    pub(super) fn connection_rules(
+        &mut self,
+        walk: &mut Walk,
+        n: usize,
+        pos: Pos,
+        declared: Declaration,
+        actor: usize,
+    ) {
         let word = declared.word;
         let an = walk.actors[actor].name.clone();
         let state = walk.state[actor];
@@ -58,15 +64,14 @@ impl Validator<'_> {
             // crashed or disconnected direct actor): the backend it last had.
             Connection::Ends => {}
             Connection::Uses | Connection::Opens | Connection::Closes => {
-                self.use_connection(walk, n, pos, kind, actor);
+                self.use_connection(walk, n, pos, declared, actor);
             }
         }
     }
 
     /// A step that needs the actor's idle connection ([`Connection::Uses`],
     /// `Closes`) or none ([`Connection::Opens`]), on the side its kind runs on.
-    fn use_connection(&mut self, walk: &mut Walk, n: usize, pos: Pos, kind: Kind, actor: usize) {
-        let declared = kind.declaration();
+    fn use_connection(&mut self, walk: &mut Walk, n: usize, pos: Pos, declared: Declaration, actor: usize) {
         let an = walk.actors[actor].name.clone();
         let via = walk.actors[actor].via;
         if let Conn::Busy(b) = walk.state[actor] {

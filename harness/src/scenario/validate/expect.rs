@@ -4,18 +4,19 @@
 use serde_saphyr::Spanned;
 
 use super::Validator;
-use crate::scenario::kind::{Expects, Kind};
-use crate::scenario::raw::{RawExpect, RawHolders, RawWaiters, RowsExpect, Scalar};
-use crate::scenario::step::{ObserveExpect, SqlExpect};
+use crate::scenario::raw::expect::{RawExpect, RawHolders, RawWaiters, RowsExpect};
+use crate::scenario::scalar::Scalar;
+use crate::scenario::steps::declaration::{Declaration, Expects};
+use crate::scenario::steps::expect::{ObserveExpect, SqlExpect};
 use crate::scenario::{Pos, template};
 
 /// A step's validated expectations, before they go to their step kind.
 #[derive(Clone, Debug, Default)]
-pub(super) struct Expect {
+pub(crate) struct Expect {
     /// The keys that check SQL results.
-    pub(super) sql: SqlExpect,
+    pub(crate) sql: SqlExpect,
     /// The keys that check an `observe` snapshot.
-    pub(super) observe: ObserveExpect,
+    pub(crate) observe: ObserveExpect,
 }
 
 /// Values of `pg_stat_activity.state` (PostgreSQL docs, "pg_stat_activity").
@@ -62,13 +63,13 @@ impl Validator<'_> {
         &mut self,
         n: usize,
         e: Spanned<RawExpect>,
-        kind: Kind,
+        declared: Declaration,
         background: bool,
         saved: &[String],
     ) -> Option<Expect> {
         let pos = Pos::of(&e.referenced);
         let e = e.value;
-        let expects = kind.declaration().expects;
+        let expects = declared.expects;
         let is_observe = expects == Expects::Locks;
         let runs_sql = expects == Expects::Sql;
         if background {

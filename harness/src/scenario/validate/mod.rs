@@ -1,18 +1,18 @@
 //! Validation: the serde types of a file ([`super::raw`]) become a
 //! [`Scenario`] with typed steps, or a list of located errors. Split by
-//! concern: the scenario as a whole and its settings (here), each step
-//! ([`step`]), the connection each actor has as the steps go ([`conn`]), and
-//! expectations ([`expect`]).
+//! concern: the scenario as a whole and its settings (here), the rules
+//! every step follows ([`step`]; what one kind alone checks is in its file
+//! under `scenario/steps/`), the connection each actor has as the steps go
+//! ([`conn`]), what a step refers to ([`refs`]) and expectations
+//! ([`expect`]).
 
 mod conn;
-mod expect;
-mod library;
+pub(crate) mod expect;
 mod refs;
 mod step;
 mod trials;
-mod walk;
-
-use std::path::Path;
+pub(crate) mod validator;
+pub(crate) mod walk;
 
 use indexmap::IndexMap;
 use serde_saphyr::Spanned;
@@ -24,29 +24,12 @@ use super::{
     Settings, template,
 };
 
-/// Checks one instance of a file and builds its [`Scenario`], collecting every
-/// error with its position.
-pub(super) struct Validator<'a> {
-    /// The file, for error positions.
-    pub(super) file: &'a Path,
-    /// Errors found so far.
-    pub(super) errors: Vec<ScenarioError>,
-    /// This instance's parameters.
-    pub(super) params: &'a [(String, String)],
-}
+pub(super) use validator::Validator;
 
 /// Most actors a scenario may have.
 const MAX_ACTORS: usize = 64;
 
 impl Validator<'_> {
-    fn err(&mut self, pos: Pos, message: impl Into<String>) {
-        self.errors.push(ScenarioError {
-            file: self.file.to_owned(),
-            pos,
-            message: message.into(),
-        });
-    }
-
     /// Validates `raw` into a scenario.
     ///
     /// # Errors

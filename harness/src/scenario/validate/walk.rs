@@ -5,16 +5,16 @@
 
 use std::collections::HashMap;
 
-use crate::scenario::raw::Process;
+use crate::scenario::Process;
 use crate::scenario::{Actor, Pos};
 
 /// Marks a background step in [`Walk::background`] as dropped by `do: abandon`
 /// (it is never awaited and never completes).
-pub(super) const ABANDONED: usize = usize::MAX;
+pub(crate) const ABANDONED: usize = usize::MAX;
 
 /// What the validator tracks per actor while walking the steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Conn {
+pub(crate) enum Conn {
     /// No connection (a pool actor before checkout, after return; a
     /// disconnected direct actor).
     None,
@@ -25,30 +25,30 @@ pub(super) enum Conn {
 }
 
 /// What the validator knows while it walks the steps in order.
-pub(super) struct Walk<'s> {
+pub(crate) struct Walk<'s> {
     /// The scenario's actors.
-    pub(super) actors: &'s [Actor],
+    pub(crate) actors: &'s [Actor],
     /// Actor name → index.
-    pub(super) index_of: HashMap<&'s str, usize>,
+    pub(crate) index_of: HashMap<&'s str, usize>,
     /// Each actor's connection after the steps so far.
-    pub(super) state: Vec<Conn>,
+    pub(crate) state: Vec<Conn>,
     /// Step id → step index.
-    pub(super) ids: HashMap<String, usize>,
+    pub(crate) ids: HashMap<String, usize>,
     /// Background step index → the step that awaited it (`None`: in flight,
     /// [`ABANDONED`]: abandoned).
-    pub(super) background: HashMap<usize, Option<usize>>,
+    pub(crate) background: HashMap<usize, Option<usize>>,
     /// Names saved by earlier steps.
-    pub(super) saved: Vec<String>,
+    pub(crate) saved: Vec<String>,
     /// Record names used so far, with where.
-    pub(super) records: HashMap<String, Pos>,
+    pub(crate) records: HashMap<String, Pos>,
     /// The scenario's default step deadline, ms.
-    pub(super) step_deadline: u64,
+    pub(crate) step_deadline: u64,
     /// Whether a fault step (crash, terminate, partition, restart) came before.
-    pub(super) faulted: bool,
+    pub(crate) faulted: bool,
     /// `partition` steps (indices) not healed since.
-    pub(super) partitioned: Vec<usize>,
+    pub(crate) partitioned: Vec<usize>,
     /// Where the pool under test lives (`pool.process`).
-    pub(super) pool_process: Process,
+    pub(crate) pool_process: Process,
     /// The step (1-based) that crashed the pool under test, if one did.
-    pub(super) pool_crashed: Option<usize>,
+    pub(crate) pool_crashed: Option<usize>,
 }

@@ -1,35 +1,182 @@
-//! Steps that ask the server from an observer (a direct actor): `observe`
-//! (a `pg_locks` snapshot, optionally after the other backends settle) and
-//! `blocked` (`pg_blocking_pids`, and the pooler's queue).
+//! `observe: advisory_locks`: a snapshot, taken by an observer (a direct
+//! actor), of the advisory locks of the run's database (`pg_locks` joined
+//! to `pg_stat_activity`), optionally after the other backends settle or
+//! named actors go idle; checked against `expect` (`held`, `holders`,
+//! `waiters`) and recorded.
 
 use std::time::{Duration, Instant};
 
-use super::sql::{late, outcome_value};
-use super::state::{Run, Slot};
-use super::{StepError, StepResult};
+use locklab_drivers::{DirectConn, Pool};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+
+use super::context::StepCx;
+use super::declaration::{BASE, Declaration, Expects, Side};
+use super::expect::ObserveExpect;
+use super::statement::late;
+use super::{Checking, Kind, RawStep, Step};
+use crate::keys::AdvisoryKey;
 use crate::observe::{self, Activity, LockRow, Polled, poll_until};
-use crate::outcome::{LockHolder, LockSnapshot, Value, Wait, WaitEvent};
-use crate::scenario::{ObserveDetail, ObserveExpect, ObserveStep, Step};
-use crate::server::poolers::queue::QueueView;
+use crate::outcome::{LockHolder, LockSnapshot, Value, WaitEvent};
+use crate::runner::error::{StepError, StepResult};
+use crate::scenario::raw::step::OneOrMany;
+use crate::scenario::validate::expect::Expect;
+use crate::scenario::validate::validator::Validator;
+use crate::scenario::{Actor, Pos, When};
+
+macro_rules! raw_fields {
+    ($next:ident [$($f:tt)*] $($rest:tt)*) => {
+        $next! { @collect [$($f)*
+            /// A server-side snapshot taken by a direct actor (the observer).
+            #[serde(default)]
+            pub(crate) observe: Option<$crate::scenario::steps::observe::ObserveKind>,
+            /// For `observe`: what to add to each holder and waiter of the recorded
+            /// snapshot, from its backend's `pg_stat_activity` row: `wait_event`
+            /// (`wait_event_type:wait_event`), `xmin` (whether `backend_xmin` is set).
+            #[serde(default)]
+            pub(crate) detail: Option<Vec<$crate::scenario::steps::observe::ObserveDetail>>,
+            /// For `observe`: first wait (within the deadline) until no other backend
+            /// of the run's database is running a statement other than a lock wait
+            /// and none changed state in the last 100 ms, seen twice in a row, so
+            /// statements queued behind a dropped call have run.
+            #[serde(default)]
+            pub(crate) settle: bool,
+            /// For `observe`: first wait (within the deadline) until these actors'
+            /// backends are no longer `active` in `pg_stat_activity`: a call that has
+            /// just returned an error to its client may still be aborting its
+            /// transaction (PostgreSQL reports the error before it releases the
+            /// transaction's locks), so the snapshot shows what outlived the call.
+            #[serde(default)]
+            #[schemars(with = "Option<crate::scenario::raw::step::OneOrMany>")]
+            pub(crate) idle: Option<serde_saphyr::Spanned<$crate::scenario::raw::step::OneOrMany>>,
+        ] $($rest)* }
+    };
+}
+pub(crate) use raw_fields;
 
 /// How long the other backends must stay calm for a `settle: true` observe
 /// (ms): as long as [`observe::UNSETTLED_SQL`]'s own window for a state change.
 pub const SETTLE_CALM_MS: u64 = 100;
 
-impl Run<'_> {
+/// What an observer can snapshot (`observe:`).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ObserveKind {
+    /// `pg_locks` (advisory rows of the run's database) joined to `pg_stat_activity`.
+    AdvisoryLocks,
+}
+
+/// What an `observe` snapshot adds to each holder and waiter (`detail:`),
+/// from its backend's `pg_stat_activity` row (PostgreSQL docs §27.2.3,
+/// "pg_stat_activity"). Only a step that asks shows them, so the readings
+/// of the steps that do not ask stay as they were.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ObserveDetail {
+    /// `wait_event_type:wait_event` (`Lock:advisory` for a backend waiting
+    /// for an advisory lock, `Client:ClientRead` for an idle one), or that it
+    /// waits for nothing (running).
+    WaitEvent,
+    /// Whether `backend_xmin` is set: the backend holds a snapshot, which
+    /// holds back the horizon below which `VACUUM` may remove dead rows
+    /// (PostgreSQL docs §24.1 "Routine Vacuuming"). A lock call waits inside its statement,
+    /// whose snapshot it keeps while it waits.
+    Xmin,
+}
+
+/// An `observe: advisory_locks` step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObserveStep {
+    /// The observer (a direct actor).
+    pub observer: usize,
+    /// Only this key, when given.
+    pub key: Option<AdvisoryKey>,
+    /// First wait for the other backends to settle.
+    pub settle: bool,
+    /// First wait until these actors' backends are not `active` (`idle:`).
+    pub idle: Vec<usize>,
+    /// What the recorded snapshot adds to each holder and waiter
+    /// (`detail:`), sorted, without repeats; empty: nothing.
+    pub detail: Vec<ObserveDetail>,
+    /// What must hold.
+    pub expect: Option<ObserveExpect>,
+    /// Only for some driver kinds.
+    pub when: Option<When>,
+}
+
+impl Kind for ObserveStep {
+    const KEY: &'static str = "observe";
+    const FORMS: &'static [Declaration] = &[Declaration {
+        word: "observe",
+        side: Side::Observer,
+        when: true,
+        key: true,
+        expects: Expects::Locks,
+        ..BASE
+    }];
+
+    fn has_key(raw: &RawStep) -> bool {
+        raw.observe.is_some()
+    }
+
+    fn stray(raw: &RawStep, v: &mut Validator<'_>, n: usize, pos: Pos) {
+        if raw.detail.is_some() {
+            v.err(pos, format!("step {n}: 'detail' only applies to 'observe' steps"));
+        }
+        if raw.settle {
+            v.err(pos, format!("step {n}: 'settle' only applies to 'observe' steps"));
+        }
+        if raw.idle.is_some() {
+            v.err(pos, format!("step {n}: 'idle' only applies to 'observe' steps"));
+        }
+    }
+
+    fn check(raw: &RawStep, cx: &mut Checking<'_, '_, '_>) -> Option<Self> {
+        let mut detail = raw.detail.clone().unwrap_or_default();
+        detail.sort_unstable();
+        detail.dedup();
+        Some(ObserveStep {
+            observer: cx.actor,
+            key: raw.key,
+            settle: raw.settle,
+            idle: idle_actors(cx, raw.idle.as_ref()),
+            detail,
+            expect: None,
+            when: raw.when,
+        })
+    }
+
+    fn expect(&mut self, e: Expect) {
+        self.expect = Some(e.observe);
+    }
+
+    fn actor(&self) -> Option<usize> {
+        Some(self.observer)
+    }
+
+    fn when(&self) -> Option<When> {
+        self.when
+    }
+
+    fn describe(&self, _: &[Actor], _: &[Step]) -> String {
+        "observe advisory_locks".into()
+    }
+
     /// Snapshots the advisory locks (of `key`, when given), checks and records them.
-    pub(super) async fn observe(&mut self, step: &Step, o: &ObserveStep) -> StepResult {
+    async fn run(&self, step: &Step, cx: &mut StepCx<'_>, _: &dyn Pool, _: &mut DirectConn) -> StepResult {
+        let o = self;
         let deadline = Duration::from_millis(step.deadline_ms);
         if o.settle {
-            self.settle(o.observer, Instant::now() + deadline).await?;
+            cx.settle(o.observer, Instant::now() + deadline).await?;
         }
         if !o.idle.is_empty() {
-            self.until_idle(o.observer, &o.idle, Instant::now() + deadline).await?;
+            cx.until_idle(o.observer, &o.idle, Instant::now() + deadline).await?;
         }
         let until = Instant::now() + deadline;
         let mut rows;
         loop {
-            let conn = self.conn(o.observer)?;
+            let conn = cx.conn(o.observer)?;
             rows = tokio::time::timeout(deadline, observe::advisory_locks(conn.as_mut(), o.key, true))
                 .await
                 .map_err(|_| late(step, "the pg_locks query had not answered"))?
@@ -49,15 +196,32 @@ impl Run<'_> {
         let holders: Vec<&LockRow> = rows.iter().filter(|r| r.granted).collect();
         let waiters: Vec<&LockRow> = rows.iter().filter(|r| !r.granted).collect();
         if let Some(e) = &o.expect {
-            self.check_observe(e, &holders, &waiters)?;
+            cx.check_observe(e, &holders, &waiters)?;
         }
         if step.record.is_some() {
-            let value = Value::Locks(self.snapshot(&holders, &waiters, &o.detail));
-            self.record_note(step, value, None);
+            let value = Value::Locks(cx.snapshot(&holders, &waiters, &o.detail));
+            cx.record_note(step, value, None);
         }
         Ok(())
     }
+}
 
+/// The actors an observe step's `idle` names (each once, each known).
+fn idle_actors(cx: &mut Checking<'_, '_, '_>, idle: Option<&Spanned<OneOrMany>>) -> Vec<usize> {
+    let Some(idle) = idle else { return Vec::new() };
+    let (n, ipos) = (cx.n, Pos::of(&idle.referenced));
+    let mut out = Vec::new();
+    for name in idle.value.clone().into_vec() {
+        match cx.walk.index_of.get(name.as_str()) {
+            Some(&a) if !out.contains(&a) => out.push(a),
+            Some(_) => cx.err(ipos, format!("step {n}: 'idle' lists '{name}' twice")),
+            None => cx.err(ipos, format!("step {n}: unknown actor '{name}' in 'idle'")),
+        }
+    }
+    out
+}
+
+impl StepCx<'_> {
     /// Waits until none of `actors`' backends (those whose pid is known) is
     /// `active` in `pg_stat_activity`.
     async fn until_idle(&mut self, observer: usize, actors: &[usize], until: Instant) -> Result<(), String> {
@@ -232,199 +396,5 @@ impl Run<'_> {
             Polled::Done(()) => Ok(()),
             Polled::TimedOut => Err("other backends were still running statements at the deadline (settle)".into()),
         }
-    }
-
-    /// Waits until every target's background step is blocked on a lock,
-    /// seen by the server, or queued in the pooler for a server connection,
-    /// seen by the pooler ([`crate::server::poolers::queue`]); fails when one
-    /// finishes instead, unless `or_finished` (one target), which reads
-    /// that as `finished first` and leaves the outcome for its `await`.
-    /// With `record` (one target), records which ([`Wait`]).
-    pub(super) async fn blocked(
-        &mut self,
-        step: &Step,
-        observer: usize,
-        targets: &[usize],
-        or_finished: bool,
-    ) -> StepResult {
-        let mut pids = Vec::new();
-        for t in targets {
-            pids.push((*t, self.pid_of(*t)?));
-        }
-        let mut queue: Option<QueueView> = None;
-        let polled = poll_until(Instant::now() + Duration::from_millis(step.deadline_ms), async || {
-            let mut read: Vec<(usize, Wait)> = Vec::new();
-            let mut pending: Vec<usize> = Vec::new();
-            // Backends already counted as one target's: each target's call
-            // is on a backend of its own.
-            let mut claimed: Vec<i32> = pids.iter().map(|(_, p)| *p).collect();
-            for (t, pid) in &pids {
-                if let Slot::Busy { handle, .. } = &self.slots[*t]
-                    && handle.is_finished()
-                {
-                    if !or_finished {
-                        return Err(StepError::Mismatch(format!(
-                            "'{}' finished its background step instead of blocking",
-                            self.scenario.actors[*t].name
-                        )));
-                    }
-                    let value = self.finished_value(*t).await?;
-                    read.push((*t, Wait::FinishedFirst(Box::new(value))));
-                    continue;
-                }
-                if self.blocked_on_lock(observer, *t, *pid, &mut claimed).await? {
-                    read.push((*t, Wait::BlockedOnLock));
-                } else {
-                    pending.push(*t);
-                }
-            }
-            // The pooler's queue is read where a scenario makes one (it caps
-            // the pooler's server connections) or asks what the call did
-            // (`record`, `or_finished`): elsewhere a client waits in it only
-            // for a moment, while the pooler opens a server connection.
-            let asks = self.scenario.pooler_server_connections.is_some() || or_finished || step.record.is_some();
-            if !pending.is_empty() && asks && self.info.pooler.is_some() {
-                if queue.is_none() {
-                    let view = self
-                        .server
-                        .pooler_queue(self.info.pooler, self.db, self.scenario.pooler_server_connections)
-                        .await
-                        .map_err(|e| StepError::Harness(format!("{e:#}")))?;
-                    queue = Some(view);
-                }
-                let view = queue
-                    .as_mut()
-                    .ok_or_else(|| StepError::Harness("no queue view".into()))?;
-                if self.queued(observer, view, &pending).await? {
-                    read.extend(pending.drain(..).map(|t| (t, Wait::QueuedInPooler)));
-                }
-            }
-            Ok::<_, StepError>(pending.is_empty().then_some(read))
-        })
-        .await;
-        if let Some(view) = queue {
-            view.close().await;
-        }
-        match polled? {
-            Polled::Done(read) => {
-                for (t, w) in &read {
-                    if *w == Wait::BlockedOnLock
-                        && let Slot::Busy { started, .. } = &self.slots[*t]
-                    {
-                        self.faults.saw_blocked(*t, *started);
-                    }
-                }
-                if let [(_, w)] = read.as_slice() {
-                    self.record_note(step, Value::Wait(w.clone()), None);
-                }
-                Ok(())
-            }
-            Polled::TimedOut => {
-                let names: Vec<String> = pids
-                    .iter()
-                    .map(|(t, pid)| format!("'{}' (backend pid {pid})", self.scenario.actors[*t].name))
-                    .collect();
-                Err(StepError::Deadline(format!(
-                    "{} not all blocked on a lock or queued in the pooler within {} ms",
-                    names.join(", "),
-                    step.deadline_ms
-                )))
-            }
-        }
-    }
-
-    /// Whether `actor`'s background call (its backend `pid`) waits for a
-    /// lock another backend holds. Behind a transaction-mode pooler a pool
-    /// actor's statement may run on another backend than `pid` (the one its
-    /// checkout met): there, its statement is also looked for by its text
-    /// ([`observe::statement_blocked_sql`]), on a backend no other target
-    /// has (`claimed`, to which the one found is added).
-    async fn blocked_on_lock(
-        &mut self,
-        observer: usize,
-        actor: usize,
-        pid: i32,
-        claimed: &mut Vec<i32>,
-    ) -> Result<bool, StepError> {
-        let conn = self.conn(observer)?;
-        if observe::is_blocked(conn.as_mut(), pid)
-            .await
-            .map_err(|e| StepError::Driver(e.to_string()))?
-        {
-            return Ok(true);
-        }
-        let pooled_by_transaction = self.info.pooler_mode() == Some(locklab_drivers::PoolerMode::Transaction)
-            && self.scenario.actors[actor].via == crate::scenario::Via::Pool;
-        let Slot::Busy { sql, .. } = &self.slots[actor] else {
-            return Ok(false);
-        };
-        if !pooled_by_transaction {
-            return Ok(false);
-        }
-        let query = observe::statement_blocked_sql(sql);
-        let conn = self.conn(observer)?;
-        let rows = conn
-            .simple_query(&query)
-            .await
-            .map_err(|e| StepError::Driver(e.to_string()))?;
-        let found = rows
-            .rows
-            .iter()
-            .filter_map(|r| r.first().cloned().flatten())
-            .filter_map(|t| t.parse::<i32>().ok())
-            .find(|p| !claimed.contains(p));
-        Ok(found.inspect(|p| claimed.push(*p)).is_some())
-    }
-
-    /// Whether the `pending` targets' calls (neither finished nor blocked on
-    /// a lock) wait in the pooler's queue: its console lists at least as
-    /// many of the run's database's clients as waiting (the console names
-    /// clients by address, which the harness does not learn of a pooled
-    /// connection, so the count stands for them), or, behind pgagroal, each
-    /// one's statement runs on no backend while none of the pooler's server
-    /// connections is idle ([`observe::queued_on_no_backend_sql`]).
-    async fn queued(&mut self, observer: usize, view: &mut QueueView, pending: &[usize]) -> Result<bool, StepError> {
-        if let Some(waiting) = view
-            .waiting(self.db)
-            .await
-            .map_err(|e| StepError::Driver(format!("{e:#}")))?
-        {
-            return Ok(waiting as usize >= pending.len());
-        }
-        if !matches!(view, QueueView::Server) {
-            return Ok(false);
-        }
-        for t in pending {
-            let Slot::Busy { sql, .. } = &self.slots[*t] else {
-                return Ok(false);
-            };
-            let query = observe::queued_on_no_backend_sql(sql);
-            let conn = self.conn(observer)?;
-            let rows = conn
-                .simple_query(&query)
-                .await
-                .map_err(|e| StepError::Driver(e.to_string()))?;
-            if rows.first_value().flatten() != Some("t") {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-
-    /// The outcome of `actor`'s finished background step, as its recorded
-    /// value; the step stays in flight for its `await`, which checks and
-    /// records it as it would have.
-    async fn finished_value(&mut self, actor: usize) -> Result<Value, StepError> {
-        let Slot::Busy { started, handle, sql } = std::mem::replace(&mut self.slots[actor], Slot::Empty) else {
-            return Err(StepError::Harness("no background step".into()));
-        };
-        let (conn, (result, took), done) = handle
-            .await
-            .map_err(|e| StepError::Harness(format!("background step panicked: {e}")))?;
-        let value = outcome_value(&result);
-        // The same outcome, handed to the `await` as if it had just come in.
-        let handle = tokio::spawn(async move { (conn, (result, took), done) });
-        self.slots[actor] = Slot::Busy { started, handle, sql };
-        Ok(value)
     }
 }

@@ -1,54 +1,22 @@
-//! `checkout`, `return` and `disconnect`: connections out of and back into
-//! the pool under test, waiting on the server until a closed connection's
-//! backend (and with it its locks) is gone.
+//! Giving an actor's connection back (`return`, `disconnect`, and the
+//! runner's check that every pool actor returned its own), waiting on the
+//! server until a closed connection's backend (and with it its locks) is
+//! gone.
 
 use std::time::{Duration, Instant};
 
 use locklab_drivers::{Conn, DirectConn, PoolerMode, Returned};
 
-use super::sql::late;
-use super::state::{Run, Slot};
-use super::{StepError, StepResult};
+use super::context::{Slot, StepCx};
 use crate::observe::{self, Polled, poll_from, poll_until};
-use crate::scenario::Step;
+use crate::runner::error::{StepError, StepResult};
 
-impl Run<'_> {
-    /// A checkout within the step's deadline, then the connection's backend pid.
-    pub(super) async fn checkout(&mut self, step: &Step, actor: usize, pool: &dyn locklab_drivers::Pool) -> StepResult {
-        let deadline = Duration::from_millis(step.deadline_ms);
-        let conn = tokio::time::timeout(deadline, pool.checkout())
-            .await
-            .map_err(|_| {
-                late(
-                    step,
-                    &format!(
-                        "the pool had handed out no connection (max_size {})",
-                        self.scenario.pool_max_size
-                    ),
-                )
-            })?
-            .map_err(|e| {
-                StepError::Driver(format!(
-                    "checkout failed: {e}{}",
-                    self.settings_hint(&self.scenario.pool_settings)
-                ))
-            })?;
-        self.slots[actor] = Slot::Ready(conn);
-        if !self.learn_pid(actor, deadline).await {
-            return Err(StepError::Deadline(format!(
-                "the connection handed out did not answer `select pg_backend_pid()` within the deadline of {} ms \
-                 (a statement still queued on it?); a 'client_timeout_ms' on the checkout records this instead",
-                step.deadline_ms
-            )));
-        }
-        Ok(())
-    }
-
+impl StepCx<'_> {
     /// Gives `actor`'s connection back with no cleanup. When the return closes
     /// it (direct driver), waits until the server has let its backend go, and
     /// with it its locks: the backend exits asynchronously after the socket
     /// closes. Behind PgBouncer in session mode, waits for its reset instead.
-    pub(super) async fn give_back(&mut self, actor: usize, monitor: &mut DirectConn, deadline: Duration) -> StepResult {
+    pub(crate) async fn give_back(&mut self, actor: usize, monitor: &mut DirectConn, deadline: Duration) -> StepResult {
         let Slot::Ready(conn) = std::mem::replace(&mut self.slots[actor], Slot::Empty) else {
             return Err(StepError::Harness(format!(
                 "actor '{}' has no connection to return",

@@ -1,40 +1,160 @@
-//! Fault steps (`do: crash | terminate | partition | heal`) and the
-//! `granted` step that times how long a lost holder kept its lock.
+//! Fault steps (`do: crash | terminate | partition | heal`): the harness
+//! kills the process that holds an actor's connection, ends its backend, or
+//! drops (and restores) its packets; the run remembers when, for a later
+//! `granted` step.
 
 use std::time::{Duration, Instant};
 
-use locklab_drivers::DirectConn;
+use locklab_drivers::{DirectConn, Pool};
 
-use super::state::{Run, Slot};
-use super::{StepError, StepResult};
+use super::context::{Slot, StepCx};
+use super::declaration::{BASE, Connection, Declaration, Needs, Placement, Record};
+use super::{Checking, Kind, RawStep, Step};
 use crate::faults::netns::Namespace;
 use crate::observe::{Polled, poll_until};
-use crate::outcome::Value;
-use crate::scenario::step::Fault;
-use crate::scenario::{Step, Via};
+use crate::runner::error::{StepError, StepResult};
+use crate::scenario::raw::step::Action;
+use crate::scenario::{Actor, Via};
 
-impl Run<'_> {
-    /// Injects `fault` into `actor`'s connection and notes when, for a later
-    /// `granted` step.
-    pub(super) async fn fault(
-        &mut self,
-        step: &Step,
-        actor: usize,
-        fault: Fault,
-        pool: &dyn locklab_drivers::Pool,
-        monitor: &mut DirectConn,
-    ) -> StepResult {
-        match fault {
-            Fault::Crash if self.scenario.actors[actor].via == Via::Pool => self.crash_pool(pool, monitor).await,
-            Fault::Crash => self.crash_child(actor, monitor).await,
-            Fault::Terminate => self.terminate(step, actor, monitor).await,
-            Fault::Partition | Fault::Heal => self.cut(actor, fault == Fault::Partition, monitor).await,
+macro_rules! raw_fields {
+    ($next:ident [$($f:tt)*] $($rest:tt)*) => {
+        $next! { @collect [$($f)*] $($rest)* }
+    };
+}
+pub(crate) use raw_fields;
+
+/// A fault injected into an actor's connection (`do: crash | terminate |
+/// partition | heal`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// SIGKILL to the child process that holds a `process: child` actor's connection.
+    Crash,
+    /// `pg_terminate_backend` on the actor's (or, for a pool actor without a
+    /// connection, its last) backend, waiting until the backend has exited.
+    Terminate,
+    /// Drop the packets of a `network: namespace` actor's connection.
+    Partition,
+    /// Stop dropping them.
+    Heal,
+}
+
+impl Fault {
+    /// The `do:` action.
+    pub fn action(self) -> Action {
+        match self {
+            Fault::Crash => Action::Crash,
+            Fault::Terminate => Action::Terminate,
+            Fault::Partition => Action::Partition,
+            Fault::Heal => Action::Heal,
         }
     }
 
+    /// The `do:` word.
+    pub fn word(self) -> &'static str {
+        FaultStep::FORMS[self as usize].word
+    }
+}
+
+/// A fault the harness injects into the actor's connection; the run
+/// remembers when, for [`super::GrantedStep`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FaultStep {
+    /// Actor index.
+    pub actor: usize,
+    /// Which fault.
+    pub fault: Fault,
+}
+
+/// A fault step: no outcome of its own, timed by a later `granted`.
+const fn fault(word: &'static str, connection: Connection, needs: Needs, placement: Placement) -> Declaration {
+    Declaration {
+        word,
+        record: Record::No,
+        connection,
+        needs,
+        fault: true,
+        placement,
+        ..BASE
+    }
+}
+
+impl Kind for FaultStep {
+    const KEY: &'static str = "do";
+    /// In [`Fault`]'s order.
+    const FORMS: &'static [Declaration] = &[
+        fault("crash", Connection::Kills, Needs::ChildProcess, Placement::ColumnServer),
+        fault("terminate", Connection::Ends, Needs::Nothing, Placement::ColumnServer),
+        fault("partition", Connection::Cuts, Needs::Namespace, Placement::FaultServer),
+        Declaration {
+            fault: false,
+            ..fault("heal", Connection::Cuts, Needs::Namespace, Placement::FaultServer)
+        },
+    ];
+
+    fn has_key(raw: &RawStep) -> bool {
+        raw.action.is_some()
+    }
+
+    fn is(raw: &RawStep) -> bool {
+        Self::of(raw.action).is_some()
+    }
+
+    fn form_of_raw(raw: &RawStep) -> usize {
+        Self::of(raw.action).map_or(0, |f| f as usize)
+    }
+
+    fn form(&self) -> usize {
+        self.fault as usize
+    }
+
+    fn check(raw: &RawStep, cx: &mut Checking<'_, '_, '_>) -> Option<Self> {
+        let fault = Self::of(raw.action)?;
+        match fault {
+            Fault::Partition => cx.walk.partitioned.push(cx.index),
+            Fault::Heal => cx.walk.partitioned.clear(),
+            Fault::Crash | Fault::Terminate => {}
+        }
+        Some(FaultStep { actor: cx.actor, fault })
+    }
+
+    fn actor(&self) -> Option<usize> {
+        Some(self.actor)
+    }
+
+    fn describe(&self, _: &[Actor], _: &[Step]) -> String {
+        self.fault.word().into()
+    }
+
+    /// Injects the fault into the actor's connection and notes when, for a
+    /// later `granted` step.
+    async fn run(&self, step: &Step, cx: &mut StepCx<'_>, pool: &dyn Pool, monitor: &mut DirectConn) -> StepResult {
+        let actor = self.actor;
+        match self.fault {
+            Fault::Crash if cx.scenario.actors[actor].via == Via::Pool => cx.crash_pool(pool, monitor).await,
+            Fault::Crash => cx.crash_child(actor, monitor).await,
+            Fault::Terminate => cx.terminate(step, actor, monitor).await,
+            Fault::Partition | Fault::Heal => cx.cut(actor, self.fault == Fault::Partition, monitor).await,
+        }
+    }
+}
+
+impl FaultStep {
+    /// The fault a `do:` action is, if it is one.
+    fn of(action: Option<Action>) -> Option<Fault> {
+        Some(match action? {
+            Action::Crash => Fault::Crash,
+            Action::Terminate => Fault::Terminate,
+            Action::Partition => Fault::Partition,
+            Action::Heal => Fault::Heal,
+            _ => return None,
+        })
+    }
+}
+
+impl StepCx<'_> {
     /// `crash` on a pool actor: kills the process the pool under test lives
     /// in, with every connection of the pool.
-    async fn crash_pool(&mut self, pool: &dyn locklab_drivers::Pool, monitor: &mut DirectConn) -> StepResult {
+    async fn crash_pool(&mut self, pool: &dyn Pool, monitor: &mut DirectConn) -> StepResult {
         for i in 0..self.scenario.actors.len() {
             if self.scenario.actors[i].via == Via::Pool {
                 self.wait_statement_arrived(i, monitor).await?;
@@ -165,7 +285,7 @@ impl Run<'_> {
     ///
     /// # Errors
     /// The statement had not reached the server within 1 s, or a failed query.
-    async fn wait_statement_arrived(&self, actor: usize, monitor: &mut DirectConn) -> StepResult {
+    pub(crate) async fn wait_statement_arrived(&self, actor: usize, monitor: &mut DirectConn) -> StepResult {
         if !matches!(self.slots[actor], Slot::Busy { .. }) {
             return Ok(());
         }
@@ -189,108 +309,12 @@ impl Run<'_> {
 
     /// Drops `actor`'s connection object, whose process was killed (idle,
     /// or inside a background step's task, which is aborted).
-    fn lose_connection(&mut self, actor: usize) {
+    pub(crate) fn lose_connection(&mut self, actor: usize) {
         match std::mem::replace(&mut self.slots[actor], Slot::Empty) {
             Slot::Busy { handle, .. } => handle.abort(),
             Slot::Ready(c) => drop(c),
             Slot::Empty | Slot::Lost(_) => {}
         }
         self.pids.remove(&actor);
-    }
-
-    /// Restarts the cell's own server, then opens a new connection for the
-    /// observer and for the harness's monitor (the old ones died with the
-    /// server); the other actors keep what they had, to find out.
-    pub(super) async fn restart(
-        &mut self,
-        step: &Step,
-        observer: usize,
-        immediate: bool,
-        monitor: &mut DirectConn,
-    ) -> StepResult {
-        self.faults.struck();
-        // Bounded inside (30 s to stop, 60 s to start): cutting it short here
-        // would drop the postmaster's handle halfway.
-        self.server
-            .restart(immediate)
-            .await
-            .map_err(|e| StepError::Harness(format!("{e:#}")))?;
-        // 57P03 (cannot_connect_now: starting up, shutting down) means "not
-        // yet": asked again until the step's deadline.
-        let until = Instant::now() + Duration::from_millis(step.deadline_ms);
-        let name = self.scenario.actors[observer].name.clone();
-        let conn = while_starting(until, async || self.connect_direct(observer).await)
-            .await
-            .map_err(|e| StepError::Driver(format!("cannot reconnect '{name}' after the restart: {e}")))?;
-        self.slots[observer] = Slot::Ready(conn);
-        self.learn_pid(observer, Duration::from_millis(step.deadline_ms)).await;
-        let spec = self.server.spec(self.db, "locklab-monitor");
-        *monitor = while_starting(until, async || DirectConn::connect(&spec).await)
-            .await
-            .map_err(|e| StepError::Driver(format!("cannot reopen the monitor connection after the restart: {e}")))?;
-        Ok(())
-    }
-
-    /// Waits until `target`'s background lock call no longer waits, at most
-    /// the step's deadline after the last fault; records `released` with the
-    /// time since the fault, or `still held at N s`. No longer waiting means
-    /// the call has finished, or the server shows it not blocked
-    /// (`pg_blocking_pids` empty) once it has been seen blocked (by this
-    /// step, or by a `blocked` step before): a call not yet seen blocked may
-    /// not have reached the server, so its not being blocked says nothing. (A call
-    /// that keeps running once granted, other than the lock call itself, and
-    /// was never seen blocked, reads `still held`: the shipped waiters are
-    /// single lock calls, which finish once granted.)
-    pub(super) async fn granted(&mut self, step: &Step, observer: usize, target: usize) -> StepResult {
-        let pid = self.pid_of(target)?;
-        let since = self.faults.at.unwrap_or_else(Instant::now);
-        let until = since + Duration::from_millis(step.deadline_ms);
-        if let Slot::Busy { started, .. } = &self.slots[target] {
-            self.faults.timed_by_granted.insert(target, *started);
-        }
-        // Seen blocked by a `blocked` step before the fault, or here.
-        let mut seen_blocked = matches!(
-            (&self.slots[target], self.faults.seen_blocked.get(&target)),
-            (Slot::Busy { started, .. }, Some(seen)) if started == seen
-        );
-        let polled = poll_until(until, async || {
-            if let Slot::Busy { handle, .. } = &self.slots[target]
-                && handle.is_finished()
-            {
-                return Ok(Some(()));
-            }
-            let conn = self.conn(observer).map_err(StepError::Harness)?;
-            let blocked = crate::observe::is_blocked(conn.as_mut(), pid)
-                .await
-                .map_err(|e| StepError::Driver(e.to_string()))?;
-            seen_blocked |= blocked;
-            Ok::<_, StepError>((seen_blocked && !blocked).then_some(()))
-        })
-        .await?;
-        let took = since.elapsed();
-        match polled {
-            Polled::Done(()) => self.record_note(step, Value::Released, Some(took)),
-            Polled::TimedOut => self.record_note(step, Value::StillHeld(step.deadline_ms), Some(took)),
-        }
-        Ok(())
-    }
-}
-
-/// `connect`, asked again every 20 ms while the server answers 57P03
-/// (cannot_connect_now: starting up, shutting down), until `until`.
-///
-/// # Errors
-/// The last attempt's error.
-async fn while_starting<T>(
-    until: Instant,
-    mut connect: impl AsyncFnMut() -> Result<T, locklab_drivers::DriverError>,
-) -> Result<T, locklab_drivers::DriverError> {
-    loop {
-        match connect().await {
-            Err(e) if e.sqlstate() == Some("57P03") && Instant::now() < until => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            other => return other,
-        }
     }
 }
