@@ -1,17 +1,17 @@
 //! Step kinds. Each kind is one file here (`steps/NAME.rs`) holding its raw
 //! fields (a `raw_fields!` macro), its [`Declaration`], how its raw step is
 //! checked into its typed step, and how that step runs against the run's
-//! [`StepCx`]; and one line in the list at the bottom of this file
-//! ([`kinds!`]). From that list the compiler builds the raw step's keys
+//! `StepCx`; and one line in the list at the bottom of this file
+//! (`kinds!`). From that list the compiler builds the raw step's keys
 //! ([`RawStep`], with serde's `deny_unknown_fields` and the JSON Schema),
 //! the typed enum ([`StepKind`]), the dispatch (checking, labels, running),
 //! the "exactly one of …" message and the list the tests visit.
 //!
 //! Beside the kinds: [`declaration`] (what a kind may declare), [`expect`]
-//! (the typed expectations several kinds share), [`context`] (what a kind's
+//! (the typed expectations several kinds share), `context` (what a kind's
 //! execution sees: the actors' connections, their backend pids, saved
-//! values, the recorder), [`statement`] (running a statement and checking
-//! its outcome), [`connection`] (giving a connection back) and [`faults`]
+//! values, the recorder), `statement` (running a statement and checking
+//! its outcome), `connection` (giving a connection back) and `faults`
 //! (what fault steps keep from step to step).
 
 pub(crate) mod connection;
