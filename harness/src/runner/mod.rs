@@ -6,15 +6,13 @@
 //! `Run::execute` builds the pool (`Run::open`), connects the direct actors
 //! (`Run::connect_actors`), runs the steps (`Run::run_steps`; each step kind
 //! runs in its file under `scenario/steps/`, against the run's
-//! [`crate::scenario::steps::context::StepCx`]), verifies (`Run::verify`: every pool actor's
+//! `StepCx`, `scenario/steps/context.rs`), verifies (`Run::verify`: every pool actor's
 //! connection returned, then `pg_locks`), ends leftover backends
 //! (`Run::end_leftovers`) and closes the pool (`Run::close`); then [`run`]
 //! has PgBouncer close its server connections, runs the [`leak_guard`] and
 //! drops the database (`database::drop_database`).
 
 mod database;
-pub(crate) mod error;
-pub(crate) mod expect;
 mod phases;
 mod place;
 pub use place::ALLOW_MISSING_VAR;
@@ -29,8 +27,8 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use locklab_drivers::{Driver, DriverError, DriverInfo};
 
-pub use error::{StepError, StepResult};
-pub use expect::check_sql;
+pub use crate::scenario::steps::check::check_sql;
+pub use crate::scenario::steps::error::{StepError, StepResult};
 pub use phases::{drop_own_databases, leak_guard};
 pub use sharing::Sharing;
 pub use trials::{effective_trials, possible, set_max_trials};

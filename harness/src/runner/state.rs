@@ -1,6 +1,7 @@
-//! A run in progress: each actor's connection, backend pids, saved values;
-//! and the phases inside the run's database: pool, actors, steps, verify,
-//! ending leftovers, closing.
+//! A run in progress: the phases inside the run's database (pool, actors,
+//! steps, verify, ending leftovers, closing) over the steps' own state
+//! (each actor's connection, backend pids, saved values: `StepCx`, which
+//! each step kind's file runs against).
 
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,6 @@
-//! The raw fields several step kinds share, and the schemas of fields a
-//! parameter may give (`"${name}"`).
+//! The types of the step fields several kinds share (`do:`, `on_timeout:`,
+//! `when:`, a list of actors), and the schemas of fields a parameter may
+//! give (`"${name}"`). The fields themselves are in `scenario/steps/`.
 
 use schemars::JsonSchema;
 use serde::Deserialize;

@@ -10,16 +10,12 @@ use locklab_drivers::{DirectConn, Pool};
 use super::context::{Slot, StepCx};
 use super::declaration::{BASE, Connection, Declaration, Record};
 use super::{Checking, Kind, RawStep, Step};
-use crate::runner::error::{StepError, StepResult};
+use crate::scenario::steps::error::{StepError, StepResult};
 use crate::scenario::Actor;
 use crate::scenario::raw::step::Action;
 
-macro_rules! raw_fields {
-    ($next:ident [$($f:tt)*] $($rest:tt)*) => {
-        $next! { @collect [$($f)*] $($rest)* }
-    };
-}
-pub(crate) use raw_fields;
+// No keys of its own.
+pub(crate) use super::no_raw_fields as raw_fields;
 
 /// Drop the actor's in-flight background step together with its connection.
 #[derive(Clone, Debug, PartialEq, Eq)]

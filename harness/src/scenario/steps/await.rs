@@ -10,7 +10,7 @@ use super::context::{Slot, StepCx};
 use super::declaration::{BASE, Connection, Declaration, Expects, Side};
 use super::expect::SqlExpect;
 use super::{Checking, Kind, RawStep, Step};
-use crate::runner::error::{StepError, StepResult};
+use crate::scenario::steps::error::{StepError, StepResult};
 use crate::scenario::validate::expect::Expect;
 use crate::scenario::validate::walk::{ABANDONED, Conn};
 use crate::scenario::{Actor, Pos};

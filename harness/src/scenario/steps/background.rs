@@ -10,15 +10,11 @@ use super::context::{Slot, StepCx};
 use super::declaration::Declaration;
 use super::sql::{SQL, one_line, text};
 use super::{Checking, Kind, RawStep, Step};
-use crate::runner::error::{StepError, StepResult};
+use crate::scenario::steps::error::{StepError, StepResult};
 use crate::scenario::Actor;
 
-macro_rules! raw_fields {
-    ($next:ident [$($f:tt)*] $($rest:tt)*) => {
-        $next! { @collect [$($f)*] $($rest)* }
-    };
-}
-pub(crate) use raw_fields;
+// No keys of its own.
+pub(crate) use super::no_raw_fields as raw_fields;
 
 /// SQL started on the actor's connection, finished by an [`super::AwaitStep`].
 #[derive(Clone, Debug, PartialEq)]

@@ -15,7 +15,7 @@ use super::statement::outcome_value;
 use super::{Checking, Kind, RawStep, Step};
 use crate::observe::{self, Polled, poll_until};
 use crate::outcome::{Value, Wait};
-use crate::runner::error::{StepError, StepResult};
+use crate::scenario::steps::error::{StepError, StepResult};
 use crate::scenario::raw::step::OneOrMany;
 use crate::scenario::validate::validator::Validator;
 use crate::scenario::validate::walk::Conn;

@@ -13,16 +13,12 @@ use super::declaration::{BASE, Connection, Declaration, Record, Side};
 use super::statement::late;
 use super::{Checking, Kind, RawStep, Step};
 use crate::outcome::{Checkout, Value};
-use crate::runner::error::{StepError, StepResult};
+use crate::scenario::steps::error::{StepError, StepResult};
 use crate::scenario::Actor;
 use crate::scenario::raw::step::Action;
 
-macro_rules! raw_fields {
-    ($next:ident [$($f:tt)*] $($rest:tt)*) => {
-        $next! { @collect [$($f)*] $($rest)* }
-    };
-}
-pub(crate) use raw_fields;
+// No keys of its own.
+pub(crate) use super::no_raw_fields as raw_fields;
 
 /// Check a connection out of the pool under test (direct driver: open one).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use locklab_drivers::{Conn, DirectConn, PoolerMode, Returned};
 
 use super::context::{Slot, StepCx};
 use crate::observe::{self, Polled, poll_from, poll_until};
-use crate::runner::error::{StepError, StepResult};
+use crate::scenario::steps::error::{StepError, StepResult};
 
 impl StepCx<'_> {
     /// Gives `actor`'s connection back with no cleanup. When the return closes

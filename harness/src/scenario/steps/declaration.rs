@@ -5,7 +5,7 @@
 //! (`validate/`) and the runner's placement of a cell
 //! ([`crate::scenario::Scenario::placement`]) read declarations instead of
 //! lists of kinds; each kind states its own in its file
-//! ([`super::Kind::FORMS`]).
+//! (`Kind::FORMS`).
 
 /// Which actor runs a step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

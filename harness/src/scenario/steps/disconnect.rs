@@ -9,16 +9,12 @@ use locklab_drivers::{DirectConn, Pool};
 use super::context::StepCx;
 use super::declaration::{BASE, Connection, Declaration, Record, Side};
 use super::{Checking, Kind, RawStep, Step};
-use crate::runner::error::StepResult;
+use crate::scenario::steps::error::StepResult;
 use crate::scenario::Actor;
 use crate::scenario::raw::step::Action;
 
-macro_rules! raw_fields {
-    ($next:ident [$($f:tt)*] $($rest:tt)*) => {
-        $next! { @collect [$($f)*] $($rest)* }
-    };
-}
-pub(crate) use raw_fields;
+// No keys of its own.
+pub(crate) use super::no_raw_fields as raw_fields;
 
 /// Close a direct actor's dedicated connection.
 #[derive(Clone, Debug, PartialEq, Eq)]

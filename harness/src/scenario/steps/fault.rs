@@ -12,16 +12,12 @@ use super::declaration::{BASE, Connection, Declaration, Needs, Placement, Record
 use super::{Checking, Kind, RawStep, Step};
 use crate::faults::netns::Namespace;
 use crate::observe::{Polled, poll_until};
-use crate::runner::error::{StepError, StepResult};
+use crate::scenario::steps::error::{StepError, StepResult};
 use crate::scenario::raw::step::Action;
 use crate::scenario::{Actor, Via};
 
-macro_rules! raw_fields {
-    ($next:ident [$($f:tt)*] $($rest:tt)*) => {
-        $next! { @collect [$($f)*] $($rest)* }
-    };
-}
-pub(crate) use raw_fields;
+// No keys of its own.
+pub(crate) use super::no_raw_fields as raw_fields;
 
 /// A fault injected into an actor's connection (`do: crash | terminate |
 /// partition | heal`).
@@ -39,16 +35,6 @@ pub enum Fault {
 }
 
 impl Fault {
-    /// The `do:` action.
-    pub fn action(self) -> Action {
-        match self {
-            Fault::Crash => Action::Crash,
-            Fault::Terminate => Action::Terminate,
-            Fault::Partition => Action::Partition,
-            Fault::Heal => Action::Heal,
-        }
-    }
-
     /// The `do:` word.
     pub fn word(self) -> &'static str {
         FaultStep::FORMS[self as usize].word

@@ -13,7 +13,7 @@ use super::declaration::{BASE, Declaration, Side};
 use super::{Checking, Kind, RawStep, Step};
 use crate::observe::{Polled, poll_until};
 use crate::outcome::Value;
-use crate::runner::error::{StepError, StepResult};
+use crate::scenario::steps::error::{StepError, StepResult};
 use crate::scenario::validate::walk::Conn;
 use crate::scenario::{Actor, Pos};
 

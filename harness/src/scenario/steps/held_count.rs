@@ -15,7 +15,7 @@ use super::{Checking, Kind, RawStep, Step};
 use crate::held_count;
 use crate::keys::AdvisoryKey;
 use crate::outcome::Value;
-use crate::runner::error::StepResult;
+use crate::scenario::steps::error::StepResult;
 use crate::scenario::validate::validator::Validator;
 use crate::scenario::{Actor, Pos};
 

@@ -16,7 +16,7 @@ use super::statement::late;
 use super::{Checking, Kind, RawStep, Step};
 use crate::keys::AdvisoryKey;
 use crate::outcome::Value;
-use crate::runner::error::StepResult;
+use crate::scenario::steps::error::StepResult;
 use crate::scenario::validate::validator::Validator;
 use crate::scenario::{Actor, Pos};
 

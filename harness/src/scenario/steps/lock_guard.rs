@@ -13,7 +13,7 @@ use super::declaration::{BASE, Declaration, Side};
 use super::statement::late;
 use super::{Checking, Kind, RawStep, Step};
 use crate::outcome::{GuardEnded, Value};
-use crate::runner::error::{StepError, StepResult};
+use crate::scenario::steps::error::{StepError, StepResult};
 use crate::scenario::validate::validator::Validator;
 use crate::scenario::{Actor, Pos};
 
@@ -101,10 +101,13 @@ impl Kind for GuardStep {
         }
     }
 
-    fn check(raw: &RawStep, cx: &mut Checking<'_, '_, '_>) -> Option<Self> {
+    fn fields(raw: &RawStep, v: &mut Validator<'_>, n: usize, pos: Pos) {
         if raw.end.is_none() {
-            together(cx.v, cx.n, cx.pos);
+            together(v, n, pos);
         }
+    }
+
+    fn check(raw: &RawStep, cx: &mut Checking<'_, '_, '_>) -> Option<Self> {
         Some(GuardStep {
             actor: cx.actor,
             key: raw.lock_guard.as_ref()?.value,

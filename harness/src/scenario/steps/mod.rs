@@ -10,13 +10,16 @@
 //! Beside the kinds: [`declaration`] (what a kind may declare), [`expect`]
 //! (the typed expectations several kinds share), `context` (what a kind's
 //! execution sees: the actors' connections, their backend pids, saved
-//! values, the recorder), `statement` (running a statement and checking
-//! its outcome), `connection` (giving a connection back) and `faults`
+//! values, the recorder), `statement` (running a statement and recording
+//! its outcome), [`check`] (an outcome against `expect`), [`error`] (why a
+//! step failed), `connection` (giving a connection back) and `faults`
 //! (what fault steps keep from step to step).
 
+pub mod check;
 pub(crate) mod connection;
 pub(crate) mod context;
 pub mod declaration;
+pub mod error;
 pub mod expect;
 pub(crate) mod faults;
 pub(crate) mod statement;
@@ -29,12 +32,12 @@ use serde_saphyr::Spanned;
 pub use declaration::{Connection, Declaration, Expects, Needs, Placement, Record, Side};
 pub use expect::{ClientBound, ObserveExpect, SqlExpect};
 
-use crate::runner::error::StepResult;
 use crate::scenario::validate::expect::Expect;
 use crate::scenario::validate::validator::Validator;
 use crate::scenario::validate::walk::Walk;
 use crate::scenario::{Actor, Pos, When};
 use context::StepCx;
+use error::StepResult;
 
 /// One step: what every kind has, and its [`StepKind`].
 #[derive(Clone, Debug, PartialEq)]
@@ -111,6 +114,11 @@ pub(crate) trait Kind: Sized {
     /// Errors for this kind's own fields set on a step of another kind
     /// (`step N: 'detail' only applies to 'observe' steps`).
     fn stray(_raw: &RawStep, _v: &mut Validator<'_>, _n: usize, _pos: Pos) {}
+
+    /// Errors for this kind's own fields on a step of this kind that need
+    /// neither its actor nor the steps before it (checked with the other
+    /// kinds' [`Kind::stray`], before the actor is resolved).
+    fn fields(_raw: &RawStep, _v: &mut Validator<'_>, _n: usize, _pos: Pos) {}
 
     /// The typed step of a raw step of this kind, with what it refers to
     /// checked; `None` when its own fields are unusable (the errors
@@ -241,6 +249,15 @@ macro_rules! raw_step {
     };
 }
 
+/// `raw_fields!` of a kind without keys of its own (`pub(crate) use
+/// super::no_raw_fields as raw_fields;`): passes the fields on.
+macro_rules! no_raw_fields {
+    ($next:ident [$($f:tt)*] $($rest:tt)*) => {
+        $next! { @collect [$($f)*] $($rest)* }
+    };
+}
+pub(crate) use no_raw_fields;
+
 /// The one list of step kinds: `Variant: module::Type`, one line per kind,
 /// in the order the "exactly one of" message names their keys. It declares
 /// each kind's module and builds [`RawStep`], [`StepKind`], [`KindOf`] and
@@ -304,10 +321,13 @@ macro_rules! kinds {
                 }
             }
 
-            /// Errors for the fields of every other kind's own set on `raw`.
+            /// Errors for the fields of every other kind's own set on `raw`,
+            /// and for this kind's own ([`Kind::fields`]).
             pub(crate) fn strays(self, raw: &RawStep, v: &mut Validator<'_>, n: usize, pos: Pos) {
                 $(
-                    if self != KindOf::$variant {
+                    if self == KindOf::$variant {
+                        <$module::$ty as Kind>::fields(raw, v, n, pos);
+                    } else {
                         <$module::$ty as Kind>::stray(raw, v, n, pos);
                     }
                 )*
@@ -395,8 +415,12 @@ impl KindOf {
 
     /// The keys, each once, in the list's order: `'sql', 'do', …`.
     pub(crate) fn keys_message() -> String {
-        let mut keys: Vec<&str> = KindOf::ALL.iter().map(|k| k.key()).collect();
-        keys.dedup();
+        let mut keys: Vec<&str> = Vec::new();
+        for k in KindOf::ALL {
+            if !keys.contains(&k.key()) {
+                keys.push(k.key());
+            }
+        }
         keys.iter().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", ")
     }
 
@@ -442,41 +466,52 @@ kinds! {
 mod tests {
     use super::*;
     use crate::scenario::raw::step::Action;
+    use crate::scenario::{Fault, Transaction};
 
-    /// Every `do:` action.
-    const ACTIONS: [Action; 11] = [
-        Action::Checkout,
-        Action::Return,
-        Action::Disconnect,
-        Action::Begin,
-        Action::Commit,
-        Action::Rollback,
-        Action::Abandon,
-        Action::Crash,
-        Action::Terminate,
-        Action::Partition,
-        Action::Heal,
-    ];
+    /// Every `do:` word, as the JSON Schema of [`Action`] lists them (so a
+    /// new action is in the list without anyone adding it).
+    fn every_action() -> Vec<String> {
+        let schema = serde_json::to_value(schemars::schema_for!(Action)).unwrap();
+        let words: Vec<String> = schema["oneOf"]
+            .as_array()
+            .expect("Action's schema lists its words, one documented variant each")
+            .iter()
+            .map(|v| v["const"].as_str().expect("a word").to_owned())
+            .collect();
+        assert!(words.len() >= 11, "{words:?}");
+        words
+    }
 
     fn raw(yaml: &str) -> RawStep {
         serde_saphyr::from_str(yaml).unwrap()
     }
 
-    /// Every `do:` action is one kind's, and its word is how a file spells it.
+    /// Every `do:` action is one kind's, whose declaration for it has the
+    /// action's word.
     #[test]
     fn every_action_is_one_kinds() {
-        for a in ACTIONS {
-            let word = serde_json::to_value(format!("{a:?}").to_lowercase()).unwrap();
-            let step = raw(&format!("{{ actor: a, do: {} }}", word.as_str().unwrap()));
-            let kind = KindOf::of(&step).unwrap_or_else(|n| panic!("{a:?}: {n} kinds"));
+        for word in every_action() {
+            let step = raw(&format!("{{ actor: a, do: {word} }}"));
+            let kind = KindOf::of(&step).unwrap_or_else(|n| panic!("{word}: {n} kinds"));
             let claimed: Vec<KindOf> = KindOf::ALL
                 .iter()
                 .copied()
                 .filter(|k| k.has_key(&step) && k.is(&step))
                 .collect();
-            assert_eq!(claimed, vec![kind], "{a:?}");
-            let back: Action = serde_saphyr::from_str(kind.declared(&step).word).unwrap();
-            assert_eq!(back, a);
+            assert_eq!(claimed, vec![kind], "{word}");
+            assert_eq!(kind.declared(&step).word, word);
+        }
+    }
+
+    /// A kind of several forms says the same form of a raw step and of the
+    /// typed step it becomes (`FORMS` follows its enum's order).
+    #[test]
+    fn a_typed_steps_form_is_its_raw_steps() {
+        for t in [Transaction::Begin, Transaction::Commit, Transaction::Rollback] {
+            assert_eq!(t.sql(), format!("{t:?}").to_lowercase());
+        }
+        for f in [Fault::Crash, Fault::Terminate, Fault::Partition, Fault::Heal] {
+            assert_eq!(f.word(), format!("{f:?}").to_lowercase());
         }
     }
 

@@ -19,7 +19,7 @@ use super::{Checking, Kind, RawStep, Step};
 use crate::keys::AdvisoryKey;
 use crate::observe::{self, Activity, LockRow, Polled, poll_until};
 use crate::outcome::{LockHolder, LockSnapshot, Value, WaitEvent};
-use crate::runner::error::{StepError, StepResult};
+use crate::scenario::steps::error::{StepError, StepResult};
 use crate::scenario::raw::step::OneOrMany;
 use crate::scenario::validate::expect::Expect;
 use crate::scenario::validate::validator::Validator;

@@ -10,7 +10,7 @@ use super::context::StepCx;
 use super::declaration::{BASE, Connection, Declaration, Side};
 use super::{Checking, Kind, RawStep, Step};
 use crate::outcome::Value;
-use crate::runner::error::{StepError, StepResult};
+use crate::scenario::steps::error::{StepError, StepResult};
 use crate::scenario::validate::walk::ABANDONED;
 use crate::scenario::{Actor, Pos};
 

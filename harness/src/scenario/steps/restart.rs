@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::context::{Slot, StepCx};
 use super::declaration::{BASE, Declaration, Placement, Record, Side};
 use super::{Checking, Kind, RawStep, Step};
-use crate::runner::error::{StepError, StepResult};
+use crate::scenario::steps::error::{StepError, StepResult};
 use crate::scenario::Actor;
 
 macro_rules! raw_fields {

@@ -12,16 +12,12 @@ use super::context::{Slot, StepCx};
 use super::declaration::{BASE, Connection, Declaration, Record, Side};
 use super::{Checking, Kind, RawStep, Step};
 use crate::outcome::{Return, Value};
-use crate::runner::error::{StepError, StepResult};
+use crate::scenario::steps::error::{StepError, StepResult};
 use crate::scenario::Actor;
 use crate::scenario::raw::step::Action;
 
-macro_rules! raw_fields {
-    ($next:ident [$($f:tt)*] $($rest:tt)*) => {
-        $next! { @collect [$($f)*] $($rest)* }
-    };
-}
-pub(crate) use raw_fields;
+// No keys of its own.
+pub(crate) use super::no_raw_fields as raw_fields;
 
 /// Give the connection back with no cleanup (direct driver: close it).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use locklab_drivers::{DirectConn, Pool};
 use super::declaration::{BASE, Declaration, Expects};
 use super::expect::{ClientBound, SqlExpect};
 use super::{Checking, Kind, RawStep, Step, context::StepCx};
-use crate::runner::error::StepResult;
+use crate::scenario::steps::error::StepResult;
 use crate::scenario::validate::expect::Expect;
 use crate::scenario::{Actor, When, template};
 

@@ -7,11 +7,10 @@ use std::time::{Duration, Instant};
 
 use locklab_drivers::DriverError;
 
-use super::Step;
 use super::context::{SqlOutcome, StepCx, ms};
+use super::{Step, check};
 use crate::outcome::{Cancel, NoticesRead, Observation, Value};
-use crate::runner::error::{StepError, StepResult};
-use crate::runner::expect;
+use crate::scenario::steps::error::{StepError, StepResult};
 use crate::scenario::{ClientBound, OnTimeout, RowsExpect, Scalar, SqlExpect, Via};
 
 /// How long a step waits for a statement to end after sending a cancel
@@ -50,7 +49,7 @@ impl StepCx<'_> {
         let elapsed = ms(took);
         if let Some(e) = expect {
             let e = self.expanded(e)?;
-            expect::check_sql(&e, &result, elapsed).map_err(StepError::Mismatch)?;
+            check::check_sql(&e, &result, elapsed).map_err(StepError::Mismatch)?;
         } else if let Err(e) = &result
             && step.record.is_none()
         {

@@ -9,17 +9,13 @@ use super::declaration::{BASE, Declaration, Expects};
 use super::expect::{ClientBound, SqlExpect};
 use super::statement::late;
 use super::{Checking, Kind, RawStep, Step, context::StepCx};
-use crate::runner::error::StepResult;
+use crate::scenario::steps::error::StepResult;
 use crate::scenario::raw::step::Action;
 use crate::scenario::validate::expect::Expect;
 use crate::scenario::Actor;
 
-macro_rules! raw_fields {
-    ($next:ident [$($f:tt)*] $($rest:tt)*) => {
-        $next! { @collect [$($f)*] $($rest)* }
-    };
-}
-pub(crate) use raw_fields;
+// No keys of its own.
+pub(crate) use super::no_raw_fields as raw_fields;
 
 /// Transaction control.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,15 +29,6 @@ pub enum Transaction {
 }
 
 impl Transaction {
-    /// The `do:` action.
-    pub fn action(self) -> Action {
-        match self {
-            Transaction::Begin => Action::Begin,
-            Transaction::Commit => Action::Commit,
-            Transaction::Rollback => Action::Rollback,
-        }
-    }
-
     /// The driver's transaction control for it.
     pub fn control(self) -> locklab_drivers::TxControl {
         match self {

@@ -1,7 +1,8 @@
-//! The validator: checks one instance of a file and collects every error
-//! with its position. Its rules are `impl` blocks in the files beside this
-//! one and, for what one step kind alone checks, in that kind's file
-//! (`scenario/steps/`), which reach it through this file alone.
+//! The validator's type: it checks one instance of a file and collects
+//! every error with its position. Its rules are `impl` blocks in the files
+//! beside this one; what one step kind alone checks is in that kind's file
+//! (`scenario/steps/`), which records its errors here (and reads what the
+//! validator knows of the steps so far, `walk.rs`).
 
 use std::path::Path;
 
