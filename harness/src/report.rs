@@ -139,7 +139,7 @@ pub struct Report {
     pub summary: Summary,
     /// The properties the verdicts judge ([`crate::properties`]), in
     /// severity order; empty when none could be read. Not read back from a
-    /// file: a report read back is judged anew ([`Report::judged`]).
+    /// file: a report read back is judged anew ([`Report::judged_by`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty", skip_deserializing)]
     pub properties: Vec<crate::properties::Property>,
     /// Each property's verdict per column, per server (not read back either).

@@ -3,7 +3,7 @@
 //! checked into its typed step, and how that step runs against the run's
 //! `StepCx`; and one line in the list at the bottom of this file
 //! (`kinds!`). From that list the compiler builds the raw step's keys
-//! ([`RawStep`], with serde's `deny_unknown_fields` and the JSON Schema),
+//! (`RawStep`, with serde's `deny_unknown_fields` and the JSON Schema),
 //! the typed enum ([`StepKind`]), the dispatch (checking, labels, running),
 //! the "exactly one of …" message and the list the tests visit.
 //!
