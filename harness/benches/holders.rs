@@ -23,11 +23,11 @@ mod tls;
 
 use std::time::{Duration, Instant};
 
-use locklab::holders::conninfo::{RootCert, SslMode, Tls};
-use locklab::holders::snapshot::{self, Target};
-use locklab::holders::tls::Connector;
 use locklab::server::{BackendChoice, Server, ServerOptions};
 use locklab_drivers::DirectConn;
+use locklab_holders::conninfo::{RootCert, SslMode, Tls};
+use locklab_holders::snapshot::{self, Target};
+use locklab_holders::tls::Connector;
 use tls::TestCa;
 
 const CONNECTIONS: usize = 200;
@@ -59,7 +59,7 @@ fn main() {
         }
         let target = Target {
             spec: server.spec("postgres", ""),
-            connector: locklab::holders::tls::Connector::plain(),
+            connector: locklab_holders::tls::Connector::plain(),
             databases: Vec::new(),
             timeout: Duration::from_secs(5),
         };

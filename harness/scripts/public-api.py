@@ -10,11 +10,12 @@ usage: public-api.py [-v] [--features F,…] [CRATE_ROOT]
 
 An item counts when a path from the crate root reaches it through `pub`
 modules or `pub use` re-exports: a `pub` function, type, trait, constant,
-static or macro; each `pub` field, variant and method of a type that is
-reached (methods in the defining file's `impl` blocks); each method of a
+static or macro; each `pub` field, variant (and struct variant's field) and method of a
+type that is reached (methods in the defining file's `impl` blocks); each method of a
 `pub` trait. `#[doc(hidden)]` items are left out (rustdoc and `cargo
 public-api` leave them out too). Re-exports of other crates
-(`pub use locklab_core::keys`) count as one item each, and so does an item a
+count as one item each, except those of this workspace's own crates
+(`pub use locklab_core::keys`), which are followed into their source, and so does an item a
 macro makes (the step kinds of `kinds!`), whose members and modules this
 reading does not follow. Prints the count; with -v, each item as
 `path (file:line)`.
@@ -45,36 +46,45 @@ ROOT_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ROOT = os.path.abspath(rest[0] if rest else os.path.join(ROOT_DIR, "harness/src/lib.rs"))
 
 
+def blank(seg):
+    """`seg` with every character but newlines made a space (same length)."""
+    return re.sub(r"[^\n]", " ", seg)
+
+
 def strip(text):
-    """Comments and string contents removed (line structure kept); doc comments kept
-    apart as `#[doc]` markers so `#[doc(hidden)]` stays visible."""
+    """Comments and string contents blanked, keeping every offset, so that
+    a position in the result is the same position in the original text
+    (whose attributes `feature_cfg` reads)."""
     out, i, n = [], 0, len(text)
     while i < n:
         if text.startswith("//", i):
             j = text.find("\n", i)
-            i = n if j < 0 else j
+            j = n if j < 0 else j
+            out.append(blank(text[i:j]))
+            i = j
         elif text.startswith("/*", i):
             j = text.find("*/", i + 2)
-            seg = text[i : (n if j < 0 else j + 2)]
-            out.append("\n" * seg.count("\n"))
-            i = n if j < 0 else j + 2
+            j = n if j < 0 else j + 2
+            out.append(blank(text[i:j]))
+            i = j
         elif text[i] == "r" and re.match(r'r#*"', text[i : i + 10]) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
             m = re.match(r'r(#*)"', text[i:])
             end = '"' + m.group(1)
             j = text.find(end, i + len(m.group(0)))
-            seg = text[i : (n if j < 0 else j + len(end))]
-            out.append('""' + "\n" * seg.count("\n"))
-            i = n if j < 0 else j + len(end)
+            j = n if j < 0 else j + len(end)
+            seg = text[i:j]
+            out.append('"' + blank(seg[2:-1]) + '"' if len(seg) >= 2 else blank(seg))
+            i = j
         elif text[i] == '"':
             j = i + 1
             while j < n and text[j] != '"':
                 j += 2 if text[j] == "\\" else 1
             seg = text[i : j + 1]
-            out.append('""' + "\n" * seg.count("\n"))
+            out.append('"' + blank(seg[1:-1]) + '"' if len(seg) >= 2 else blank(seg))
             i = j + 1
         elif text[i] == "'" and re.match(r"'(\\.|[^\\'])'", text[i : i + 4]):
             m = re.match(r"'(\\.|[^\\'])'", text[i : i + 4])
-            out.append("' '")
+            out.append("'" + " " * (len(m.group(0)) - 2) + "'")
             i += len(m.group(0))
         else:
             out.append(text[i])
@@ -283,14 +293,20 @@ def members(f, kw, name, b0, b1, pub_path):
     if b0 is not None and kw == "enum":
         depth = 0
         body = text[b0:b1]
-        for m in re.finditer(r"(?m)[{}()]|^\s*([A-Z][A-Za-z0-9_]*)\b", body):
+        variant, brace = None, False
+        for m in re.finditer(r"(?m)[{}()]|^\s*([A-Z][A-Za-z0-9_]*)\b|^\s*([a-z_][a-z0-9_]*)\s*:(?!:)", body):
             tok = m.group(0).strip()
             if tok in "{(":
                 depth += 1
+                brace = depth == 1 and tok == "{"
             elif tok in "})":
                 depth -= 1
             elif depth == 0 and m.group(1):
-                count(f"{pub_path}::{m.group(1)}", f.path, f.line_of(b0 + m.start(1)))
+                variant = m.group(1)
+                count(f"{pub_path}::{variant}", f.path, f.line_of(b0 + m.start(1)))
+            elif depth == 1 and brace and variant and m.group(2):
+                # A struct variant's field.
+                count(f"{pub_path}::{variant}.{m.group(2)}", f.path, f.line_of(b0 + m.start(2)))
     if b0 is not None and kw == "trait":
         for it in top_items(f, b0, b1):
             if it[0] in ("fn", "const", "type") and not it[3]:
@@ -311,14 +327,27 @@ def members(f, kw, name, b0, b1, pub_path):
                     count(f"{pub_path}::{sub[1]}", f.path, f.line_of(sub[4]))
 
 
+# The workspace's other library crates: a re-export of one of their items
+# is followed into its source, as a dependent sees it.
+WORKSPACE = {
+    "locklab_core": os.path.join(ROOT_DIR, "core/src/lib.rs"),
+    "locklab_drivers": os.path.join(ROOT_DIR, "drivers/src/lib.rs"),
+    "locklab_holders": os.path.join(ROOT_DIR, "holders/src/lib.rs"),
+}
+
+
 def resolve(mod, segs):
     """The module and item a path names, from `mod` (`crate::`, `super::`,
-    `self::`, or a child): (module, item name or None)."""
+    `self::`, a child, or a crate of `WORKSPACE`): (module, item name or
+    None)."""
     if not segs:
         return mod, None
     cur = mod
     if segs[0] == "crate":
         cur = module(ROOT, "crate")
+        segs = segs[1:]
+    elif segs[0] in WORKSPACE and segs[0] not in mod.children:
+        cur = module(WORKSPACE[segs[0]], segs[0])
         segs = segs[1:]
     while segs and segs[0] in ("self", "super"):
         if segs[0] == "super":
@@ -351,7 +380,7 @@ def walk(mod, pub_path):
         if kw == "use":
             for src, alias in expand_use(name):
                 segs = src.split("::")
-                if segs[0] not in ("crate", "self", "super") and segs[0] not in mod.children:
+                if segs[0] not in ("crate", "self", "super") and segs[0] not in mod.children and segs[0] not in WORKSPACE:
                     count(f"{pub_path}::{alias} (= {src})", mod.path, line)
                     continue
                 if alias == "*":

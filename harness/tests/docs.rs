@@ -263,6 +263,41 @@ fn no_crate_has_an_import_circle() {
     assert!(text.contains("no import circle"), "{text}");
 }
 
+/// The crate's public items without the `internals` feature, as
+/// `harness/scripts/public-api.py` reads them from the source.
+fn public_items(features: &[&str]) -> usize {
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg(root().join("harness/scripts/public-api.py"));
+    if !features.is_empty() {
+        cmd.arg("--features").arg(features.join(","));
+    }
+    let out = cmd.output().expect("python3 runs harness/scripts/public-api.py");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    text.split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {text:?}"))
+}
+
+/// What a dependent of `locklab` sees is the lab's API (`locklab::lab`,
+/// `locklab::keys`: about a hundred items, each documented: the crate
+/// denies `missing_docs`), not its machinery, which only the `internals`
+/// feature makes public (docs/src/architecture.md).
+#[test]
+fn the_public_api_is_the_lab() {
+    let api = public_items(&[]);
+    assert!(
+        api <= 110,
+        "{api} public items without the internals feature (at most 110)"
+    );
+    let all = public_items(&["internals"]);
+    assert!(
+        all > 10 * api,
+        "{all} items with the internals feature, {api} without: is the machinery still gated?"
+    );
+}
+
 /// A reason in `reports/matrix.md` names the product it is about: no cell
 /// of a column that does not go through PgBouncer names PgBouncer, and a
 /// cell that says settings cannot pass a pooler names the column's own.

@@ -52,7 +52,7 @@ pub fn program() -> Result<PathBuf, String> {
         }
     }
     Err(format!(
-        "a 'process: child' actor runs in a child 'locklab {COMMAND}', but no locklab binary is next to {} (build it with `cargo build -p locklab`, or set LOCKLAB_BIN)",
+        "a 'process: child' actor runs in a child 'locklab {COMMAND}', but no locklab binary is next to {} (build it with `cargo build -p locklab --features internals`, or set LOCKLAB_BIN)",
         exe.display()
     ))
 }

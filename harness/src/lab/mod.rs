@@ -1,8 +1,9 @@
 //! The lab's public API, for a program outside this repository: load
-//! scenarios, choose drivers, start a server, run, read the typed outcomes,
-//! write a report. The other modules of this crate are the lab's own
-//! machinery (public for the `locklab` binary and the tests); this one, and
-//! the types it re-exports, are what later versions build on.
+//! scenarios, choose drivers, start a server, run, read the cells, write a
+//! report; or [`Suite`], the scenarios through a pool of yours as tests.
+//! The crate's other modules are the lab's machinery, public only with the
+//! `internals` feature (for the `locklab` binary and the tests); this
+//! module is what later versions build on.
 //!
 //! Each scenario × driver cell runs in a database of its own on the server,
 //! which the run drops; the server (a local cluster, a container, or an
@@ -16,13 +17,20 @@
 //!
 #![doc = concat!("```text\n", include_str!("../../tests/examples/lab_api.rs"), "```")]
 
+mod cell;
+mod options;
+mod report;
 mod run;
+mod scenario;
 mod suite;
 
-pub use crate::outcome::{Observation, Outcome, RunResult, Status, Value};
-pub use crate::report::{Format, Report};
-pub use crate::scenario::Scenario;
-pub use crate::server::{BackendChoice, Server, ServerOptions};
+pub use crate::outcome::Status;
+pub use crate::report::Format;
+pub use crate::server::BackendChoice;
+pub use cell::{Cell, Observation};
 pub use locklab_drivers::{Driver, SqlxPgPool};
+pub use options::ServerOptions;
+pub use report::Report;
 pub use run::{Lab, drivers, load_scenarios, shipped_scenarios};
+pub use scenario::Scenario;
 pub use suite::{Checked, SUITE_PG_MAJOR, Suite, SuiteError, Unmet, columns_file};

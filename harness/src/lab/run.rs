@@ -8,10 +8,9 @@ use std::time::Instant;
 use anyhow::{Context, Result, anyhow};
 use locklab_drivers::Driver;
 
+use super::{Cell, Report, Scenario, ServerOptions};
 use crate::outcome::RunResult;
-use crate::report::Report;
-use crate::scenario::Scenario;
-use crate::server::{Server, ServerOptions};
+use crate::server::Server;
 
 /// The directory of the scenarios this crate ships (`scenarios/` of its
 /// workspace).
@@ -26,6 +25,11 @@ pub fn shipped_scenarios() -> PathBuf {
 /// Every error of every file, each with its file, line and column, in one
 /// message (see docs/src/scenario-format.md).
 pub fn load_scenarios(path: &Path) -> Result<Vec<Scenario>> {
+    Ok(load(path)?.into_iter().map(Scenario).collect())
+}
+
+/// [`load_scenarios`], as the lab's machinery takes them.
+pub(crate) fn load(path: &Path) -> Result<Vec<crate::scenario::Scenario>> {
     let loaded = if path.is_dir() {
         crate::scenario::load_dir(path)
     } else {
@@ -70,6 +74,11 @@ impl Lab {
     /// The runtime or the server does not start (the message says why, e.g.
     /// no Docker engine for the container backend).
     pub fn start(options: &ServerOptions) -> Result<Lab> {
+        Lab::start_with(&options.0)
+    }
+
+    /// [`Lab::start`] with the machinery's options.
+    pub(crate) fn start_with(options: &crate::server::ServerOptions) -> Result<Lab> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -84,7 +93,7 @@ impl Lab {
         })
     }
 
-    /// At most `jobs` cells at once (default [`crate::matrix::DEFAULT_JOBS`]).
+    /// At most `jobs` cells at once (default 8).
     #[must_use]
     pub fn jobs(mut self, jobs: usize) -> Lab {
         self.jobs = jobs.max(1);
@@ -101,19 +110,24 @@ impl Lab {
         self
     }
 
-    /// The server the cells run on.
-    pub fn server(&self) -> &Server {
-        &self.server
-    }
-
     /// Runs every scenario with every driver and returns one result per
     /// cell, scenario-major, in the order given. Blocks: call it from
     /// outside an async runtime.
     ///
     /// # Errors
     /// Called from inside an async runtime. A cell that fails is not an
-    /// error: its [`RunResult::status`] and [`RunResult::failure`] say why.
-    pub fn run(&self, scenarios: &[Scenario], drivers: &[Box<dyn Driver>]) -> Result<Vec<RunResult>> {
+    /// error: its [`Cell::status`] and [`Cell::failure`] say why.
+    pub fn run(&self, scenarios: &[Scenario], drivers: &[Box<dyn Driver>]) -> Result<Vec<Cell>> {
+        let scenarios: Vec<crate::scenario::Scenario> = scenarios.iter().map(|s| s.0.clone()).collect();
+        Ok(self.run_all(&scenarios, drivers)?.into_iter().map(Cell).collect())
+    }
+
+    /// [`Lab::run`], in the machinery's types.
+    pub(crate) fn run_all(
+        &self,
+        scenarios: &[crate::scenario::Scenario],
+        drivers: &[Box<dyn Driver>],
+    ) -> Result<Vec<RunResult>> {
         if tokio::runtime::Handle::try_current().is_ok() {
             return Err(anyhow!("Lab::run blocks: call it from outside an async runtime"));
         }
@@ -131,10 +145,21 @@ impl Lab {
         Ok(results)
     }
 
-    /// The matrix report of `results` (from the last [`Lab::run`], with
-    /// these `scenarios` and `drivers`; its wall time is the report's), to
-    /// write with [`Report::write`].
-    pub fn report(&self, scenarios: &[Scenario], drivers: &[Box<dyn Driver>], results: Vec<RunResult>) -> Report {
+    /// The matrix report of `cells` (from the last [`Lab::run`], with
+    /// these `scenarios` and `drivers`; its wall time is the report's),
+    /// judged by the shipped properties, to write with [`Report::write`].
+    pub fn report(&self, scenarios: &[Scenario], drivers: &[Box<dyn Driver>], cells: Vec<Cell>) -> Report {
+        let scenarios: Vec<crate::scenario::Scenario> = scenarios.iter().map(|s| s.0.clone()).collect();
+        Report(self.report_all(&scenarios, drivers, cells.into_iter().map(|c| c.0).collect()))
+    }
+
+    /// [`Lab::report`], in the machinery's types.
+    pub(crate) fn report_all(
+        &self,
+        scenarios: &[crate::scenario::Scenario],
+        drivers: &[Box<dyn Driver>],
+        results: Vec<RunResult>,
+    ) -> crate::report::Report {
         let elapsed_ms = *self.last_run_ms.lock().unwrap_or_else(|p| p.into_inner());
         crate::judge::report(
             std::slice::from_ref(&self.server),

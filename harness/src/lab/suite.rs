@@ -37,6 +37,7 @@ use std::sync::{Arc, OnceLock};
 use anyhow::{Result, anyhow, bail};
 use locklab_drivers::{ConnectSpec, Driver, DriverError, DriverInfo, Pool, PoolOptions};
 
+use super::Cell;
 use super::run::Lab;
 use crate::baseline::BaselineCell;
 use crate::outcome::{RunResult, Status};
@@ -157,8 +158,8 @@ impl std::error::Error for SuiteError {}
 /// What a [`Suite::check`] ran.
 #[derive(Debug)]
 pub struct Checked {
-    /// One result per scenario run, in the order of the scenario files.
-    pub results: Vec<RunResult>,
+    /// One cell per scenario run, in the order of the scenario files.
+    pub results: Vec<Cell>,
 }
 
 impl Suite {
@@ -244,8 +245,8 @@ impl Suite {
 
     /// The server to run on instead (e.g. `ServerOptions::new(BackendChoice::Container, 16)`).
     #[must_use]
-    pub fn server(mut self, options: ServerOptions) -> Suite {
-        self.server = options;
+    pub fn server(mut self, options: super::ServerOptions) -> Suite {
+        self.server = options.0;
         self
     }
 
@@ -258,7 +259,7 @@ impl Suite {
                 locklab_core::home::missing("the scenario library", &self.scenarios)
             );
         }
-        let all = super::run::load_scenarios(&self.scenarios)?;
+        let all = super::run::load(&self.scenarios)?;
         for name in &self.only {
             if !all.iter().any(|s| s.name == *name || s.family == *name) {
                 bail!(
@@ -327,9 +328,9 @@ impl Suite {
     pub fn check(&self) -> Result<Checked, SuiteError> {
         let (scenarios, properties) = self.plan().map_err(SuiteError::Setup)?;
         let runnable: Vec<Scenario> = scenarios.into_iter().filter(|s| self.cannot_run(s).is_none()).collect();
-        let lab = Lab::start(&self.server).map_err(SuiteError::Setup)?;
+        let lab = Lab::start_with(&self.server).map_err(SuiteError::Setup)?;
         let drivers = [self.boxed()];
-        let results = lab.run(&runnable, &drivers).map_err(SuiteError::Setup)?;
+        let results = lab.run_all(&runnable, &drivers).map_err(SuiteError::Setup)?;
         let mut unmet = judge(
             &properties,
             &results,
@@ -344,7 +345,9 @@ impl Suite {
             unmet.extend(self.against_baseline(&lab, scenario, mine).map_err(SuiteError::Setup)?);
         }
         if unmet.is_empty() {
-            Ok(Checked { results })
+            Ok(Checked {
+                results: results.into_iter().map(Cell).collect(),
+            })
         } else {
             Err(SuiteError::Unmet(unmet))
         }
@@ -379,11 +382,11 @@ impl Suite {
                 let trial = libtest_mimic::Trial::test(name, move || {
                     // The first test starts the server; the others wait for it.
                     let lab = lab
-                        .get_or_init(|| Lab::start(&suite.server).map_err(|e| format!("{e:#}")))
+                        .get_or_init(|| Lab::start_with(&suite.server).map_err(|e| format!("{e:#}")))
                         .as_ref()
                         .map_err(|e| format!("the server did not start: {e}"))?;
                     let results = lab
-                        .run(std::slice::from_ref(&scenario), &[suite.boxed()])
+                        .run_all(std::slice::from_ref(&scenario), &[suite.boxed()])
                         .map_err(|e| format!("{e:#}"))?;
                     let mut unmet = judge(
                         &properties,
@@ -434,7 +437,7 @@ impl Suite {
         if results.is_empty() {
             return Ok(None);
         }
-        let report = lab.report(std::slice::from_ref(scenario), &[self.boxed()], results);
+        let report = lab.report_all(std::slice::from_ref(scenario), &[self.boxed()], results);
         let fresh = Baseline::from_report(&report)?;
         let name = scenario.family.as_str();
         let _guard = PENDING_WRITES.lock().unwrap_or_else(|p| p.into_inner());

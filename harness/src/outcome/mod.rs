@@ -51,7 +51,7 @@ impl Status {
     /// The status of one cell: fail, varies (its repeats read differently),
     /// n/a (skipped), deviates (behind a pooler that breaks session
     /// assumptions), pass, in that precedence. The one place it is decided.
-    pub fn of(varied: bool, failed: bool, skipped: bool, deviated: bool) -> Status {
+    pub(crate) fn of(varied: bool, failed: bool, skipped: bool, deviated: bool) -> Status {
         if failed {
             Status::Fail
         } else if varied {
@@ -70,7 +70,7 @@ impl Status {
     /// fail if any run is; else varies if any run does; n/a only if every
     /// run is; else deviates if any run does; else pass (count 0). `None`
     /// for no runs.
-    pub fn of_family(statuses: &[Status]) -> Option<(Status, usize)> {
+    pub(crate) fn of_family(statuses: &[Status]) -> Option<(Status, usize)> {
         let count = |want: &[Status]| statuses.iter().filter(|s| want.contains(s)).count();
         let n = statuses.len();
         Some(if n == 0 {

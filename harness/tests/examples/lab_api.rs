@@ -15,10 +15,16 @@ pub fn main() -> anyhow::Result<()> {
     // step left a typed observation.
     assert_eq!(results.len(), 1);
     let cell = &results[0];
-    assert_eq!(cell.status(), Status::Pass, "{:?}", cell.failure);
-    assert!(!cell.observations.is_empty());
-    for o in &cell.observations {
-        println!("{} × {}: {} = {}", cell.scenario, cell.driver, o.name, o.reading());
+    assert_eq!(cell.status(), Status::Pass, "{:?}", cell.failure());
+    assert_ne!(cell.observations().len(), 0);
+    for o in cell.observations() {
+        println!(
+            "{} × {}: {} = {}",
+            cell.scenario(),
+            cell.driver(),
+            o.name(),
+            o.reading()
+        );
     }
 
     // The matrix report, as `locklab report` writes it.
