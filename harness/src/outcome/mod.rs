@@ -37,7 +37,7 @@ pub enum Status {
     /// Its repeats read differently (a pooler's hand-out order, a race):
     /// not a failure. What it says is judged over every repeat by the
     /// variation rule (docs/src/faults-and-races.md, "The variation rule";
-    /// [`RunResult::variants`]).
+    /// the report keeps each variant).
     #[serde(rename = "varies", alias = "unstable")]
     Varies,
     /// The cell could not run, an `expect:` was not met outside a declared
