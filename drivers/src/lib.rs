@@ -32,7 +32,10 @@ use std::time::Duration;
 
 pub use direct::{CONNECT_TIMEOUT, DirectConn, simple_query_rows};
 pub use locklab_core::{ConnectSpec, with_sources};
-pub use poolers::{CancelRequests, Column as PoolerColumn, Facts as PoolerFacts, Pooler, PoolerKind, PoolerMode};
+pub use poolers::{
+    CancelRequests, CheckIn, Column as PoolerColumn, Facts as PoolerFacts, Modelled, Pooled as PooledPoolerColumn,
+    Pooler, PoolerKind, PoolerMode, models_of,
+};
 /// sqlx 0.8's `PgPool` as a column (the crate renamed `sqlx08` here), as [`SqlxPgPool`].
 #[cfg(feature = "columns")]
 pub use sqlx_pg::v08::SqlxPgPool as Sqlx08PgPool;

@@ -263,12 +263,29 @@ pub const UNSETTLED_SQL: &str = "select count(*) from pg_stat_activity a where d
             (select 1 from pg_locks l where l.pid = a.pid and not l.granted)) \
           or state_change > clock_timestamp() - interval '100 ms')";
 
-/// For backend `pid`: (1 when it is idle after PgBouncer's `DISCARD ALL`, 0
-/// otherwise; how many rows `pg_stat_activity` has for it, 0 once it is gone).
-pub fn reset_or_gone_sql(pid: i32) -> String {
+/// For backend `pid`: (1 when it is idle after a pooler's reset, `DISCARD
+/// ALL` or `reset` (the column's check-in, `locklab_drivers::CheckIn::reset_query`),
+/// 0 otherwise; how many rows `pg_stat_activity` has for it, 0 once it is gone).
+pub fn reset_or_gone_sql(pid: i32, reset: &str) -> String {
+    let reset = reset.replace('\'', "''");
     format!(
-        "select count(*) filter (where state = 'idle' and query in ('DISCARD ALL', 'DISCARD ALL;')), count(*) \
+        "select count(*) filter (where state = 'idle' and query in ('DISCARD ALL', 'DISCARD ALL;', '{reset}')), count(*) \
          from pg_stat_activity where pid = {pid}"
+    )
+}
+
+/// How many client backends of database `db`, other than the asking one and
+/// `except` (the direct actors'), are idle after a statement that is not the
+/// pooler's reset `reset` (nor none at all): server connections a pooler
+/// that resets after every transaction has released and not reset yet.
+pub fn unreset_backends_sql(db: &str, except: &[i32], reset: &str) -> String {
+    let lit = db.replace('\'', "''");
+    let reset = reset.replace('\'', "''");
+    let except: String = except.iter().map(|p| format!(" and pid <> {p}")).collect();
+    format!(
+        "select count(*) from pg_stat_activity where datname = '{lit}' and backend_type = 'client backend' \
+         and pid <> pg_backend_pid(){except} and state = 'idle' and query <> '' \
+         and query not in ('{reset}', 'DISCARD ALL', 'DISCARD ALL;')"
     )
 }
 

@@ -275,6 +275,9 @@ pub struct ScenarioInfo {
     pub description: String,
     /// Source of the claim.
     pub source: Option<String>,
+    /// Its file's `tags:` (`pooler`: the pooler conformance kit).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
     /// File, relative to the workspace when possible.
     pub file: PathBuf,
     /// `record:` names in step order.
@@ -456,6 +459,7 @@ impl Report {
                     params: s.params.clone(),
                     description: s.description.clone(),
                     source: s.source.clone(),
+                    tags: s.tags.clone(),
                     file: s
                         .file
                         .strip_prefix(&root)

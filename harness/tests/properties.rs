@@ -197,6 +197,12 @@ fn every_property_is_violated_by_a_column_or_by_a_deliberately_wrong_cell() {
             held(),
         ),
         (
+            "pooler-unpins-after-release",
+            "pooler-released-lock-unpins[release=failed-try]",
+            "other_client_while_first_idle",
+            Value::Wait(locklab::outcome::Wait::QueuedInPooler),
+        ),
+        (
             "cancel-request-ends-wait",
             "cancel-timeout-session-lock[on_timeout=cancel]",
             "lock_call",

@@ -100,6 +100,10 @@ pub struct PoolerSpec {
     /// state`), failing every later cell.
     #[serde(default = "yes")]
     pub cancel: bool,
+    /// The password it takes from the server's role, when it is not the
+    /// server's own (default: the server's).
+    #[serde(default)]
+    pub password: Option<String>,
 }
 
 fn yes() -> bool {
@@ -330,7 +334,8 @@ fn column(s: &AdapterSpec) -> Box<dyn crate::Driver> {
     let Some(p) = s.pooler.as_ref().filter(|_| s.kind == ColumnKind::Pooler) else {
         return Box::new(ExternalDriver::new(s.clone()));
     };
-    let pooler = crate::Pooler::external(p.mode, super::leak(&p.host), p.port, p.cancel);
+    let pooler = crate::Pooler::external(p.mode, super::leak(&p.host), p.port, p.cancel)
+        .with_password(p.password.as_deref().map(super::leak));
     let (id, configuration) = (
         super::leak(&s.id),
         super::leak(&format!("{} {}: {}", s.package, s.version, s.configuration)),

@@ -19,6 +19,7 @@
 //! checks the match), a module in the harness that starts it, and its
 //! package's line in `harness/scripts/poolers.list`.
 
+mod check_in;
 mod odyssey;
 mod own;
 mod pgagroal;
@@ -27,6 +28,7 @@ mod pgbouncer_trixie;
 mod pgpool;
 mod via;
 
+pub use check_in::{CheckIn, Modelled};
 pub(crate) use via::ViaPooler;
 
 use crate::Driver;
@@ -129,25 +131,48 @@ pub struct Facts {
     /// run behind a pooler where they do not: its readings are `n/a
     /// (settings cannot pass PRODUCT)`.
     pub settings_pass: bool,
-    /// Its columns, each behind tokio-postgres without a pool and behind
-    /// deadpool-postgres (`RecyclingMethod::Fast`).
+    /// Its columns, each behind tokio-postgres without a pool and (most)
+    /// behind deadpool-postgres (`RecyclingMethod::Fast`) too.
     pub columns: &'static [Column],
 }
 
-/// A pooler in one mode as a pair of columns: without a pool and behind
-/// deadpool-postgres `RecyclingMethod::Fast`.
+/// A pooler in one mode and check-in as a column without a pool, and
+/// mostly a second one behind deadpool-postgres `RecyclingMethod::Fast`.
 #[derive(Debug)]
 pub struct Column {
     /// The mode.
     pub mode: PoolerMode,
+    /// What the pooler sends a server connection at check-in.
+    pub check_in: CheckIn,
+    /// The products (and modes) whose check-in this column stands for,
+    /// each with its source; the card of the column without a pool says,
+    /// per product, whether a session-level lock survives check-in.
+    pub models: &'static [Modelled],
     /// The column id without a pool, e.g. `pgbouncer-session`.
     pub id: &'static str,
     /// Its configuration, in the pooler's own terms.
     pub configuration: &'static str,
-    /// The column id behind deadpool-postgres, e.g. `pgbouncer-session+deadpool`.
-    pub pooled_id: &'static str,
+    /// The column behind deadpool-postgres, if there is one.
+    pub pooled: Option<Pooled>,
+}
+
+/// A pooler column behind deadpool-postgres `RecyclingMethod::Fast`.
+#[derive(Debug)]
+pub struct Pooled {
+    /// The column id, e.g. `pgbouncer-session+deadpool`.
+    pub id: &'static str,
     /// Its configuration.
-    pub pooled_configuration: &'static str,
+    pub configuration: &'static str,
+}
+
+/// The products whose check-in the pooler column `id` models
+/// ([`Column::models`]); empty for any other column.
+pub fn models_of(id: &str) -> &'static [Modelled] {
+    PoolerKind::ALL
+        .into_iter()
+        .flat_map(|k| k.facts().columns)
+        .find(|c| c.id == id)
+        .map_or(&[], |c| c.models)
 }
 
 impl PoolerKind {
@@ -233,12 +258,20 @@ pub struct Pooler {
     /// transaction pooling: its connection cache gives a client a server
     /// connection for the client's whole connection, as session mode does.
     pub mode: PoolerMode,
+    /// What it sends a server connection at check-in (PgBouncer's
+    /// `server_reset_query`, `server_reset_query_always`).
+    pub check_in: CheckIn,
     /// Where a user's own pooler listens ([`PoolerKind::External`]): host
     /// and port. `None` for the poolers the harness starts.
     pub address: Option<(&'static str, u16)>,
     /// A user's own pooler that must get no cancel requests (`cancel:
     /// false` in the columns file: PgBouncer 1.18 exits on one).
     pub no_cancel: bool,
+    /// The password a user's own pooler takes from clients, when it is not
+    /// the server's (`password:` in the columns file, `pooler-check
+    /// --pooler postgres://ROLE:PASSWORD@…`). Never serialized.
+    #[serde(skip)]
+    pub password: Option<&'static str>,
 }
 
 impl Pooler {
@@ -248,9 +281,16 @@ impl Pooler {
         Pooler {
             kind,
             mode,
+            check_in: CheckIn::Default,
             address: None,
             no_cancel: false,
+            password: None,
         }
+    }
+
+    /// This pooler with check-in `check_in`.
+    pub const fn checking_in(self, check_in: CheckIn) -> Pooler {
+        Pooler { check_in, ..self }
     }
 
     /// Debian 12's PgBouncer in `mode`.
@@ -264,9 +304,17 @@ impl Pooler {
         Pooler {
             kind: PoolerKind::External,
             mode,
+            check_in: CheckIn::Default,
             address: Some((host, port)),
             no_cancel: !cancel,
+            password: None,
         }
+    }
+
+    /// This (user's own) pooler, taking `password` from clients instead of
+    /// the server's.
+    pub const fn with_password(self, password: Option<&'static str>) -> Pooler {
+        Pooler { password, ..self }
     }
 
     /// Whether locklab sends cancel requests through it
@@ -297,9 +345,13 @@ impl Pooler {
         self.mode == PoolerMode::Transaction || self.kind.facts().session_backend_varies
     }
 
-    /// `pgbouncer-trixie/transaction`, for messages.
+    /// `pgbouncer-trixie/transaction` (`pgbouncer/session/reset-keeping-locks`
+    /// for another check-in than the default), for messages.
     pub fn label(self) -> String {
-        format!("{}/{}", self.kind.as_str(), self.mode.as_str())
+        match self.check_in.label() {
+            None => format!("{}/{}", self.kind.as_str(), self.mode.as_str()),
+            Some(c) => format!("{}/{}/{c}", self.kind.as_str(), self.mode.as_str()),
+        }
     }
 }
 
@@ -309,19 +361,21 @@ pub(crate) fn columns() -> Vec<Box<dyn Driver>> {
     let mut out: Vec<Box<dyn Driver>> = Vec::new();
     for kind in PoolerKind::ALL {
         for c in kind.facts().columns {
-            let pooler = Pooler::new(kind, c.mode);
+            let pooler = Pooler::new(kind, c.mode).checking_in(c.check_in);
             out.push(Box::new(ViaPooler::new(
                 c.id,
                 c.configuration,
                 pooler,
                 crate::direct::TokioPostgresDirect,
             )));
-            out.push(Box::new(ViaPooler::new(
-                c.pooled_id,
-                c.pooled_configuration,
-                pooler,
-                crate::deadpool_pg::Deadpool::fast(),
-            )));
+            if let Some(p) = &c.pooled {
+                out.push(Box::new(ViaPooler::new(
+                    p.id,
+                    p.configuration,
+                    pooler,
+                    crate::deadpool_pg::Deadpool::fast(),
+                )));
+            }
         }
     }
     out
@@ -354,13 +408,31 @@ mod tests {
         for kind in PoolerKind::ALL {
             for c in kind.facts().columns {
                 assert!(c.id.starts_with(kind.as_str()), "{}", c.id);
-                assert_eq!(c.pooled_id, format!("{}+deadpool", c.id));
                 assert!(
-                    c.configuration.starts_with(kind.product()) && c.pooled_configuration.starts_with(kind.product()),
+                    c.configuration.starts_with(kind.product()),
                     "{}: {}",
                     c.id,
                     c.configuration
                 );
+                if let Some(p) = &c.pooled {
+                    assert_eq!(p.id, format!("{}+deadpool", c.id));
+                    assert!(
+                        p.configuration.starts_with(kind.product()),
+                        "{}: {}",
+                        p.id,
+                        p.configuration
+                    );
+                }
+                // Another check-in than the product's default is a PgBouncer
+                // setting, and its column names it.
+                if c.check_in != CheckIn::Default {
+                    assert!(
+                        kind == PoolerKind::PgBouncer && (c.id.contains("-reset-") || c.id.contains("-discard-")),
+                        "{}",
+                        c.id
+                    );
+                    assert!(!c.models.is_empty(), "{}: which products it models", c.id);
+                }
                 assert!(
                     kind.facts().transaction_pooling || c.mode == PoolerMode::Session,
                     "{}",

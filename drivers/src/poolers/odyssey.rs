@@ -14,7 +14,7 @@
 //! - No command closes its server connections to one database: the harness
 //!   ends them from the server.
 
-use super::{CancelRequests, Column, Facts, PoolerMode};
+use super::{CancelRequests, CheckIn, Column, Facts, Pooled, PoolerMode};
 
 /// What is true of Odyssey.
 pub(super) const FACTS: Facts = Facts {
@@ -32,17 +32,25 @@ pub(super) const FACTS: Facts = Facts {
     columns: &[
         Column {
             mode: PoolerMode::Session,
+            check_in: CheckIn::Default,
+            models: &[],
             id: "odyssey-session",
             configuration: "Odyssey pool \"session\" (pool_discard, pool_rollback: its defaults); tokio-postgres, no pool",
-            pooled_id: "odyssey-session+deadpool",
-            pooled_configuration: "Odyssey pool \"session\" (pool_discard, pool_rollback: its defaults); deadpool-postgres RecyclingMethod::Fast",
+            pooled: Some(Pooled {
+                id: "odyssey-session+deadpool",
+                configuration: "Odyssey pool \"session\" (pool_discard, pool_rollback: its defaults); deadpool-postgres RecyclingMethod::Fast",
+            }),
         },
         Column {
             mode: PoolerMode::Transaction,
+            check_in: CheckIn::Default,
+            models: &[],
             id: "odyssey-transaction",
             configuration: "Odyssey pool \"transaction\" (pool_discard, pool_rollback: its defaults); tokio-postgres, no pool",
-            pooled_id: "odyssey-transaction+deadpool",
-            pooled_configuration: "Odyssey pool \"transaction\" (pool_discard, pool_rollback: its defaults); deadpool-postgres RecyclingMethod::Fast",
+            pooled: Some(Pooled {
+                id: "odyssey-transaction+deadpool",
+                configuration: "Odyssey pool \"transaction\" (pool_discard, pool_rollback: its defaults); deadpool-postgres RecyclingMethod::Fast",
+            }),
         },
     ],
 };

@@ -22,7 +22,7 @@
 //!   is free first, and they carry pgagroal's `application_name`, not the
 //!   client's (seen with 1.6.0): readings vary by nature.
 
-use super::{CancelRequests, Column, Facts, PoolerMode};
+use super::{CancelRequests, CheckIn, Column, Facts, Pooled, PoolerMode};
 
 /// What is true of pgagroal.
 pub(super) const FACTS: Facts = Facts {
@@ -40,17 +40,25 @@ pub(super) const FACTS: Facts = Facts {
     columns: &[
         Column {
             mode: PoolerMode::Session,
+            check_in: CheckIn::Default,
+            models: &[],
             id: "pgagroal-session",
             configuration: "pgagroal pipeline=session (DISCARD ALL when a client disconnects), 16 server connections made at start for the cell's database; tokio-postgres, no pool",
-            pooled_id: "pgagroal-session+deadpool",
-            pooled_configuration: "pgagroal pipeline=session (DISCARD ALL when a client disconnects), 16 server connections made at start for the cell's database; deadpool-postgres RecyclingMethod::Fast",
+            pooled: Some(Pooled {
+                id: "pgagroal-session+deadpool",
+                configuration: "pgagroal pipeline=session (DISCARD ALL when a client disconnects), 16 server connections made at start for the cell's database; deadpool-postgres RecyclingMethod::Fast",
+            }),
         },
         Column {
             mode: PoolerMode::Transaction,
+            check_in: CheckIn::Default,
+            models: &[],
             id: "pgagroal-transaction",
             configuration: "pgagroal pipeline=transaction, 16 server connections made at start for the cell's database; tokio-postgres, no pool",
-            pooled_id: "pgagroal-transaction+deadpool",
-            pooled_configuration: "pgagroal pipeline=transaction, 16 server connections made at start for the cell's database; deadpool-postgres RecyclingMethod::Fast",
+            pooled: Some(Pooled {
+                id: "pgagroal-transaction+deadpool",
+                configuration: "pgagroal pipeline=transaction, 16 server connections made at start for the cell's database; deadpool-postgres RecyclingMethod::Fast",
+            }),
         },
     ],
 };

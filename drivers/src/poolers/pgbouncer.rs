@@ -11,7 +11,11 @@
 //! - Its console's `KILL db` / `RESUME db` close its server connections to
 //!   one database on request (PgBouncer docs, "Process controlling commands").
 
-use super::{CancelRequests, Column, Facts, PoolerMode};
+use super::check_in::{
+    PG_DOORMAN_SESSION, PG_DOORMAN_TRANSACTION, PGBOUNCER_RESET_ALWAYS, PGBOUNCER_SESSION, PGBOUNCER_TRANSACTION,
+    PGCAT_SESSION, PGCAT_TRANSACTION, SUPAVISOR_SESSION, SUPAVISOR_TRANSACTION,
+};
+use super::{CancelRequests, CheckIn, Column, Facts, Pooled, PoolerMode};
 
 /// What is true of Debian 12's PgBouncer.
 pub(super) const FACTS: Facts = Facts {
@@ -29,17 +33,52 @@ pub(super) const FACTS: Facts = Facts {
     columns: &[
         Column {
             mode: PoolerMode::Session,
+            check_in: CheckIn::Default,
+            models: &[PGBOUNCER_SESSION, SUPAVISOR_SESSION],
             id: "pgbouncer-session",
             configuration: "PgBouncer pool_mode=session; tokio-postgres, no pool",
-            pooled_id: "pgbouncer-session+deadpool",
-            pooled_configuration: "PgBouncer pool_mode=session; deadpool-postgres RecyclingMethod::Fast",
+            pooled: Some(Pooled {
+                id: "pgbouncer-session+deadpool",
+                configuration: "PgBouncer pool_mode=session; deadpool-postgres RecyclingMethod::Fast",
+            }),
         },
         Column {
             mode: PoolerMode::Transaction,
+            check_in: CheckIn::Default,
+            models: &[PGBOUNCER_TRANSACTION, SUPAVISOR_TRANSACTION],
             id: "pgbouncer-transaction",
             configuration: "PgBouncer pool_mode=transaction; tokio-postgres, no pool",
-            pooled_id: "pgbouncer-transaction+deadpool",
-            pooled_configuration: "PgBouncer pool_mode=transaction; deadpool-postgres RecyclingMethod::Fast",
+            pooled: Some(Pooled {
+                id: "pgbouncer-transaction+deadpool",
+                configuration: "PgBouncer pool_mode=transaction; deadpool-postgres RecyclingMethod::Fast",
+            }),
+        },
+        // The check-in of other poolers, as PgBouncer settings (see
+        // `check_in.rs`): one column each, without a client-side pool (a
+        // pool would keep its client connections, so no check-in happens).
+        Column {
+            mode: PoolerMode::Session,
+            check_in: CheckIn::ResetKeepingLocks,
+            models: &[PGCAT_SESSION, PG_DOORMAN_SESSION],
+            id: "pgbouncer-session-reset-all",
+            configuration: "PgBouncer pool_mode=session, server_reset_query='RESET ROLE; RESET ALL; DEALLOCATE ALL; CLOSE ALL;' (PgCat's and pg_doorman's check-in); tokio-postgres, no pool",
+            pooled: None,
+        },
+        Column {
+            mode: PoolerMode::Transaction,
+            check_in: CheckIn::ResetKeepingLocks,
+            models: &[PGCAT_TRANSACTION, PG_DOORMAN_TRANSACTION],
+            id: "pgbouncer-transaction-reset-all",
+            configuration: "PgBouncer pool_mode=transaction, server_reset_query='RESET ROLE; RESET ALL; DEALLOCATE ALL; CLOSE ALL;', server_reset_query_always=1 (PgCat's and pg_doorman's check-in); tokio-postgres, no pool",
+            pooled: None,
+        },
+        Column {
+            mode: PoolerMode::Transaction,
+            check_in: CheckIn::DiscardAlways,
+            models: &[PGBOUNCER_RESET_ALWAYS],
+            id: "pgbouncer-transaction-discard-always",
+            configuration: "PgBouncer pool_mode=transaction, server_reset_query=DISCARD ALL, server_reset_query_always=1; tokio-postgres, no pool",
+            pooled: None,
         },
     ],
 };

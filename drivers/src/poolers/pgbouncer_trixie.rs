@@ -11,7 +11,7 @@
 //! - Its console's `KILL db` / `RESUME db` close its server connections to
 //!   one database on request (PgBouncer docs, "Process controlling commands").
 
-use super::{CancelRequests, Column, Facts, PoolerMode};
+use super::{CancelRequests, CheckIn, Column, Facts, Pooled, PoolerMode};
 
 /// What is true of Debian 13's PgBouncer.
 pub(super) const FACTS: Facts = Facts {
@@ -29,17 +29,25 @@ pub(super) const FACTS: Facts = Facts {
     columns: &[
         Column {
             mode: PoolerMode::Session,
+            check_in: CheckIn::Default,
+            models: &[],
             id: "pgbouncer-trixie-session",
             configuration: "PgBouncer (Debian 13, container) pool_mode=session; tokio-postgres, no pool",
-            pooled_id: "pgbouncer-trixie-session+deadpool",
-            pooled_configuration: "PgBouncer (Debian 13, container) pool_mode=session; deadpool-postgres RecyclingMethod::Fast",
+            pooled: Some(Pooled {
+                id: "pgbouncer-trixie-session+deadpool",
+                configuration: "PgBouncer (Debian 13, container) pool_mode=session; deadpool-postgres RecyclingMethod::Fast",
+            }),
         },
         Column {
             mode: PoolerMode::Transaction,
+            check_in: CheckIn::Default,
+            models: &[],
             id: "pgbouncer-trixie-transaction",
             configuration: "PgBouncer (Debian 13, container) pool_mode=transaction; tokio-postgres, no pool",
-            pooled_id: "pgbouncer-trixie-transaction+deadpool",
-            pooled_configuration: "PgBouncer (Debian 13, container) pool_mode=transaction; deadpool-postgres RecyclingMethod::Fast",
+            pooled: Some(Pooled {
+                id: "pgbouncer-trixie-transaction+deadpool",
+                configuration: "PgBouncer (Debian 13, container) pool_mode=transaction; deadpool-postgres RecyclingMethod::Fast",
+            }),
         },
     ],
 };

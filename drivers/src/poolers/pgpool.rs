@@ -13,7 +13,7 @@
 //! - No command closes its server connections to one database: the harness
 //!   ends them from the server.
 
-use super::{CancelRequests, Column, Facts, PoolerMode};
+use super::{CancelRequests, CheckIn, Column, Facts, Pooled, PoolerMode};
 
 /// What is true of Pgpool-II.
 pub(super) const FACTS: Facts = Facts {
@@ -30,9 +30,13 @@ pub(super) const FACTS: Facts = Facts {
     settings_pass: true,
     columns: &[Column {
         mode: PoolerMode::Session,
+        check_in: CheckIn::Default,
+        models: &[],
         id: "pgpool",
         configuration: "Pgpool-II connection_cache=on, one backend; tokio-postgres, no pool",
-        pooled_id: "pgpool+deadpool",
-        pooled_configuration: "Pgpool-II connection_cache=on, one backend; deadpool-postgres RecyclingMethod::Fast",
+        pooled: Some(Pooled {
+            id: "pgpool+deadpool",
+            configuration: "Pgpool-II connection_cache=on, one backend; deadpool-postgres RecyclingMethod::Fast",
+        }),
     }],
 };

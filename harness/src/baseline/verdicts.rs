@@ -162,6 +162,7 @@ mod tests {
             severity: Severity::Unsafe,
             scope: Scope::Column,
             advice: "a".into(),
+            for_poolers: None,
             remedies: Vec::new(),
             dimensions: Vec::new(),
             witnesses: Vec::new(),

@@ -36,6 +36,10 @@ struct RawProperty {
     scope: Scope,
     /// What a user whose column violates the rule should do, in words.
     advice: String,
+    /// What a violation means for a pooler's author, in words, where it
+    /// differs from `advice` (`locklab pooler-check` prints it).
+    #[serde(default)]
+    for_poolers: Option<String>,
     /// Ways out of a violation, each with what proves it in a report (an unsafe property needs at least one): a card's "Do:" is the first proven for its column.
     #[serde(default)]
     #[schemars(with = "Vec<Remedy>")]
@@ -327,6 +331,7 @@ pub fn load_file(path: &Path, scenarios: &[Scenario]) -> Result<Property, Vec<Fi
         severity: raw.severity,
         scope: raw.scope,
         advice: raw.advice.trim().to_owned(),
+        for_poolers: raw.for_poolers.map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()),
         remedies,
         dimensions,
         witnesses,

@@ -185,6 +185,10 @@ pub struct Property {
     /// What a user whose column violates it should do, in words (the
     /// finding's; a card shows the first proven [`Remedy`]).
     pub advice: String,
+    /// What a violation means for a pooler's author, where it differs from
+    /// [`Property::advice`] (`locklab pooler-check` prints it, else the advice).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_poolers: Option<String>,
     /// Ways out of a violation, each with what proves it in a report.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub remedies: Vec<Remedy>,

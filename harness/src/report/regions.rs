@@ -32,6 +32,12 @@ enum Content {
     /// The readings of these scenario files (by file name), one table each
     /// ([`readings_markdown`]).
     Readings(&'static [&'static str]),
+    /// Per product whose check-in a pooler column models, whether a
+    /// session-level lock survives check-in ([`check_in_markdown`]).
+    CheckIn,
+    /// The pooler conformance kit's verdicts per pooler column
+    /// ([`pooler_kit_markdown`]).
+    PoolerKit,
 }
 
 /// The user reports re-enacted (`scenarios/report-*.yaml`), in the
@@ -70,6 +76,20 @@ pub const REGIONS: &[Region] = &[
         heading: "##",
     },
     Region {
+        file: "docs/src/poolers.md",
+        name: "check-in",
+        content: Content::CheckIn,
+        link: "../../reports/matrix.md",
+        heading: "##",
+    },
+    Region {
+        file: "docs/src/poolers.md",
+        name: "pooler-kit",
+        content: Content::PoolerKit,
+        link: "../../reports/matrix.md",
+        heading: "##",
+    },
+    Region {
         file: "docs/src/lock-libraries.md",
         name: "report-readings",
         content: Content::Readings(USER_REPORTS),
@@ -95,6 +115,8 @@ impl Region {
         match self.content {
             Content::Verdicts(section) => VerdictView::of(report).markdown(section, self.link, self.heading),
             Content::Readings(families) => Ok(readings_markdown(report, families, self.heading)),
+            Content::CheckIn => Ok(check_in_markdown(report)),
+            Content::PoolerKit => Ok(pooler_kit_markdown(report)),
         }
     }
 
@@ -128,6 +150,104 @@ impl Region {
         let j = text.find(&e)?;
         (i <= j).then(|| text[i..j].trim())
     }
+}
+
+/// A table: per product and mode a pooler column models
+/// (`locklab_drivers::models_of`), what it sends at check-in, the column,
+/// and whether a session-level lock survives check-in there (the column's
+/// verdict of `session-lock-released-on-return`, from its card in the
+/// first server's verdicts), with the source and a link to the column's
+/// card in the book's findings. Columns not in `report` are left out.
+fn check_in_markdown(report: &Report) -> String {
+    use std::fmt::Write as _;
+    let view = VerdictView::of(report);
+    let mut out = String::from(
+        "| product, mode | at check-in it sends | modelled by | a session-level lock left at check-in | source |\n|---|---|---|---|---|\n",
+    );
+    let mut rows = 0;
+    for card in view.servers.iter().take(1).flat_map(|s| &s.cards) {
+        for m in &card.models {
+            let lock = match m.lock {
+                "survives" => "**survives** ✗",
+                "released" => "released ✓",
+                _ => "not decided ?",
+            };
+            let _ = writeln!(
+                out,
+                "| {}, {} | {} | [`{}`](findings.md#{}) (its card) | {lock} | {} |",
+                m.product,
+                m.mode,
+                m.sends.replace('|', "\\|"),
+                card.driver,
+                card.driver,
+                m.source.replace('|', "\\|"),
+            );
+            rows += 1;
+        }
+    }
+    if rows == 0 {
+        return "(no column of this report models another product's check-in)".into();
+    }
+    out
+}
+
+/// The pooler conformance kit (the scenarios tagged `pooler`) as
+/// `pooler-check` judges it, for every pooler column of `report` without a
+/// client-side pool: a row per column, a column per property its cells
+/// decide (column-scope properties with a deciding cell of the kit), the
+/// mark of the first server's verdict. What `locklab pooler-check
+/// --column ID` prints, from the committed report.
+fn pooler_kit_markdown(report: &Report) -> String {
+    use std::fmt::Write as _;
+    let kit: std::collections::BTreeSet<&str> = report
+        .scenarios
+        .iter()
+        .filter(|s| s.tags.iter().any(|t| t == "pooler"))
+        .map(|s| s.family.as_str())
+        .collect();
+    let Some(server) = report.verdicts.first() else {
+        return "(no verdicts in this report)".into();
+    };
+    let family = |s: &str| s.split('[').next().unwrap_or(s).to_owned();
+    let props: Vec<&crate::properties::PropertyVerdicts> = server
+        .properties
+        .iter()
+        .filter(|p| p.scope == crate::properties::Scope::Column)
+        .filter(|p| {
+            p.columns
+                .iter()
+                .any(|c| c.evidence.iter().any(|e| kit.contains(family(&e.scenario).as_str())))
+        })
+        .collect();
+    let columns: Vec<&crate::outcome::DriverColumn> = report
+        .drivers
+        .iter()
+        .filter(|d| d.pooler.is_some() && !d.id.contains('+'))
+        .collect();
+    if props.is_empty() || columns.is_empty() {
+        return "(no pooler column or no cell of the kit in this report)".into();
+    }
+    let mut out = String::from("| column | mode |");
+    for p in &props {
+        let _ = write!(out, " {} |", p.id);
+    }
+    out.push_str("\n|---|---|");
+    out.push_str(&"---|".repeat(props.len()));
+    out.push('\n');
+    for d in columns {
+        let _ = write!(out, "| `{}` | {} |", d.id, d.pooler.as_deref().unwrap_or(""));
+        for p in &props {
+            let mark = p.of(&d.id).map_or("", |v| v.verdict.symbol());
+            let _ = write!(out, " {mark} |");
+        }
+        out.push('\n');
+    }
+    let _ = write!(
+        out,
+        "\nScenarios of the kit: {}.",
+        kit.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")
+    );
+    out
 }
 
 /// For each scenario file of `families` (by name), a heading, its source,

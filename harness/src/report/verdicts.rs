@@ -129,6 +129,11 @@ pub struct Card {
     pub crate_line: String,
     /// Its configuration.
     pub configuration: String,
+    /// For a pooler column that models other products' check-in
+    /// (`locklab_drivers::models_of`): per product and mode, whether a
+    /// session-level lock survives check-in there (this column's verdict of
+    /// [`CHECK_IN_PROPERTY`]), what it sends and the source.
+    pub models: Vec<ModelLine>,
     /// Violated properties per severity, then holds and n/a counts.
     pub unsafe_count: usize,
     /// Violated surprising properties.
@@ -150,6 +155,26 @@ pub struct Card {
     pub partly: Vec<String>,
     /// The properties that do not apply: `id (why)`.
     pub not_applicable: Vec<String>,
+}
+
+/// A product whose check-in a pooler column models, on its card
+/// ([`Card::models`]).
+#[derive(Serialize)]
+pub struct ModelLine {
+    /// The product, e.g. `PgCat`.
+    pub product: &'static str,
+    /// Its mode, e.g. `session`.
+    pub mode: &'static str,
+    /// What it sends at check-in.
+    pub sends: &'static str,
+    /// Where that is stated.
+    pub source: &'static str,
+    /// `survives`, `released`, or `not decided`: what the column's verdict
+    /// of [`CHECK_IN_PROPERTY`] says of a session-level lock left at
+    /// check-in.
+    pub lock: &'static str,
+    /// That verdict's mark (✓ ✗ – ? ◐).
+    pub symbol: &'static str,
 }
 
 /// One property on a card.
@@ -524,6 +549,36 @@ fn grid_row(d: &DriverColumn, props: &[&PropertyVerdicts]) -> GridRow {
     }
 }
 
+/// The property whose verdict says whether a session-level lock survives a
+/// pooler's check-in: a `pooler_mode` dimension, decided by a lock left on a
+/// connection that goes back.
+pub const CHECK_IN_PROPERTY: &str = "session-lock-released-on-return";
+
+/// [`Card::models`] for column `d`.
+fn models(d: &DriverColumn, props: &[&PropertyVerdicts]) -> Vec<ModelLine> {
+    let verdict = props
+        .iter()
+        .find(|p| p.id == CHECK_IN_PROPERTY)
+        .and_then(|p| p.of(&d.id))
+        .map(|v| v.verdict);
+    let lock = match verdict {
+        Some(Mark::Violated) => "survives",
+        Some(Mark::Holds | Mark::HoldsWhereTried) => "released",
+        _ => "not decided",
+    };
+    locklab_drivers::models_of(&d.id)
+        .iter()
+        .map(|m| ModelLine {
+            product: m.product,
+            mode: m.mode,
+            sends: m.sends,
+            source: m.source,
+            lock,
+            symbol: verdict.map_or("?", Mark::symbol),
+        })
+        .collect()
+}
+
 /// Column `d`'s card.
 fn card(d: &DriverColumn, props: &[&PropertyVerdicts], info: &BTreeMap<&str, &Property>, ctx: &Context<'_>) -> Card {
     let mut lines: Vec<(u8, Severity, CardLine)> = Vec::new();
@@ -609,6 +664,7 @@ fn card(d: &DriverColumn, props: &[&PropertyVerdicts], info: &BTreeMap<&str, &Pr
         driver: d.id.clone(),
         crate_line: crate_line(d),
         configuration: d.configuration.clone(),
+        models: models(d, props),
         unsafe_count: count("violated", Some("unsafe")),
         surprising_count: count("violated", Some("surprising")),
         informational_count: count("violated", Some("informational")),

@@ -273,7 +273,20 @@ impl<'a> Run<'a> {
         if self.lost_connection(step)? {
             return Ok(());
         }
-        step.kind.run(step, &mut self.cx, pool, monitor).await
+        step.kind.run(step, &mut self.cx, pool, monitor).await?;
+        // Behind a pooler that resets after every transaction, the reset
+        // of a pool actor's statement is part of that step.
+        if step
+            .actor()
+            .is_some_and(|a| self.scenario.actors[a].via == crate::scenario::Via::Pool)
+        {
+            let until = Instant::now() + std::time::Duration::from_millis(step.deadline_ms);
+            self.cx
+                .wait_pooler_reset(monitor, until)
+                .await
+                .map_err(StepError::Harness)?;
+        }
+        Ok(())
     }
 
     /// For an actor whose bounded checkout gave up: records that instead of

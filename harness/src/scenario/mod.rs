@@ -52,6 +52,12 @@ pub const DEFAULT_POOL_MAX_SIZE: u32 = 4;
 /// Largest deadline a scenario may ask for, in ms (10 min).
 pub const MAX_STEP_DEADLINE_MS: u64 = 600_000;
 
+/// The tags a scenario may carry (`tags:`), with what each set is for.
+pub const TAGS: &[(&str, &str)] = &[(
+    "pooler",
+    "the pooler conformance kit: what a pooler must do with advisory locks (locklab pooler-check)",
+)];
+
 /// A validated scenario (one instance of a file: a file with `params` gives one
 /// instance per combination).
 #[derive(Clone, Debug)]
@@ -71,6 +77,8 @@ pub struct Scenario {
     /// its cells compare with the baseline by status alone
     /// ([`crate::outcome::RunResult::readings_vary`]).
     pub readings_vary: Option<String>,
+    /// The sets it belongs to (`tags:`), each one of [`TAGS`].
+    pub tags: Vec<String>,
     /// The file it was loaded from.
     pub file: PathBuf,
     /// Where `name:` is in the file.

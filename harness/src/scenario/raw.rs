@@ -37,6 +37,11 @@ pub(crate) struct RawScenario {
     /// disagree is shown UNSTABLE without failing the run.
     #[serde(default)]
     pub(crate) readings_vary: Option<String>,
+    /// Sets this scenario belongs to, run together with `--tag NAME`: `pooler`
+    /// (the pooler conformance kit, `locklab pooler-check`).
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub(crate) tags: Vec<Spanned<String>>,
     /// Parameters: the file is run once per combination, with `${name}` replaced by the value
     /// everywhere in the file. Either a map of name → list of values (every combination), or a
     /// list of maps (one run per map). Each run is named `name[param=value,…]` (parameters whose

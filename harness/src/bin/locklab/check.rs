@@ -324,7 +324,7 @@ fn compare(plan: &CheckPlan, report: &Report, accepted: &BaselineDir, fresh: &Ba
     // its scenario (-s, or another scenario directory) or its driver (-d), or
     // it is in another shard than this run's (--shard: the run's cells are its shard's).
     let ran: Vec<&str> = report.scenarios.iter().map(|s| s.name.as_str()).collect();
-    let scenarios_partial = !run.scenario.is_empty() || !plan.default_dir;
+    let scenarios_partial = !run.scenario.is_empty() || !run.tag.is_empty() || !plan.default_dir;
     let in_shard: HashSet<(&str, &str)> = report
         .runs
         .iter()

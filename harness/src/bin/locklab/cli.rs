@@ -13,7 +13,7 @@ use locklab::baseline::Tolerance;
 use locklab::matrix::DEFAULT_JOBS;
 use locklab::server::{self, BackendChoice, DEFAULT_START_TIMEOUT};
 
-use crate::words::{BackendWord, FormatWord, SeverityWord};
+use crate::words::{BackendWord, FormatWord, PoolerModeWord, SeverityWord};
 use locklab::shard::Shard;
 
 /// `locklab`'s arguments.
@@ -115,6 +115,12 @@ pub enum Command {
     /// Put the matrix.json files of `--shard 1/N` … `N/N` runs together into
     /// the report one unsharded run would have written (all N must be given).
     Merge(MergeArgs),
+    /// The pooler conformance kit (the scenarios tagged `pooler`) through one
+    /// pooler: one you run (--pooler, in front of the server --dsn names) or
+    /// one of locklab's pooler columns (--column); prints the verdicts of the
+    /// properties it decides, each with what a violation means for a pooler.
+    /// Exit 1 when one is violated or cannot be judged (docs/src/poolers.md).
+    PoolerCheck(PoolerCheckArgs),
     /// Adapters of the driver protocol (docs/src/protocol.md).
     #[command(subcommand)]
     Adapter(AdapterCommand),
@@ -232,6 +238,36 @@ pub struct VerdictArgs {
     /// each stands, instead of the cards.
     #[arg(long, conflicts_with = "json")]
     pub coverage: bool,
+}
+
+/// `locklab pooler-check`'s arguments.
+#[derive(Args)]
+pub struct PoolerCheckArgs {
+    /// The pooler you run: HOST:PORT, or postgres://ROLE:PASSWORD@HOST:PORT
+    /// when it takes another password than the server's. It must route every
+    /// database name to the server --dsn names (each cell makes a database
+    /// of its own) and accept the server's role.
+    #[arg(long, value_name = "ADDRESS", conflicts_with = "column")]
+    pub pooler: Option<String>,
+    /// Its pool mode: session or transaction.
+    #[arg(long, value_enum)]
+    pub mode: Option<PoolerModeWord>,
+    /// Send no cancel requests through it (PgBouncer 1.18 exits on one).
+    #[arg(long)]
+    pub no_cancel: bool,
+    /// One of locklab's own pooler columns instead of --pooler (e.g.
+    /// pgbouncer-transaction, pgpool, pgagroal-session, odyssey-session):
+    /// the kit through the pooler locklab starts.
+    #[arg(long, value_name = "ID")]
+    pub column: Option<String>,
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// Cells in flight at once (1-256).
+    #[arg(long, default_value_t = DEFAULT_JOBS as u16, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub jobs: u16,
+    /// Print the verdicts as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `locklab merge`'s arguments.
@@ -363,6 +399,10 @@ pub struct RunArgs {
     /// Only these scenarios (repeatable; default: all).
     #[arg(short, long = "scenario")]
     pub scenario: Vec<String>,
+    /// Only the scenarios with this tag (`tags:` in their file; repeatable:
+    /// any of them), e.g. `--tag pooler` for the pooler conformance kit.
+    #[arg(long = "tag", value_name = "TAG")]
+    pub tag: Vec<String>,
     /// Only these drivers (repeatable; default: all).
     #[arg(short, long = "driver")]
     pub driver: Vec<String>,

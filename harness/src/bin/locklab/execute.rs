@@ -16,7 +16,7 @@ use tokio::runtime::Runtime;
 
 use crate::cli::RunArgs;
 use crate::progress::Progress;
-use crate::selection::{load, select, select_scenarios};
+use crate::selection::{load, select, select_scenarios, select_tagged};
 use crate::servers::start_servers;
 use locklab_core::signals::{Interrupted, Interrupts};
 
@@ -30,7 +30,7 @@ use locklab_core::signals::{Interrupted, Interrupts};
 /// watchdogs remove what was started), during the runs the run databases are
 /// dropped and the servers stopped.
 pub fn execute(dir: &Path, args: &RunArgs) -> Result<Report> {
-    let scenarios = select_scenarios(load(dir)?, &args.scenario)?;
+    let scenarios = select_tagged(select_scenarios(load(dir)?, &args.scenario)?, &args.tag)?;
     let drivers = select(
         locklab_drivers::registry(),
         &args.driver,

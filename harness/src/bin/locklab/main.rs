@@ -13,6 +13,7 @@ mod execute;
 mod list;
 mod merge;
 mod output;
+mod pooler_check;
 mod progress;
 mod report;
 mod review;
@@ -101,6 +102,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::MigrateBaseline { file, dir } => review::migrate(file, dir),
         Command::Try(args) => try_cmd::try_crates(&dir, args),
         Command::Merge(args) => merge::merge(args),
+        Command::PoolerCheck(args) => pooler_check::pooler_check(&dir, args),
         Command::Adapter(cli::AdapterCommand::Check(args)) => adapter::check(args),
         Command::Holders(args) => locklab_holders::cli::holders(args),
         Command::Stress(args) => stress::stress(args),

@@ -44,7 +44,12 @@ pub fn report(dir: &Path, custom_dir: bool, args: &ReportArgs) -> Result<ExitCod
     } = args;
     // A user's own columns (--columns) are never written into this repository's reports/.
     let yours = !locklab_drivers::external::user_columns().is_empty();
-    let partial = !run.scenario.is_empty() || !run.driver.is_empty() || custom_dir || run.shard.is_some() || yours;
+    let partial = !run.scenario.is_empty()
+        || !run.tag.is_empty()
+        || !run.driver.is_empty()
+        || custom_dir
+        || run.shard.is_some()
+        || yours;
     let out: PathBuf = match (out, from) {
         (Some(out), _) => out.clone(),
         // Re-rendered where it is (reports/matrix.json into reports/).

@@ -68,3 +68,29 @@ pub fn select_scenarios(all: Vec<Scenario>, wanted: &[String]) -> Result<Vec<Sce
         .filter(|s| wanted.iter().any(|w| *w == s.name || *w == s.family))
         .collect())
 }
+
+/// The scenarios of `all` that carry any of the tags `tags` (empty: all of
+/// them).
+///
+/// # Errors
+/// A tag no scenario may carry (the message lists the known ones), or one
+/// that no scenario of the selection carries.
+pub fn select_tagged(all: Vec<Scenario>, tags: &[String]) -> Result<Vec<Scenario>> {
+    if tags.is_empty() {
+        return Ok(all);
+    }
+    for t in tags {
+        if !scenario::TAGS.iter().any(|(k, _)| k == t) {
+            let known: Vec<String> = scenario::TAGS.iter().map(|(k, what)| format!("{k} ({what})")).collect();
+            bail!("unknown tag '{t}'; known tags: {}", known.join(", "));
+        }
+    }
+    let out: Vec<Scenario> = all
+        .into_iter()
+        .filter(|s| s.tags.iter().any(|t| tags.contains(t)))
+        .collect();
+    if out.is_empty() {
+        bail!("no scenario of the selection has the tag {}", tags.join(" or "));
+    }
+    Ok(out)
+}

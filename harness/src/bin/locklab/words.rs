@@ -1,5 +1,6 @@
 //! The command line's words for the library's enums: `--backend`
-//! (`LOCKLAB_BACKEND`), `--format`, `--require-severity` and `--pattern`.
+//! (`LOCKLAB_BACKEND`), `--format`, `--require-severity`, `--pattern` and
+//! `pooler-check --mode`.
 //! clap's `ValueEnum` is implemented here, on a newtype per enum, so that
 //! the model types carry no command-line derive; each word's help is the
 //! one `--help` shows.
@@ -93,5 +94,13 @@ mod tests {
             let json = serde_json::to_value(w.0).unwrap();
             assert_eq!(json.as_str(), Some(w.to_possible_value().unwrap().get_name()));
         }
+    }
+}
+
+words! {
+    /// `pooler-check --mode`: [`PoolerMode`](locklab_drivers::PoolerMode).
+    PoolerModeWord for locklab_drivers::PoolerMode {
+        Session => "session": "A server connection is the client's for the client's whole connection",
+        Transaction => "transaction": "A server connection is the client's for one transaction",
     }
 }

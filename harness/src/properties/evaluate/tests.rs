@@ -33,6 +33,7 @@ fn property(s: &str, record: Option<&str>, readings: Vec<ReadingRule>) -> Proper
         severity: Severity::Unsafe,
         scope: Scope::Column,
         advice: "a".into(),
+        for_poolers: None,
         remedies: Vec::new(),
         dimensions: Vec::new(),
         witnesses: Vec::new(),

@@ -52,7 +52,8 @@ impl StepCx<'_> {
     /// server connection instead (it does so for one left inside a
     /// transaction): the backend is gone.
     async fn wait_reset(&self, monitor: &mut DirectConn, pid: i32, until: Instant) -> Result<(), String> {
-        let sql = observe::reset_or_gone_sql(pid);
+        let reset = self.info.pooler.map_or("DISCARD ALL", |p| p.check_in.reset_query());
+        let sql = observe::reset_or_gone_sql(pid, reset);
         let polled = poll_until(until, async || {
             let rows = monitor.simple_query(&sql).await.map_err(|e| e.to_string())?;
             let row = rows.rows.first().cloned().unwrap_or_default();
@@ -64,8 +65,44 @@ impl StepCx<'_> {
         match polled {
             Polled::Done(()) => Ok(()),
             Polled::TimedOut => Err(format!(
-                "{} did not reset backend {pid} (DISCARD ALL) after its client closed",
+                "{} did not reset backend {pid} ({reset}) after its client closed",
                 self.info.pooler.map_or("the pooler", |p| p.kind.product())
+            )),
+        }
+    }
+
+    /// Behind a pooler in transaction mode that resets a server connection
+    /// after every transaction (`CheckIn::resets_every_transaction`): waits until no
+    /// server connection of the run's database is released and not yet
+    /// reset, so that the step after a pool actor's statement sees the
+    /// reset done, as the next client would. Elsewhere returns at once.
+    pub(crate) async fn wait_pooler_reset(&self, monitor: &mut DirectConn, until: Instant) -> Result<(), String> {
+        let Some(pooler) = self
+            .info
+            .pooler
+            .filter(|p| p.mode == PoolerMode::Transaction && p.check_in.resets_every_transaction())
+        else {
+            return Ok(());
+        };
+        let direct: Vec<i32> = self
+            .pids
+            .iter()
+            .filter(|(a, _)| self.scenario.actors[**a].via == crate::scenario::Via::Direct)
+            .map(|(_, p)| *p)
+            .collect();
+        let sql = observe::unreset_backends_sql(self.db, &direct, pooler.check_in.reset_query());
+        let polled = poll_until(until, async || {
+            let rows = monitor.simple_query(&sql).await.map_err(|e| e.to_string())?;
+            let pending = rows.rows.first().and_then(|r| r.first().cloned().flatten());
+            Ok::<_, String>((pending.as_deref() == Some("0")).then_some(()))
+        })
+        .await?;
+        match polled {
+            Polled::Done(()) => Ok(()),
+            Polled::TimedOut => Err(format!(
+                "{} did not reset a released server connection ({})",
+                pooler.kind.product(),
+                pooler.check_in.reset_query()
             )),
         }
     }

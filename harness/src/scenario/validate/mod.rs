@@ -69,6 +69,7 @@ impl Validator<'_> {
             Some(s) => Some(s.value as u32),
             None => None,
         };
+        let tags = self.tags(raw.tags);
         let pool_settings = self.settings(raw.pool.settings, "pool.settings");
         let server_settings = self.settings(raw.server_settings, "server_settings");
         let actors_pos = Pos::of(&raw.actors.referenced);
@@ -115,6 +116,7 @@ impl Validator<'_> {
             description: raw.description.trim().to_owned(),
             source: raw.source,
             readings_vary: raw.readings_vary.map(|r| r.trim().to_owned()).filter(|r| !r.is_empty()),
+            tags,
             file: self.file.to_owned(),
             pool_max_size,
             pooler_server_connections,
@@ -123,6 +125,26 @@ impl Validator<'_> {
             steps,
             trials,
         })
+    }
+
+    /// `tags:`: each one of [`super::TAGS`], each once.
+    fn tags(&mut self, raw: Vec<Spanned<String>>) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for t in raw {
+            let pos = Pos::of(&t.referenced);
+            if !super::TAGS.iter().any(|(k, _)| *k == t.value) {
+                let known: Vec<&str> = super::TAGS.iter().map(|(k, _)| *k).collect();
+                self.err(
+                    pos,
+                    format!("unknown tag '{}'; known tags: {}", t.value, known.join(", ")),
+                );
+            } else if out.contains(&t.value) {
+                self.err(pos, format!("tag '{}' is listed twice", t.value));
+            } else {
+                out.push(t.value);
+            }
+        }
+        out
     }
 
     /// The actors in file order: names, how they connect, their settings.

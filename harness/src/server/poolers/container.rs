@@ -176,6 +176,7 @@ impl ContainerPooler {
             password: &password,
             database,
             cap,
+            check_in: pooler.check_in,
         };
         let (script, env) = script(up, product.container(pooler.mode, &at)?)?;
         // Its backends in the database before this instance makes its own.

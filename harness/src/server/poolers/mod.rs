@@ -20,7 +20,7 @@ pub mod queue;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use locklab_drivers::{Pooler, PoolerKind, PoolerMode};
+use locklab_drivers::{CheckIn, Pooler, PoolerKind, PoolerMode};
 
 use container::ContainerPooler;
 
@@ -90,6 +90,9 @@ pub(super) struct Setup<'a> {
     /// else its default ([`SERVER_CONNECTIONS`]; PgBouncer's
     /// `default_pool_size`, [`pgbouncer::DEFAULT_POOL_SIZE`]).
     pub cap: Option<u32>,
+    /// What it sends a server connection at check-in (PgBouncer's settings;
+    /// the others run their defaults only).
+    pub check_in: CheckIn,
 }
 
 /// A pooler's files and the command that runs it ([`Product::container`]).
@@ -221,7 +224,7 @@ impl crate::server::Server {
         let cap = cap.filter(|_| caps(pooler));
         if cap.is_some()
             && (pooler.kind == PoolerKind::External
-                || (pooler.kind == PoolerKind::PgBouncer && self.attached_poolers.contains_key(&pooler.mode)))
+                || (attachable(pooler) && self.attached_poolers.contains_key(&pooler.mode)))
         {
             bail!(
                 "the scenario caps the pooler's server connections (pooler.server_connections), and locklab does not start {}",
@@ -230,9 +233,13 @@ impl crate::server::Server {
         }
         if let (PoolerKind::External, Some((host, port))) = (pooler.kind, pooler.address) {
             // The user's pooler authenticates the server's role as the
-            // server does (its password, if any, stays).
+            // server does (its password, if any, stays), unless it was
+            // given one of its own.
             spec.host = host.to_owned();
             spec.port = port;
+            if let Some(p) = pooler.password {
+                spec.password = Some(p.to_owned());
+            }
             return Ok(());
         }
         let (port, _, password) = self.pooler_instance(pooler, &spec.dbname, cap).await?;
@@ -281,7 +288,7 @@ impl crate::server::Server {
             bail!("a pooler of your own is not started by locklab");
         }
         let cap = cap.filter(|_| caps(pooler));
-        if pooler.kind == PoolerKind::PgBouncer
+        if attachable(pooler)
             && cap.is_none()
             && let Some(attached) = self.attached_poolers.get(&pooler.mode)
         {
@@ -324,11 +331,12 @@ impl crate::server::Server {
                 pgbouncer::PgBouncer::start(
                     &up,
                     pooler.mode,
+                    pooler.check_in,
                     cap.unwrap_or(pgbouncer::DEFAULT_POOL_SIZE),
                     Duration::from_secs(30),
                 )
                 .await
-                .with_context(|| format!("cannot start PgBouncer in {} mode", pooler.mode.as_str()))?,
+                .with_context(|| format!("cannot start {}", pooler.label()))?,
             )
         };
         let out = started.address();
@@ -396,9 +404,7 @@ impl crate::server::Server {
         // `pooler()` takes.
         let from_server = pooler.kind == PoolerKind::External || own_instance;
         let target = match self.attached_poolers.get(&pooler.mode) {
-            Some((port, _, password)) if pooler.kind == PoolerKind::PgBouncer && !from_server => {
-                Some((*port, password.clone()))
-            }
+            Some((port, _, password)) if attachable(pooler) && !from_server => Some((*port, password.clone())),
             // A user's own pooler, or one that was started for this database
             // alone: server connections are ended from the server.
             _ if from_server => Some((0, String::new())),
@@ -437,6 +443,13 @@ impl crate::server::Server {
             }
         }
     }
+}
+
+/// Whether a cell behind `pooler` uses the PgBouncer attached to a shared
+/// server in its mode (`locklab::server::shared`), which runs with
+/// PgBouncer's default check-in: Debian 12's PgBouncer with that check-in.
+fn attachable(pooler: Pooler) -> bool {
+    pooler.kind == PoolerKind::PgBouncer && pooler.check_in == CheckIn::Default
 }
 
 /// Whether a scenario's cap on server connections (`pooler.server_connections`)

@@ -18,7 +18,8 @@
 //! a random password made for this instance (so another local user cannot
 //! borrow the harness's role through the loopback port), the given
 //! `pool_mode`, `server_reset_query` left at its default `DISCARD ALL` (used
-//! in session mode only), and `ignore_startup_parameters = extra_float_digits`
+//! in session mode only) unless the column's check-in sets it and
+//! `server_reset_query_always` (`locklab_drivers::CheckIn`), and `ignore_startup_parameters = extra_float_digits`
 //! (sent by sqlx). PgBouncer 1.18 rejects the `options` startup parameter, so
 //! connection settings cannot pass through it.
 
@@ -29,7 +30,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use locklab_drivers::{DirectConn, PoolerMode};
+use locklab_drivers::{CheckIn, DirectConn, PoolerMode};
 
 use super::{Product, Setup, Started, Upstream, random_password};
 use crate::server::local::{RunAs, Startup, Watchdog, chown_tree, command, free_port, run_as, tail, wait_accepting};
@@ -104,7 +105,7 @@ pub struct PgBouncer {
 }
 
 impl PgBouncer {
-    /// Starts PgBouncer in `mode` in front of `up`; ready (a `select 1`
+    /// Starts PgBouncer in `mode` with `check_in`'s settings in front of `up`; ready (a `select 1`
     /// through it answers) within `timeout`.
     ///
     /// # Errors
@@ -115,6 +116,7 @@ impl PgBouncer {
     pub(super) async fn start(
         up: &Upstream<'_>,
         mode: PoolerMode,
+        check_in: CheckIn,
         pool_size: u32,
         timeout: Duration,
     ) -> Result<PgBouncer> {
@@ -164,7 +166,15 @@ impl PgBouncer {
         if let Some(p) = up.password {
             server.push_str(&format!(" password={}", quote(p)));
         }
-        let ini = config(&server, port, &dir.display().to_string(), mode, up.user, pool_size);
+        let ini = config(
+            &server,
+            port,
+            &dir.display().to_string(),
+            mode,
+            check_in,
+            up.user,
+            pool_size,
+        );
         let config = dir.join("pgbouncer.ini");
         write_private(&config, &ini)?;
         write_private(&dir.join("userlist.txt"), &format!("\"{}\" \"{password}\"\n", up.user))?;
@@ -211,10 +221,19 @@ pub const DEFAULT_POOL_SIZE: u32 = 100;
 
 /// PgBouncer's configuration (see the module documentation): `server` is
 /// the wildcard database's connection string, `dir` holds `userlist.txt`,
-/// the log and the pid file, `admin` is the console's admin user,
+/// the log and the pid file, `check_in` adds its settings
+/// ([`CheckIn::pgbouncer_settings`]), `admin` is the console's admin user,
 /// `pool_size` its `default_pool_size`.
-pub(super) fn config(server: &str, port: u16, dir: &str, mode: PoolerMode, admin: &str, pool_size: u32) -> String {
-    format!(
+pub(super) fn config(
+    server: &str,
+    port: u16,
+    dir: &str,
+    mode: PoolerMode,
+    check_in: CheckIn,
+    admin: &str,
+    pool_size: u32,
+) -> String {
+    let mut ini = format!(
         "[databases]\n\
          * = {server}\n\
          \n\
@@ -234,7 +253,12 @@ pub(super) fn config(server: &str, port: u16, dir: &str, mode: PoolerMode, admin
          log_connections = 0\n\
          log_disconnections = 0\n",
         mode = mode.as_str(),
-    )
+    );
+    for line in check_in.pgbouncer_settings() {
+        ini.push_str(line);
+        ini.push('\n');
+    }
+    ini
 }
 
 /// Closes every client and server connection the PgBouncer on `port` has for

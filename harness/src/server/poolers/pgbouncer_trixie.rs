@@ -25,6 +25,7 @@ impl Product for Trixie {
             at.port,
             dir,
             mode,
+            at.check_in,
             up.user,
             at.cap.unwrap_or(DEFAULT_POOL_SIZE),
         )
