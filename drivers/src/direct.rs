@@ -39,6 +39,10 @@ pub async fn simple_query_rows(client: &Client, sql: &str) -> Result<Rows, Drive
     Ok(out)
 }
 
+/// How long [`DirectConn::close`] waits for the peer to close the socket
+/// after Terminate: 5 s.
+pub const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A dedicated tokio-postgres connection: the direct driver's checkout and the
 /// harness's own observer connections. It captures server notices
 /// ([`Rows::notices`]).
@@ -145,10 +149,17 @@ impl DirectConn {
         &self.client
     }
 
-    /// Closes the connection (sends Terminate) and waits until the socket is closed.
+    /// Closes the connection (sends Terminate) and waits until the socket is
+    /// closed, at most [`CLOSE_WAIT`]: a peer that does not close its end
+    /// after Terminate (pgagroal 1.6.0 was seen here spinning on such a
+    /// connection for minutes, under load) is cut off then, the socket
+    /// dropped from our side.
     pub async fn close(self) {
         drop(self.client);
-        let _ = self.task.await;
+        let mut task = self.task;
+        if tokio::time::timeout(CLOSE_WAIT, &mut task).await.is_err() {
+            task.abort();
+        }
     }
 }
 

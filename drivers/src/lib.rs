@@ -30,7 +30,7 @@ use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
-pub use direct::{CONNECT_TIMEOUT, DirectConn, simple_query_rows};
+pub use direct::{CLOSE_WAIT, CONNECT_TIMEOUT, DirectConn, simple_query_rows};
 pub use locklab_core::{ConnectSpec, with_sources};
 pub use poolers::{
     CancelRequests, CheckIn, Column as PoolerColumn, Facts as PoolerFacts, Modelled, Pooled as PooledPoolerColumn,

@@ -15,7 +15,8 @@
 //! `runner` executes it through a driver (`locklab-drivers`) against a
 //! `server::Server`, `observe` reads the server's view, `judge` judges the
 //! cells by the properties and `report` writes the driver matrix; `baseline`
-//! compares them with the committed expected matrix, and `browser` renders
+//! compares them with the committed expected matrix, `repro` writes a cell
+//! out as a reproduction that runs without locklab, and `browser` renders
 //! the HTML report in headless Chromium.
 
 #![deny(missing_docs)]
@@ -86,6 +87,10 @@ mod properties;
 pub mod report;
 #[cfg(not(feature = "internals"))]
 mod report;
+#[cfg(feature = "internals")]
+pub mod repro;
+#[cfg(not(feature = "internals"))]
+mod repro;
 #[cfg(feature = "internals")]
 pub mod runner;
 #[cfg(not(feature = "internals"))]

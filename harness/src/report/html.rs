@@ -295,6 +295,7 @@ mod tests {
                 params: Vec::new(),
                 description: evil.into(),
                 source: Some(evil.into()),
+                tags: Vec::new(),
                 file: "scenarios/s.yaml".into(),
                 observations: vec!["o".into()],
                 observation_steps: vec![format!("step 1 (a: select '{evil}')")],

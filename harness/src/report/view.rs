@@ -489,6 +489,7 @@ mod tests {
             params: vec![("k".into(), k.into())],
             description: String::new(),
             source: None,
+            tags: Vec::new(),
             file: "scenarios/f.yaml".into(),
             observations: vec!["held".into()],
             observation_steps: vec!["step 1 (a: select 1)".into()],

@@ -121,6 +121,12 @@ pub enum Command {
     /// properties it decides, each with what a violation means for a pooler.
     /// Exit 1 when one is violated or cannot be judged (docs/src/poolers.md).
     PoolerCheck(PoolerCheckArgs),
+    /// A cell of a report (default reports/matrix.json) as a reproduction
+    /// that runs without locklab: for a direct or pooler column a bash script
+    /// over psql, with a header naming the versions, the configuration and
+    /// what to expect, that says at its end whether it read what locklab
+    /// read; for a pool column the same steps in the pool's terms.
+    Repro(ReproArgs),
     /// Adapters of the driver protocol (docs/src/protocol.md).
     #[command(subcommand)]
     Adapter(AdapterCommand),
@@ -255,11 +261,11 @@ pub struct PoolerCheckArgs {
     /// Send no cancel requests through it (PgBouncer 1.18 exits on one).
     #[arg(long)]
     pub no_cancel: bool,
-    /// One of locklab's own pooler columns instead of --pooler (e.g.
-    /// pgbouncer-transaction, pgpool, pgagroal-session, odyssey-session):
-    /// the kit through the pooler locklab starts.
+    /// One of locklab's own pooler columns instead of --pooler (repeatable;
+    /// e.g. pgbouncer-transaction, pgpool, pgagroal-session,
+    /// odyssey-session): the kit through the pooler locklab starts.
     #[arg(long, value_name = "ID")]
-    pub column: Option<String>,
+    pub column: Vec<String>,
     #[command(flatten)]
     pub server: ServerArgs,
     /// Cells in flight at once (1-256).
@@ -268,6 +274,23 @@ pub struct PoolerCheckArgs {
     /// Print the verdicts as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `locklab repro`'s arguments.
+#[derive(Args)]
+pub struct ReproArgs {
+    /// The cell's scenario (with its parameter set: `NAME[k=v]`).
+    #[arg(short, long = "scenario", value_name = "SCENARIO")]
+    pub scenario: String,
+    /// The cell's column.
+    #[arg(short, long = "driver", value_name = "COLUMN")]
+    pub driver: String,
+    /// The report whose readings the reproduction expects [default: reports/matrix.json].
+    #[arg(long, value_name = "MATRIX_JSON")]
+    pub from: Option<PathBuf>,
+    /// Write it here (a script is made executable) instead of stdout.
+    #[arg(short, long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
 }
 
 /// `locklab merge`'s arguments.

@@ -16,6 +16,7 @@ mod output;
 mod pooler_check;
 mod progress;
 mod report;
+mod repro;
 mod review;
 mod run;
 mod schema;
@@ -103,6 +104,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Try(args) => try_cmd::try_crates(&dir, args),
         Command::Merge(args) => merge::merge(args),
         Command::PoolerCheck(args) => pooler_check::pooler_check(&dir, args),
+        Command::Repro(args) => repro::repro(&dir, args),
         Command::Adapter(cli::AdapterCommand::Check(args)) => adapter::check(args),
         Command::Holders(args) => locklab_holders::cli::holders(args),
         Command::Stress(args) => stress::stress(args),

@@ -34,17 +34,18 @@ pub const KIT_TAG: &str = "pooler";
 /// before the run.
 const PROBE: Duration = Duration::from_secs(5);
 
-/// Runs the kit through the pooler and prints the verdicts of the
-/// properties its cells decide (one line each, then what a violation means
-/// for a pooler). Exit 1 when one of them is violated or cannot be judged
-/// (a deciding cell failed), 0 when every one holds or does not apply.
+/// Runs the kit through the pooler (or each `--column`) and prints the
+/// verdicts of the properties its cells decide (one line each, then what a
+/// violation means for a pooler), per column. Exit 1 when one of them is
+/// violated or cannot be judged (a deciding cell failed) in a column, 0
+/// when every one holds or does not apply.
 ///
 /// # Errors
 /// A `--pooler` that is not an address; no server DSN with `--pooler`; the
 /// server or the pooler not answering, or refusing the role; a `--column`
 /// that is not one of locklab's pooler columns; as [`execute`].
 pub fn pooler_check(dir: &Path, args: &PoolerCheckArgs) -> Result<ExitCode> {
-    let (column, run) = match (&args.pooler, &args.column) {
+    let (columns, run) = match (&args.pooler, args.column.is_empty()) {
         (Some(address), _) => {
             let mode = args
                 .mode
@@ -58,25 +59,34 @@ pub fn pooler_check(dir: &Path, args: &PoolerCheckArgs) -> Result<ExitCode> {
             rt.block_on(probe(&dsn, &target))?;
             let id = declare(&target, mode, !args.no_cancel)?;
             (
-                id.clone(),
-                run_args(id, args.server.with_backends(vec![BackendChoice::External]), args.jobs),
+                vec![id.clone()],
+                run_args(
+                    vec![id],
+                    args.server.with_backends(vec![BackendChoice::External]),
+                    args.jobs,
+                ),
             )
         }
-        (None, Some(column)) => {
+        (None, false) => {
             let known: Vec<&'static str> = locklab_drivers::registry()
                 .iter()
                 .filter(|d| d.info().pooler.is_some())
                 .map(|d| d.info().id)
                 .collect();
-            if !known.contains(&column.as_str()) {
-                bail!(
-                    "--column {column}: not one of locklab's pooler columns ({})",
-                    known.join(", ")
-                );
+            for c in &args.column {
+                if !known.contains(&c.as_str()) {
+                    bail!(
+                        "--column {c}: not one of locklab's pooler columns ({})",
+                        known.join(", ")
+                    );
+                }
             }
-            (column.clone(), run_args(column.clone(), args.server.clone(), args.jobs))
+            (
+                args.column.clone(),
+                run_args(args.column.clone(), args.server.clone(), args.jobs),
+            )
         }
-        (None, None) => bail!("give --pooler HOST:PORT (a pooler you run) or --column ID (one of locklab's)"),
+        (None, true) => bail!("give --pooler HOST:PORT (a pooler you run) or --column ID (one of locklab's)"),
     };
     let kit: BTreeSet<String> = load(dir)?
         .into_iter()
@@ -84,11 +94,40 @@ pub fn pooler_check(dir: &Path, args: &PoolerCheckArgs) -> Result<ExitCode> {
         .map(|s| s.family)
         .collect();
     let report = execute(dir, &run)?;
+    let mut text = String::new();
+    let mut json = Vec::new();
+    let mut bad_columns = 0;
+    for column in &columns {
+        let (out, value, bad) = judge(&report, column, &kit);
+        text.push_str(&out);
+        json.push(value);
+        if bad > 0 {
+            bad_columns += 1;
+        }
+    }
+    if args.json {
+        emit(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&serde_json::json!({ "columns": json }))?
+        ))?;
+    } else {
+        emit(&text)?;
+    }
+    Ok(if bad_columns > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// One column's part of the output: the text, its JSON, and how many of the
+/// kit's properties it violates or cannot be judged on.
+fn judge(report: &locklab::report::Report, column: &str, kit: &BTreeSet<String>) -> (String, serde_json::Value, usize) {
     let mut out = String::new();
     let mut bad = 0;
     let mut judged = 0;
-    let failed: Vec<String> = report
-        .runs
+    let runs: Vec<&locklab::outcome::RunResult> = report.runs.iter().filter(|r| r.driver == column).collect();
+    let failed: Vec<String> = runs
         .iter()
         .filter(|r| r.status() == locklab::outcome::Status::Fail)
         .map(|r| format!("{}: {}", r.scenario, r.failure.as_deref().unwrap_or("failed")))
@@ -112,22 +151,16 @@ pub fn pooler_check(dir: &Path, args: &PoolerCheckArgs) -> Result<ExitCode> {
         out,
         "# The pooler conformance kit through `{column}`\n\n{configuration}\n\n{} scenario file(s) tagged `{KIT_TAG}`, {} cell(s).\n",
         kit.len(),
-        report.runs.len()
+        runs.len()
     );
     let mut json = Vec::new();
+    let of_kit = |v: &locklab::properties::ColumnVerdict| v.evidence.iter().any(|e| kit.contains(family(&e.scenario)));
     for server in &report.verdicts {
         for p in server.properties.iter().filter(|p| p.scope == Scope::Column) {
-            let Some(v) = p.of(&column) else { continue };
-            // A property of the kit: one its cells decide.
-            if !v.evidence.iter().any(|e| kit.contains(family(&e.scenario))) && v.verdict != Mark::Undecided {
-                continue;
-            }
-            if v.verdict == Mark::Undecided
-                && !p
-                    .columns
-                    .iter()
-                    .any(|c| c.evidence.iter().any(|e| kit.contains(family(&e.scenario))))
-            {
+            let Some(v) = p.of(column) else { continue };
+            // A property of the kit: one its cells decide (here, or, when
+            // a failed cell left it undecided here, in another column).
+            if !of_kit(v) && !(v.verdict == Mark::Undecided && p.columns.iter().any(of_kit)) {
                 continue;
             }
             judged += 1;
@@ -183,24 +216,17 @@ pub fn pooler_check(dir: &Path, args: &PoolerCheckArgs) -> Result<ExitCode> {
     }
     let _ = writeln!(
         out,
-        "\n{} of {judged} propert(y/ies) of the kit hold or do not apply; {bad} violated or not judged.",
+        "\n`{column}`: {} of {judged} propert(y/ies) of the kit hold or do not apply; {bad} violated or not judged.\n",
         judged - bad
     );
-    if args.json {
-        emit(&format!(
-            "{}\n",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "column": column,
-                "configuration": configuration,
-                "cells": report.runs.len(),
-                "failed_cells": failed,
-                "properties": json,
-            }))?
-        ))?;
-    } else {
-        emit(&out)?;
-    }
-    Ok(if bad > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    let value = serde_json::json!({
+        "column": column,
+        "configuration": configuration,
+        "cells": runs.len(),
+        "failed_cells": failed,
+        "properties": json,
+    });
+    (out, value, bad)
 }
 
 /// The scenario file's name of a cell's scenario (`NAME[params]` → `NAME`).
@@ -208,12 +234,12 @@ fn family(scenario: &str) -> &str {
     scenario.split('[').next().unwrap_or(scenario)
 }
 
-/// The run: the kit's scenarios through `column`.
-fn run_args(column: String, server: crate::cli::ServerArgs, jobs: u16) -> RunArgs {
+/// The run: the kit's scenarios through `columns`.
+fn run_args(columns: Vec<String>, server: crate::cli::ServerArgs, jobs: u16) -> RunArgs {
     RunArgs {
         scenario: Vec::new(),
         tag: vec![KIT_TAG.to_owned()],
-        driver: vec![column],
+        driver: columns,
         server,
         jobs,
         repeat: 1,

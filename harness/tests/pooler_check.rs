@@ -1,0 +1,242 @@
+//! `locklab pooler-check`: the pooler conformance kit through each pooler
+//! here (as locklab's own columns, and as a pooler a user runs, at its
+//! address), judged as the committed report judged the same configuration;
+//! and its bad input, each one line with nothing started.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::Output;
+
+use locklab::properties::Mark;
+use locklab_drivers::{Pooler, PoolerKind, PoolerMode};
+
+fn locklab(args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args(args)
+        .env_remove("LOCKLAB_DSN")
+        .env_remove("LOCKLAB_COLUMNS")
+        .output()
+        .expect("run locklab")
+}
+
+/// The committed report's verdict of each property for `column`.
+fn committed(column: &str) -> BTreeMap<String, String> {
+    let report = locklab::judge::load(&common::root().join("reports/matrix.json")).unwrap();
+    report.verdicts[0]
+        .properties
+        .iter()
+        .filter_map(|p| p.of(column).map(|v| (p.id.clone(), v.verdict.as_str().to_owned())))
+        .collect()
+}
+
+/// Whether column `id`'s readings vary by nature (pgagroal, Odyssey): its
+/// verdicts are then not compared with the committed report's.
+fn varies(id: &str) -> bool {
+    locklab_drivers::registry()
+        .iter()
+        .find(|d| d.info().id == id)
+        .and_then(|d| d.info().pooler)
+        .is_some_and(|p| p.kind.readings_vary())
+}
+
+/// Checks one column of `pooler-check --json`'s output against the
+/// committed report's verdicts of `as_column`, and returns whether it
+/// violated (or could not judge) a property.
+fn check_column(c: &serde_json::Value, as_column: &str) -> bool {
+    let id = c["column"].as_str().unwrap();
+    assert_eq!(c["failed_cells"].as_array().unwrap().len(), 0, "{id}: {c:#}");
+    assert!(c["cells"].as_u64().unwrap() > 0, "{id}: no cell ran");
+    let props = c["properties"].as_array().unwrap();
+    assert!(
+        props.iter().any(|p| p["property"] == "pooler-pins-while-held"),
+        "{id}: the kit's own property is judged: {c:#}"
+    );
+    let want = committed(as_column);
+    let mut bad = false;
+    for p in props {
+        let (prop, verdict) = (p["property"].as_str().unwrap(), p["verdict"].as_str().unwrap());
+        if matches!(verdict, "violated" | "undecided") {
+            bad = true;
+            assert!(
+                p["for_poolers"].as_str().is_some_and(|m| !m.is_empty()),
+                "{id}: {prop} is {verdict} and says what that means for a pooler"
+            );
+        }
+        if !varies(as_column) {
+            assert_eq!(
+                Some(verdict),
+                want.get(prop).map(String::as_str),
+                "{id}: {prop}, as the committed report judged {as_column}"
+            );
+        }
+    }
+    bad
+}
+
+/// The kit through each pooler locklab runs, in every mode, in one run:
+/// the verdicts are the committed report's for the same columns, and the
+/// exit code is 1 exactly when a column violates one.
+#[test]
+fn pooler_check_runs_the_kit_through_each_pooler_here() {
+    let mut columns: Vec<&str> = vec![
+        "pgbouncer-session",
+        "pgbouncer-transaction",
+        "pgbouncer-trixie-session",
+        "pgbouncer-trixie-transaction",
+        "pgpool",
+        "pgagroal-session",
+        "pgagroal-transaction",
+        "odyssey-session",
+        "odyssey-transaction",
+    ];
+    let in_container = |id: &str| {
+        locklab_drivers::registry()
+            .iter()
+            .find(|d| d.info().id == id)
+            .and_then(|d| d.info().pooler)
+            .and_then(locklab::server::poolers::unavailable)
+    };
+    if let Some(why) = in_container("pgpool") {
+        eprintln!("pooler-check: only PgBouncer 1.18 here: {why}");
+        columns.retain(|c| in_container(c).is_none());
+    }
+    let mut args = vec!["pooler-check", "--json"];
+    for c in &columns {
+        args.extend(["--column", c]);
+    }
+    let out = locklab(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    let judged = json["columns"].as_array().unwrap();
+    assert_eq!(judged.len(), columns.len());
+    let mut any_bad = false;
+    for c in judged {
+        let id = c["column"].as_str().unwrap();
+        any_bad |= check_column(c, id);
+    }
+    assert_eq!(out.status.code(), Some(if any_bad { 1 } else { 0 }), "{stdout}");
+}
+
+/// The path a pooler's author takes: a pooler at an address, in front of a
+/// server given by its DSN. Here Debian 12's PgBouncer in transaction mode,
+/// started as the `pgbouncer-transaction` column's is, with a client
+/// password of its own: the verdicts are that column's in the committed
+/// report.
+#[test]
+fn pooler_check_reaches_a_pooler_you_run() {
+    let server = common::server();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (port, _, password) = rt
+        .block_on(server.pooler(Pooler::new(PoolerKind::PgBouncer, PoolerMode::Transaction)))
+        .unwrap();
+    let spec = server.spec("postgres", "");
+    let dsn = match &spec.password {
+        Some(p) => format!("postgres://{}:{p}@{}:{}/postgres", spec.user, spec.host, spec.port),
+        None => format!("postgres://{}@{}:{}/postgres", spec.user, spec.host, spec.port),
+    };
+    let pooler = format!("postgres://{}:{password}@127.0.0.1:{port}", spec.user);
+    let out = locklab(&[
+        "pooler-check",
+        "--dsn",
+        &dsn,
+        "--pooler",
+        &pooler,
+        "--mode",
+        "transaction",
+        "--no-cancel",
+        "--json",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    let c = &json["columns"][0];
+    assert_eq!(c["column"], "your-pooler-transaction");
+    let bad = check_column(c, "pgbouncer-transaction");
+    assert_eq!(out.status.code(), Some(if bad { 1 } else { 0 }), "{stdout}");
+    // The committed report's own column violates pooler-pins-while-held:
+    // PgBouncer does not pin.
+    assert_eq!(
+        committed("pgbouncer-transaction")
+            .get("pooler-pins-while-held")
+            .map(String::as_str),
+        Some(Mark::Violated.as_str())
+    );
+}
+
+/// Bad input: one line on stderr, exit code 2, and nothing run.
+#[test]
+fn pooler_check_bad_input_is_one_line() {
+    let server = common::server();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (port, _, _) = rt
+        .block_on(server.pooler(Pooler::new(PoolerKind::PgBouncer, PoolerMode::Session)))
+        .unwrap();
+    let spec = server.spec("postgres", "");
+    let dsn = match &spec.password {
+        Some(p) => format!("postgres://{}:{p}@{}:{}/postgres", spec.user, spec.host, spec.port),
+        None => format!("postgres://{}@{}:{}/postgres", spec.user, spec.host, spec.port),
+    };
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let wrong_password = format!("postgres://{}:not-its-password@127.0.0.1:{port}", spec.user);
+    let no_server = format!("postgres://nobody@127.0.0.1:{closed}/postgres");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec![
+                "pooler-check",
+                "--dsn",
+                &no_server,
+                "--pooler",
+                "127.0.0.1:6432",
+                "--mode",
+                "session",
+            ],
+            "does not answer",
+        ),
+        (
+            vec![
+                "pooler-check",
+                "--dsn",
+                &dsn,
+                "--pooler",
+                &wrong_password,
+                "--mode",
+                "session",
+            ],
+            "does not take the server's role",
+        ),
+        (
+            vec!["pooler-check", "--column", "no-such-column"],
+            "not one of locklab's pooler columns",
+        ),
+        (
+            vec![
+                "pooler-check",
+                "--dsn",
+                &dsn,
+                "--pooler",
+                "nowhere",
+                "--mode",
+                "session",
+            ],
+            "expected HOST:PORT",
+        ),
+        (
+            vec!["pooler-check", "--dsn", &dsn, "--pooler", "127.0.0.1:6432"],
+            "needs --mode",
+        ),
+    ];
+    for (args, says) in cases {
+        let out = locklab(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: one line: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}: nothing run");
+    }
+}
