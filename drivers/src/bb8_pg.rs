@@ -84,6 +84,11 @@ macro_rules! bb8_driver {
                         .await?;
                     Ok(Box::new(Bb8Pool(pool)))
                 }
+
+                // Its connections are tokio-postgres clients (`DropReturns`).
+                fn extended_protocol(&self) -> Result<(), &'static str> {
+                    Ok(())
+                }
             }
         }
     };

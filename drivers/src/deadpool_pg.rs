@@ -135,6 +135,11 @@ macro_rules! deadpool_driver {
                         .map_err(|e| DriverError::Client(e.to_string()))?;
                     Ok(Box::new(DeadpoolPool(pool)))
                 }
+
+                // Its connections are tokio-postgres clients (`DropReturns`).
+                fn extended_protocol(&self) -> Result<(), &'static str> {
+                    Ok(())
+                }
             }
         }
     };

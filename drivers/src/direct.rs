@@ -39,6 +39,63 @@ pub async fn simple_query_rows(client: &Client, sql: &str) -> Result<Rows, Drive
     Ok(out)
 }
 
+/// Runs `sql` on a tokio-postgres client with the extended query protocol
+/// as one unnamed statement (`Client::query_typed`: Parse, Bind, Describe,
+/// Execute, Sync in one round trip, the parameters typed `bigint` or
+/// `text`), so that no prepared statement outlives the call (behind a
+/// transaction-mode pooler a named one prepared in one transaction is gone,
+/// or on another server connection, in the next), and collects every row
+/// as text: `bool` as `t`/`f`, integers and text as they read, `void` as
+/// an empty text, as the simple protocol shows them.
+///
+/// # Errors
+/// The server's error (with SQLSTATE) or the client's; a result column of
+/// a type not listed above ([`DriverError::Client`]).
+pub async fn extended_query_rows(client: &Client, sql: &str, params: &[crate::Param]) -> Result<Rows, DriverError> {
+    use tokio_postgres::types::{ToSql, Type};
+    let owned: Vec<(Box<dyn ToSql + Sync + Send>, Type)> = params
+        .iter()
+        .map(|p| -> (Box<dyn ToSql + Sync + Send>, Type) {
+            match p {
+                crate::Param::Int(i) => (Box::new(*i), Type::INT8),
+                crate::Param::Text(t) => (Box::new(t.clone()), Type::TEXT),
+            }
+        })
+        .collect();
+    let typed: Vec<(&(dyn ToSql + Sync), Type)> = owned
+        .iter()
+        .map(|(b, t)| (b.as_ref() as &(dyn ToSql + Sync), t.clone()))
+        .collect();
+    let mut out = Rows::default();
+    for row in client.query_typed(sql, &typed).await? {
+        if out.columns.is_empty() {
+            out.columns = row.columns().iter().map(|c| c.name().to_owned()).collect();
+        }
+        let mut values = Vec::with_capacity(row.len());
+        for (i, column) in row.columns().iter().enumerate() {
+            let text = match *column.type_() {
+                Type::BOOL => row
+                    .try_get::<_, Option<bool>>(i)?
+                    .map(|b| if b { "t" } else { "f" }.to_owned()),
+                Type::INT2 => row.try_get::<_, Option<i16>>(i)?.map(|v| v.to_string()),
+                Type::INT4 => row.try_get::<_, Option<i32>>(i)?.map(|v| v.to_string()),
+                Type::INT8 => row.try_get::<_, Option<i64>>(i)?.map(|v| v.to_string()),
+                Type::TEXT | Type::VARCHAR | Type::NAME => row.try_get::<_, Option<String>>(i)?,
+                Type::VOID => Some(String::new()),
+                ref other => {
+                    return Err(DriverError::Client(format!(
+                        "the extended protocol's result column {} is of type {other}, which locklab does not read",
+                        column.name()
+                    )));
+                }
+            };
+            values.push(text);
+        }
+        out.rows.push(values);
+    }
+    Ok(out)
+}
+
 /// How long [`DirectConn::close`] waits for the peer to close the socket
 /// after Terminate: 5 s.
 pub const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -191,6 +248,17 @@ impl Conn for DirectConn {
         Ok(rows)
     }
 
+    async fn extended_query(&mut self, sql: &str, params: &[crate::Param]) -> Result<Rows, DriverError> {
+        if let Ok(mut v) = self.notices.lock() {
+            v.clear();
+        }
+        let mut rows = extended_query_rows(&self.client, sql, params).await?;
+        if let Ok(mut v) = self.notices.lock() {
+            rows.notices = std::mem::take(&mut *v);
+        }
+        Ok(rows)
+    }
+
     async fn give_back(self: Box<Self>) -> Returned {
         self.close().await;
         Returned::Closed
@@ -219,6 +287,10 @@ pub struct DropReturns<G>(pub G);
 impl<G: ClientGuard> Conn for DropReturns<G> {
     async fn simple_query(&mut self, sql: &str) -> Result<Rows, DriverError> {
         simple_query_rows(self.0.client(), sql).await
+    }
+
+    async fn extended_query(&mut self, sql: &str, params: &[crate::Param]) -> Result<Rows, DriverError> {
+        extended_query_rows(self.0.client(), sql, params).await
     }
 
     async fn give_back(self: Box<Self>) -> Returned {
@@ -263,5 +335,9 @@ impl Driver for TokioPostgresDirect {
 
     async fn pool(&self, spec: &ConnectSpec, _opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
         Ok(Box::new(DirectFactory { spec: spec.clone() }))
+    }
+
+    fn extended_protocol(&self) -> Result<(), &'static str> {
+        Ok(())
     }
 }

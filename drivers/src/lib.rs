@@ -30,7 +30,7 @@ use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
-pub use direct::{CLOSE_WAIT, CONNECT_TIMEOUT, DirectConn, simple_query_rows};
+pub use direct::{CLOSE_WAIT, CONNECT_TIMEOUT, DirectConn, extended_query_rows, simple_query_rows};
 pub use locklab_core::{ConnectSpec, with_sources};
 pub use poolers::{
     CancelRequests, CheckIn, Column as PoolerColumn, Facts as PoolerFacts, Modelled, Pooled as PooledPoolerColumn,
@@ -277,6 +277,23 @@ pub trait Conn: Send {
     /// [`DriverError::Client`] when the connection fails.
     async fn simple_query(&mut self, sql: &str) -> Result<Rows, DriverError>;
 
+    /// Runs `sql`, one statement, with the extended query protocol (Parse,
+    /// Bind, Execute, Sync; PostgreSQL docs §55.2.3, "Extended Query") and
+    /// `params` bound to `$1`, `$2`, …, and returns its rows as text (a
+    /// `void` result as an empty text). A pooler sees a Parse message, not
+    /// a Query: what a pooler that pins on lock calls must read too.
+    ///
+    /// # Errors
+    /// As [`Conn::simple_query`]; [`DriverError::Unsupported`] (the
+    /// default) for a client that sends the simple protocol only
+    /// ([`Driver::extended_protocol`]).
+    async fn extended_query(&mut self, sql: &str, params: &[Param]) -> Result<Rows, DriverError> {
+        let _ = (sql, params);
+        Err(DriverError::Unsupported(
+            "the column's client sends statements with the simple query protocol only in locklab".into(),
+        ))
+    }
+
     /// [`Conn::simple_query`] with a client-side bound, given up the way the
     /// client's language gives up on a call: `None` once `bound` has
     /// elapsed. For Rust: the call's future is dropped
@@ -420,6 +437,15 @@ pub trait Pool: Send + Sync {
     async fn close(&self);
 }
 
+/// A statement's parameter for [`Conn::extended_query`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Param {
+    /// A `bigint` (`int8`).
+    Int(i64),
+    /// A `text`.
+    Text(String),
+}
+
 /// One driver configuration: a column of the matrix.
 #[async_trait::async_trait]
 pub trait Driver: Send + Sync {
@@ -431,6 +457,15 @@ pub trait Driver: Send + Sync {
     /// # Errors
     /// [`DriverError`] when the pool cannot be built or its first connection fails.
     async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError>;
+
+    /// Why this column cannot send a statement with the extended query
+    /// protocol ([`Conn::extended_query`]), if it cannot: a scenario step
+    /// with `protocol: extended` is then `n/a` here with this reason. The
+    /// default: it cannot (its connections send the simple query protocol
+    /// only, [`Conn::simple_query`]).
+    fn extended_protocol(&self) -> Result<(), &'static str> {
+        Err("the column's client sends statements with the simple query protocol only in locklab")
+    }
 
     /// Why this column cannot run on this machine, if it cannot: a
     /// toolchain its adapter needs is missing (the text names it and the

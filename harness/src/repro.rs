@@ -26,6 +26,7 @@ use locklab_core::keys::AdvisoryKey;
 use locklab_drivers::{DriverInfo, DriverKind, PoolerMode};
 
 use crate::scenario::steps::StepKind;
+use crate::scenario::steps::sql::Protocol;
 use crate::scenario::{Scenario, Via, When};
 
 /// What the header says: where the cell comes from and what it showed.
@@ -112,15 +113,31 @@ pub fn script(
     }
     out.push_str("admin -d \"${PGDATABASE:-postgres}\" -c \"create database $DB\" >/dev/null || exit 2\n");
     out.push_str("created=1\n");
+    for (name, value) in &scenario.server_settings.list {
+        let _ = writeln!(
+            out,
+            "admin -d \"$DB\" -c {} >/dev/null || exit 2",
+            shell_quote(&format!(
+                "alter database \"$DB\" set {name} = '{}'",
+                value.replace('\'', "''")
+            ))
+        );
+    }
     for (sql, _) in &scenario.setup {
         let _ = writeln!(out, "admin -d \"$DB\" -c {} >/dev/null || exit 2", shell_quote(sql));
     }
     // Direct actors connect for the whole run.
     for a in &scenario.actors {
         if a.via == Via::Direct {
-            let _ = writeln!(out, "open_session {} server", a.name);
+            let _ = writeln!(
+                out,
+                "open_session {} server {}",
+                a.name,
+                shell_quote(&options(&a.settings.list))
+            );
         }
     }
+    let pool_options = shell_quote(&options(&scenario.pool_settings.list));
     let via_pool = if pooler.is_some() { "pooler" } else { "server" };
     let (session_mode, reset) = match pooler {
         Some(p) => (p.mode == PoolerMode::Session, p.check_in.reset_query()),
@@ -152,9 +169,20 @@ pub fn script(
         let name = |i: usize| scenario.actors[i].name.clone();
         let mark = format!("__locklab_step_{n}");
         match &step.kind {
+            StepKind::Sql(s) if s.bound.is_some() => {
+                return Err(NoPsqlForm(format!(
+                    "step {n} ({label}) at {at}: a call the client gives up on (client_timeout_ms) has no psql form"
+                )));
+            }
             StepKind::Sql(s) => {
                 let actor = name(s.actor);
-                let _ = writeln!(out, "run {actor} {} {mark}", sql_arg(&s.sql));
+                let sql = match s.protocol {
+                    Protocol::Simple => sql_arg(&s.sql),
+                    // psql 16 and later: `\bind` sends the next query with the
+                    // extended protocol, its parameters bound.
+                    Protocol::Extended => format!("{}{}", sql_arg(&s.sql), shell_quote(&bind(&s.params))),
+                };
+                let _ = writeln!(out, "run {actor} {sql} {mark}");
                 if let Some(var) = &s.save {
                     let _ = writeln!(out, "V_{var}=$(value {actor} {mark})");
                 }
@@ -180,7 +208,7 @@ pub fn script(
             }
             StepKind::Checkout(c) => {
                 let actor = name(c.actor);
-                let _ = writeln!(out, "open_session {actor} {via_pool}");
+                let _ = writeln!(out, "open_session {actor} {via_pool} {pool_options}");
                 // Its backend, for the wait after its return (none behind
                 // transaction pooling, where no backend is the client's).
                 if pooler.is_none() || session_mode {
@@ -365,6 +393,28 @@ fn record(out: &mut String, name: &str, value: &str, readings: &BTreeMap<String,
     );
 }
 
+/// psql's `\bind` line for `params` (psql 16 and later), after a newline.
+fn bind(params: &[locklab_drivers::Param]) -> String {
+    let values: Vec<String> = params
+        .iter()
+        .map(|p| match p {
+            locklab_drivers::Param::Int(i) => i.to_string(),
+            locklab_drivers::Param::Text(t) => format!("'{}'", t.replace('\'', "''")),
+        })
+        .collect();
+    format!("\n\\bind {}", values.join(" "))
+}
+
+/// Connection settings as `PGOPTIONS` (`-c name=value …`; PostgreSQL docs
+/// §20.1.4, the `options` connection parameter), or nothing.
+fn options(settings: &[(String, String)]) -> String {
+    settings
+        .iter()
+        .map(|(k, v)| format!("-c {k}={}", v.replace(' ', "\\ ")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// `# text` lines, wrapped at about 100 columns.
 fn comment(out: &mut String, text: &str) {
     let mut line = String::from("#");
@@ -427,11 +477,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 # A session: psql reading from a FIFO, its output (and notices) in a file.
+# $1 the actor, $2 server or pooler, $3 its connection settings (PGOPTIONS).
 open_session() {
   local name=$1 host=$PGHOST port=$PGPORT pw=${PGPASSWORD:-}
   if [ "$2" = pooler ]; then host=$POOLER_HOST; port=$POOLER_PORT; pw=${POOLER_PASSWORD:-${PGPASSWORD:-}}; fi
   rm -f "$here/$name.in"; mkfifo "$here/$name.in"; : > "$here/$name.out"
-  PGPASSWORD=$pw PGAPPNAME="locklab-repro-$name" psql -X -q -At -h "$host" -p "$port" -d "$DB" \
+  PGPASSWORD=$pw PGAPPNAME="locklab-repro-$name" PGOPTIONS=${3:-} psql -X -q -At -h "$host" -p "$port" -d "$DB" \
     < "$here/$name.in" > "$here/$name.out" 2>&1 &
   eval "exec {fd_$name}>\"\$here/\$name.in\""
 }

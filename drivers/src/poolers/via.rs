@@ -47,6 +47,10 @@ impl Conn for BouncedConn {
         self.0.simple_query(sql).await
     }
 
+    async fn extended_query(&mut self, sql: &str, params: &[crate::Param]) -> Result<Rows, DriverError> {
+        self.0.extended_query(sql, params).await
+    }
+
     async fn give_back(self: Box<Self>) -> Returned {
         // A closed client connection leaves its server connection in
         // the pooler's pool: for the server, the connection went back to a pool.
@@ -120,6 +124,10 @@ impl Driver for ViaPooler {
             // caller is up to the client in front of it.
             notices: inner.notices,
         }
+    }
+
+    fn extended_protocol(&self) -> Result<(), &'static str> {
+        self.inner.extended_protocol()
     }
 
     async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {

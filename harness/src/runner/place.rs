@@ -79,6 +79,22 @@ pub(super) fn not_applicable(scenario: &Scenario, info: &DriverInfo) -> Option<N
     None
 }
 
+/// Why a scenario with an `sql` step sent with the extended protocol
+/// (`protocol: extended`) cannot run through `driver`, if it cannot: its
+/// client sends the simple protocol only ([`Driver::extended_protocol`]).
+pub(super) fn protocol(scenario: &Scenario, driver: &dyn Driver) -> Option<NotRun> {
+    let extended = scenario.steps.iter().any(|s| {
+        matches!(&s.kind, crate::scenario::StepKind::Sql(q) if q.protocol == crate::scenario::steps::sql::Protocol::Extended)
+    });
+    if !extended {
+        return None;
+    }
+    driver
+        .extended_protocol()
+        .err()
+        .map(|why| NotRun::NotApplicable(format!("a step uses the extended query protocol, and {why}")))
+}
+
 /// The environment variable naming the columns (ids, comma-separated; `*`:
 /// all) that may miss their toolchain under `CI` ([`missing_toolchain`]).
 pub const ALLOW_MISSING_VAR: &str = "LOCKLAB_ALLOW_MISSING";

@@ -1,6 +1,7 @@
 //! `sql:` in the foreground: a statement on the actor's connection (simple
-//! query protocol), checked against `expect`, saved with `save`, recorded
-//! with `record`; bounded by `client_timeout_ms` when it has one.
+//! query protocol, or the extended one with `protocol: extended` and its
+//! `params`), checked against `expect`, saved with `save`, recorded with
+//! `record`; bounded by `client_timeout_ms` when it has one.
 
 use locklab_drivers::{DirectConn, Pool};
 
@@ -9,7 +10,8 @@ use super::expect::{ClientBound, SqlExpect};
 use super::{Checking, Kind, RawStep, Step, context::StepCx};
 use crate::scenario::steps::error::StepResult;
 use crate::scenario::validate::expect::Expect;
-use crate::scenario::{Actor, When, template};
+use crate::scenario::validate::validator::Validator;
+use crate::scenario::{Actor, Pos, Scalar, When, template};
 
 macro_rules! raw_fields {
     ($next:ident [$($f:tt)*] $($rest:tt)*) => {
@@ -17,10 +19,32 @@ macro_rules! raw_fields {
             /// SQL run with the simple query protocol; `${name}` is replaced by a saved value or a parameter.
             #[serde(default)]
             pub(crate) sql: Option<String>,
+            /// For a foreground `sql` step: `extended` sends its one statement with the extended
+            /// query protocol (Parse, Bind, Execute, Sync) instead of the simple one; `n/a` on a
+            /// column whose client sends the simple protocol only.
+            #[serde(default)]
+            pub(crate) protocol: Option<$crate::scenario::steps::sql::Protocol>,
+            /// With `protocol: extended`: the values bound to `$1`, `$2`, … (integers as `bigint`,
+            /// strings as `text`).
+            #[serde(default)]
+            #[schemars(with = "Option<Vec<crate::scenario::raw::Scalar>>")]
+            pub(crate) params: Option<serde_saphyr::Spanned<Vec<$crate::scenario::raw::Scalar>>>,
         ] $($rest)* }
     };
 }
 pub(crate) use raw_fields;
+
+/// How an `sql` step sends its statement (`protocol:`; PostgreSQL docs
+/// §55.2.2, §55.2.3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// One Query message (the default).
+    #[default]
+    Simple,
+    /// Parse, Bind, Execute, Sync: one statement, with its parameters bound.
+    Extended,
+}
 
 /// A foreground `sql` step.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,6 +61,10 @@ pub struct SqlStep {
     pub when: Option<When>,
     /// A client-side bound on the call (`client_timeout_ms`, `on_timeout`).
     pub bound: Option<ClientBound>,
+    /// The protocol it is sent with.
+    pub protocol: Protocol,
+    /// With the extended protocol: the values bound to `$1`, `$2`, ….
+    pub params: Vec<locklab_drivers::Param>,
 }
 
 /// The declaration of `sql` (in the foreground and, see
@@ -88,7 +116,55 @@ impl Kind for SqlStep {
         !raw.background
     }
 
+    fn stray(raw: &RawStep, v: &mut Validator<'_>, n: usize, pos: Pos) {
+        if raw.protocol.is_some() || raw.params.is_some() {
+            v.err(
+                pos,
+                format!("step {n}: 'protocol' and 'params' only apply to 'sql' steps in the foreground"),
+            );
+        }
+    }
+
+    fn fields(raw: &RawStep, v: &mut Validator<'_>, n: usize, pos: Pos) {
+        if raw.params.is_some() && raw.protocol != Some(Protocol::Extended) {
+            v.err(pos, format!("step {n}: 'params' need 'protocol: extended'"));
+        }
+    }
+
     fn check(raw: &RawStep, cx: &mut Checking<'_, '_, '_>) -> Option<Self> {
+        let protocol = raw.protocol.unwrap_or_default();
+        let (n, pos) = (cx.n, cx.pos);
+        if protocol == Protocol::Extended {
+            if cx.bound.is_some() {
+                cx.err(pos, format!("step {n}: 'protocol: extended' with 'client_timeout_ms' is not supported"));
+            }
+            if raw.sql.as_deref().is_some_and(|s| s.trim().trim_end_matches(';').contains(';')) {
+                cx.err(
+                    pos,
+                    format!("step {n}: the extended protocol sends one statement; this 'sql' has several"),
+                );
+            }
+        }
+        let params = raw
+            .params
+            .as_ref()
+            .map(|p| {
+                p.value
+                    .iter()
+                    .filter_map(|s| match s {
+                        Scalar::Int(i) if i64::try_from(*i).is_ok() => Some(locklab_drivers::Param::Int(*i as i64)),
+                        Scalar::Text(t) => Some(locklab_drivers::Param::Text(t.clone())),
+                        other => {
+                            cx.err(
+                                Pos::of(&p.referenced),
+                                format!("step {n}: a parameter is an integer or a string, not {other:?}"),
+                            );
+                            None
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         Some(SqlStep {
             actor: cx.actor,
             sql: text(raw, cx)?,
@@ -96,6 +172,8 @@ impl Kind for SqlStep {
             save: raw.save.as_ref().map(|v| v.value.clone()),
             when: raw.when,
             bound: cx.bound,
+            protocol,
+            params,
         })
     }
 
@@ -120,7 +198,10 @@ impl Kind for SqlStep {
         if let Some(bound) = self.bound {
             return cx.bounded_sql(step, self.actor, &sql, bound, self.expect.as_ref()).await;
         }
-        let outcome = cx.statement(step, self.actor, &sql).await?;
+        let outcome = match self.protocol {
+            Protocol::Simple => cx.statement(step, self.actor, &sql).await?,
+            Protocol::Extended => cx.extended_statement(step, self.actor, &sql, &self.params).await?,
+        };
         cx.finish_sql(step, self.actor, self.expect.as_ref(), self.save.as_deref(), outcome, None)
     }
 }

@@ -34,6 +34,24 @@ impl StepCx<'_> {
         Ok((r, conn.last_elapsed().unwrap_or_else(|| t0.elapsed())))
     }
 
+    /// Runs `sql` with the extended query protocol and `params` on the
+    /// actor's connection within the step's deadline.
+    pub(crate) async fn extended_statement(
+        &mut self,
+        step: &Step,
+        actor: usize,
+        sql: &str,
+        params: &[locklab_drivers::Param],
+    ) -> Result<SqlOutcome, StepError> {
+        let deadline = Duration::from_millis(step.deadline_ms);
+        let conn = self.conn(actor)?;
+        let t0 = Instant::now();
+        let r = tokio::time::timeout(deadline, conn.extended_query(sql, params))
+            .await
+            .map_err(|_| late(step, "the statement had not finished"))?;
+        Ok((r, conn.last_elapsed().unwrap_or_else(|| t0.elapsed())))
+    }
+
     /// Checks and records an SQL step's outcome, and saves its value.
     /// `waited`: for an `await` step, how long the await itself waited (zero
     /// when the result was already in).
