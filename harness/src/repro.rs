@@ -114,14 +114,10 @@ pub fn script(
     out.push_str("admin -d \"${PGDATABASE:-postgres}\" -c \"create database $DB\" >/dev/null || exit 2\n");
     out.push_str("created=1\n");
     for (name, value) in &scenario.server_settings.list {
-        let _ = writeln!(
-            out,
-            "admin -d \"$DB\" -c {} >/dev/null || exit 2",
-            shell_quote(&format!(
-                "alter database \"$DB\" set {name} = '{}'",
-                value.replace('\'', "''")
-            ))
-        );
+        // `$DB` is the shell's: the statement in double quotes.
+        let sql = format!("alter database $DB set {name} = '{}'", value.replace('\'', "''"));
+        let escaped = sql.replace('\\', "\\\\").replace('"', "\\\"").replace('`', "\\`");
+        let _ = writeln!(out, "admin -d \"$DB\" -c \"{escaped}\" >/dev/null || exit 2");
     }
     for (sql, _) in &scenario.setup {
         let _ = writeln!(out, "admin -d \"$DB\" -c {} >/dev/null || exit 2", shell_quote(sql));

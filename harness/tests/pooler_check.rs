@@ -21,6 +21,35 @@ fn locklab(args: &[&str]) -> Output {
         .expect("run locklab")
 }
 
+/// `pooler-check ARGS --json`: its output read as JSON, its exit code and
+/// its stdout (for messages).
+fn pooler_check_json(args: &[&str]) -> (serde_json::Value, Option<i32>, String) {
+    let mut all = vec!["pooler-check", "--json"];
+    all.extend_from_slice(args);
+    let out = locklab(&all);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let json = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    (json, out.status.code(), stdout)
+}
+
+/// The test server's DSN, and Debian 12's PgBouncer in `mode` in front of
+/// it (started as its columns' is): its port, its client password, and the
+/// server's role.
+fn server_and_pgbouncer(mode: PoolerMode) -> (String, u16, String, String) {
+    let server = common::server();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (port, _, password) = rt
+        .block_on(server.pooler(Pooler::new(PoolerKind::PgBouncer, mode)))
+        .unwrap();
+    let spec = server.spec("postgres", "");
+    let dsn = match &spec.password {
+        Some(p) => format!("postgres://{}:{p}@{}:{}/postgres", spec.user, spec.host, spec.port),
+        None => format!("postgres://{}@{}:{}/postgres", spec.user, spec.host, spec.port),
+    };
+    (dsn, port, password, spec.user)
+}
+
 /// The verdict of each property for `column` judged, as `pooler-check`
 /// judges, from the kit's cells alone (the scenarios tagged `pooler`) of the
 /// committed report.
@@ -40,7 +69,12 @@ fn committed(column: &str) -> BTreeMap<String, String> {
         .into_iter()
         .filter(|c| c.driver == column && kit.contains(&c.scenario))
         .collect();
-    let drivers: Vec<Column> = report.drivers.iter().filter(|d| d.id == column).map(Column::of).collect();
+    let drivers: Vec<Column> = report
+        .drivers
+        .iter()
+        .filter(|d| d.id == column)
+        .map(Column::of)
+        .collect();
     properties::evaluate(&shipped, &cells, &drivers)
         .into_iter()
         .filter_map(|p| p.of(column).map(|v| (p.id.clone(), v.verdict.as_str().to_owned())))
@@ -118,14 +152,11 @@ fn pooler_check_runs_the_kit_through_each_pooler_here() {
         eprintln!("pooler-check: only PgBouncer 1.18 here: {why}");
         columns.retain(|c| in_container(c).is_none());
     }
-    let mut args = vec!["pooler-check", "--json"];
+    let mut args = Vec::new();
     for c in &columns {
         args.extend(["--column", c]);
     }
-    let out = locklab(&args);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let json: serde_json::Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    let (json, code, stdout) = pooler_check_json(&args);
     let judged = json["columns"].as_array().unwrap();
     assert_eq!(judged.len(), columns.len());
     let mut any_bad = false;
@@ -133,7 +164,7 @@ fn pooler_check_runs_the_kit_through_each_pooler_here() {
         let id = c["column"].as_str().unwrap();
         any_bad |= check_column(c, id);
     }
-    assert_eq!(out.status.code(), Some(if any_bad { 1 } else { 0 }), "{stdout}");
+    assert_eq!(code, Some(if any_bad { 1 } else { 0 }), "{stdout}");
 }
 
 /// The path a pooler's author takes: a pooler at an address, in front of a
@@ -143,19 +174,9 @@ fn pooler_check_runs_the_kit_through_each_pooler_here() {
 /// report.
 #[test]
 fn pooler_check_reaches_a_pooler_you_run() {
-    let server = common::server();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let (port, _, password) = rt
-        .block_on(server.pooler(Pooler::new(PoolerKind::PgBouncer, PoolerMode::Transaction)))
-        .unwrap();
-    let spec = server.spec("postgres", "");
-    let dsn = match &spec.password {
-        Some(p) => format!("postgres://{}:{p}@{}:{}/postgres", spec.user, spec.host, spec.port),
-        None => format!("postgres://{}@{}:{}/postgres", spec.user, spec.host, spec.port),
-    };
-    let pooler = format!("postgres://{}:{password}@127.0.0.1:{port}", spec.user);
-    let out = locklab(&[
-        "pooler-check",
+    let (dsn, port, password, user) = server_and_pgbouncer(PoolerMode::Transaction);
+    let pooler = format!("postgres://{user}:{password}@127.0.0.1:{port}");
+    let (json, code, stdout) = pooler_check_json(&[
         "--dsn",
         &dsn,
         "--pooler",
@@ -163,36 +184,39 @@ fn pooler_check_reaches_a_pooler_you_run() {
         "--mode",
         "transaction",
         "--no-cancel",
-        "--json",
     ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let json: serde_json::Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
     let c = &json["columns"][0];
     assert_eq!(c["column"], "your-pooler-transaction");
     let bad = check_column(c, "pgbouncer-transaction");
-    assert_eq!(out.status.code(), Some(if bad { 1 } else { 0 }), "{stdout}");
+    assert_eq!(code, Some(if bad { 1 } else { 0 }), "{stdout}");
 }
 
 /// Bad input: one line on stderr, exit code 2, and nothing run.
 #[test]
 fn pooler_check_bad_input_is_one_line() {
-    let server = common::server();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let (port, _, _) = rt
-        .block_on(server.pooler(Pooler::new(PoolerKind::PgBouncer, PoolerMode::Session)))
-        .unwrap();
-    let spec = server.spec("postgres", "");
-    let dsn = match &spec.password {
-        Some(p) => format!("postgres://{}:{p}@{}:{}/postgres", spec.user, spec.host, spec.port),
-        None => format!("postgres://{}@{}:{}/postgres", spec.user, spec.host, spec.port),
-    };
+    let (dsn, port, _, user) = server_and_pgbouncer(PoolerMode::Session);
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let wrong_password = format!("postgres://{}:not-its-password@127.0.0.1:{port}", spec.user);
+    // A role the server takes and PgBouncer does not know (its auth_file
+    // holds the harness's role only): the pooler refuses it.
+    let other_role = "locklab_pooler_check_other";
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let admin = common::server().admin().await.unwrap();
+        admin
+            .client()
+            .batch_execute(&format!(
+                "do $$ begin create role {other_role} login createdb; exception when duplicate_object then null; end $$"
+            ))
+            .await
+            .unwrap();
+        admin.close().await;
+    });
+    let other_dsn = dsn.replacen(&format!("//{user}"), &format!("//{other_role}"), 1);
+    let pooler_address = format!("127.0.0.1:{port}");
     let no_server = format!("postgres://nobody@127.0.0.1:{closed}/postgres");
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (
@@ -211,9 +235,9 @@ fn pooler_check_bad_input_is_one_line() {
             vec![
                 "pooler-check",
                 "--dsn",
-                &dsn,
+                &other_dsn,
                 "--pooler",
-                &wrong_password,
+                &pooler_address,
                 "--mode",
                 "session",
             ],
@@ -248,4 +272,12 @@ fn pooler_check_bad_input_is_one_line() {
         assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: one line: {stderr}");
         assert!(out.stdout.is_empty(), "{args:?}: nothing run");
     }
+    rt.block_on(async {
+        let admin = common::server().admin().await.unwrap();
+        let _ = admin
+            .client()
+            .batch_execute(&format!("drop role if exists {other_role}"))
+            .await;
+        admin.close().await;
+    });
 }

@@ -160,7 +160,7 @@ fn judge(report: &locklab::report::Report, column: &str, kit: &BTreeSet<String>)
             let Some(v) = p.of(column) else { continue };
             // A property of the kit: one its cells decide (here, or, when
             // a failed cell left it undecided here, in another column).
-            if !of_kit(v) && !(v.verdict == Mark::Undecided && p.columns.iter().any(of_kit)) {
+            if !(of_kit(v) || v.verdict == Mark::Undecided && p.columns.iter().any(of_kit)) {
                 continue;
             }
             judged += 1;
@@ -300,10 +300,25 @@ async fn probe(dsn: &str, target: &Target) -> Result<()> {
     ask(&config)
         .await
         .map_err(|e| anyhow::anyhow!("the server at {server} (--dsn) does not answer: {e}"))?;
-    let mut via = config.clone();
-    via.host(&target.host).port(target.port);
-    if let Some(p) = &target.password {
-        via.password(p.as_bytes());
+    // A new configuration: `Config::host` and `port` add to a list.
+    let mut via = tokio_postgres::Config::new();
+    via.host(&target.host)
+        .port(target.port)
+        .application_name("locklab-pooler-check");
+    if let Some(u) = config.get_user() {
+        via.user(u);
+    }
+    if let Some(db) = config.get_dbname() {
+        via.dbname(db);
+    }
+    match (&target.password, config.get_password()) {
+        (Some(p), _) => {
+            via.password(p.as_bytes());
+        }
+        (None, Some(p)) => {
+            via.password(p);
+        }
+        (None, None) => {}
     }
     let role = config.get_user().unwrap_or("(the default role)").to_owned();
     ask(&via).await.map(|_| ()).map_err(|e| {

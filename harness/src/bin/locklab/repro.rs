@@ -81,7 +81,7 @@ pub fn repro(dir: &Path, args: &ReproArgs) -> Result<ExitCode> {
     let mut properties = Vec::new();
     for server in report.verdicts.iter().filter(|s| s.server == run.server) {
         for p in &server.properties {
-            let Some(v) = p.of(&info.id) else { continue };
+            let Some(v) = p.of(info.id) else { continue };
             let Some(e) = v.evidence.iter().find(|e| e.scenario == scenario.name) else {
                 continue;
             };

@@ -27,7 +27,7 @@ macro_rules! raw_fields {
             /// With `protocol: extended`: the values bound to `$1`, `$2`, … (integers as `bigint`,
             /// strings as `text`).
             #[serde(default)]
-            #[schemars(with = "Option<Vec<crate::scenario::raw::Scalar>>")]
+            #[schemars(with = "Option<crate::scenario::raw::OrParam<Vec<crate::scenario::raw::Scalar>>>")]
             pub(crate) params: Option<serde_saphyr::Spanned<Vec<$crate::scenario::raw::Scalar>>>,
         ] $($rest)* }
     };
