@@ -416,7 +416,7 @@ fn finding(p: &PropertyVerdicts, info: &Property) -> Option<Finding> {
                 .columns
                 .iter()
                 .flat_map(|c| &c.evidence)
-                .filter(|e| e.scenario == g.scenario);
+                .filter(|e| e.scenario == g.scenario && e.record == g.record);
             let says = cell
                 .clone()
                 .find(|e| e.reads == g.mark)

@@ -134,6 +134,16 @@ pub(super) fn external_pooler(scenario: &Scenario, info: &DriverInfo, server: &S
              one locklab runs on (--dsn / LOCKLAB_DSN)"
         )));
     }
+    if let Some(cap) = scenario.pooler_server_connections
+        && crate::server::poolers::caps(pooler)
+    {
+        // Without the cap the cell would not show what it is about (a
+        // client kept waiting for a server connection), so it is not run.
+        return Some(NotRun::NotApplicable(format!(
+            "the scenario caps the pooler's server connections at {cap} per database (pooler.server_connections), \
+             which locklab sets only on the poolers it starts, not on yours ({at})"
+        )));
+    }
     (scenario.placement() != Placement::ColumnServer).then(|| {
         NotRun::NotApplicable(format!(
             "the scenario runs on a local cluster of its own, which a pooler of your own ({at}) does not route to"
