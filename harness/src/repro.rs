@@ -71,7 +71,9 @@ pub fn script(
     if let Some(s) = &scenario.source {
         comment(&mut out, &format!("Source: {s}"));
     }
-    comment(&mut out, &format!("File: {}", scenario.file.display()));
+    let root = crate::server::workspace_root();
+    let file = scenario.file.strip_prefix(&root).unwrap_or(&scenario.file);
+    comment(&mut out, &format!("File: {} (locklab's repository)", file.display()));
     comment(&mut out, &format!("Column: {} — {}", column.id, header.configuration));
     comment(
         &mut out,

@@ -103,7 +103,13 @@ pub fn repro(dir: &Path, args: &ReproArgs) -> Result<ExitCode> {
         versions: versions.join("; "),
         configuration: column.map_or_else(|| info.configuration.to_owned(), |c| c.configuration.clone()),
         properties,
-        from: format!("{}, {}", from.display(), report.generated_at),
+        from: format!(
+            "{}, {}",
+            from.strip_prefix(locklab::server::workspace_root())
+                .unwrap_or(&from)
+                .display(),
+            report.generated_at
+        ),
     };
     // A client without a pool (tokio-postgres, a connection per checkout),
     // directly or through a pooler: psql does the same.
