@@ -12,6 +12,9 @@
 //! "DISCARD"), which the server cells of `reset-statements-after-session-lock`
 //! measure.
 
+/// PgCat's and pg_doorman's check-in statements, all of them at once.
+const RESET_KEEPING_LOCKS: &str = "RESET ROLE; RESET ALL; DEALLOCATE ALL; CLOSE ALL;";
+
 /// What a pooler column's pooler sends a server connection at check-in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -33,14 +36,13 @@ pub enum CheckIn {
 impl CheckIn {
     /// The PgBouncer settings that make it, as `name = value` lines of
     /// `pgbouncer.ini`'s `[pgbouncer]` section (none for the default).
-    pub fn pgbouncer_settings(self) -> &'static [&'static str] {
+    pub fn pgbouncer_settings(self) -> Vec<String> {
         match self {
-            CheckIn::Default => &[],
-            CheckIn::ResetKeepingLocks => &[
-                "server_reset_query = RESET ROLE; RESET ALL; DEALLOCATE ALL; CLOSE ALL;",
-                "server_reset_query_always = 1",
+            CheckIn::Default => Vec::new(),
+            CheckIn::ResetKeepingLocks | CheckIn::DiscardAlways => vec![
+                format!("server_reset_query = {}", self.reset_query()),
+                "server_reset_query_always = 1".to_owned(),
             ],
-            CheckIn::DiscardAlways => &["server_reset_query = DISCARD ALL", "server_reset_query_always = 1"],
         }
     }
 
@@ -49,7 +51,7 @@ impl CheckIn {
     pub fn reset_query(self) -> &'static str {
         match self {
             CheckIn::Default | CheckIn::DiscardAlways => "DISCARD ALL",
-            CheckIn::ResetKeepingLocks => "RESET ROLE; RESET ALL; DEALLOCATE ALL; CLOSE ALL;",
+            CheckIn::ResetKeepingLocks => RESET_KEEPING_LOCKS,
         }
     }
 

@@ -255,7 +255,7 @@ pub(super) fn config(
         mode = mode.as_str(),
     );
     for line in check_in.pgbouncer_settings() {
-        ini.push_str(line);
+        ini.push_str(&line);
         ini.push('\n');
     }
     ini
