@@ -275,17 +275,22 @@ pub fn reset_or_gone_sql(pid: i32, reset: &str) -> String {
 }
 
 /// How many client backends of database `db`, other than the asking one and
-/// `except` (the direct actors'), are idle after a statement that is not the
-/// pooler's reset `reset` (nor none at all): server connections a pooler
-/// that resets after every transaction has released and not reset yet.
+/// `except` (the direct actors'), a pooler that resets after every
+/// transaction has released and not finished resetting: idle after a
+/// statement that is not the pooler's reset `reset` (nor none at all), or
+/// still running that reset (`active`). PgBouncer sends the reset after it
+/// has passed ReadyForQuery to the client (`src/objects.c`, `release_server`
+/// → `reset_on_release`), so either state can be seen right after a step.
 pub fn unreset_backends_sql(db: &str, except: &[i32], reset: &str) -> String {
     let lit = db.replace('\'', "''");
     let reset = reset.replace('\'', "''");
     let except: String = except.iter().map(|p| format!(" and pid <> {p}")).collect();
+    let resets = format!("('{reset}', 'DISCARD ALL', 'DISCARD ALL;')");
     format!(
         "select count(*) from pg_stat_activity where datname = '{lit}' and backend_type = 'client backend' \
-         and pid <> pg_backend_pid(){except} and state = 'idle' and query <> '' \
-         and query not in ('{reset}', 'DISCARD ALL', 'DISCARD ALL;')"
+         and pid <> pg_backend_pid(){except} \
+         and ((state = 'idle' and query <> '' and query not in {resets}) \
+         or (state = 'active' and query in {resets}))"
     )
 }
 
