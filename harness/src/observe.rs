@@ -267,11 +267,19 @@ pub const UNSETTLED_SQL: &str = "select count(*) from pg_stat_activity a where d
 /// ALL` or `reset` (the column's check-in, `locklab_drivers::CheckIn::reset_query`),
 /// 0 otherwise; how many rows `pg_stat_activity` has for it, 0 once it is gone).
 pub fn reset_or_gone_sql(pid: i32, reset: &str) -> String {
-    let reset = reset.replace('\'', "''");
+    let resets = reset_statements_sql(reset);
     format!(
-        "select count(*) filter (where state = 'idle' and query in ('DISCARD ALL', 'DISCARD ALL;', '{reset}')), count(*) \
+        "select count(*) filter (where state = 'idle' and query in {resets}), count(*) \
          from pg_stat_activity where pid = {pid}"
     )
+}
+
+/// The statements a pooler's check-in may send, as an SQL list literal for
+/// `query in …`: PgBouncer's default `DISCARD ALL` (with and without its
+/// semicolon) and the column's own `reset` (`locklab_drivers::CheckIn::reset_query`).
+fn reset_statements_sql(reset: &str) -> String {
+    let reset = reset.replace('\'', "''");
+    format!("('DISCARD ALL', 'DISCARD ALL;', '{reset}')")
 }
 
 /// How many client backends of database `db`, other than the asking one and
@@ -283,9 +291,8 @@ pub fn reset_or_gone_sql(pid: i32, reset: &str) -> String {
 /// → `reset_on_release`), so either state can be seen right after a step.
 pub fn unreset_backends_sql(db: &str, except: &[i32], reset: &str) -> String {
     let lit = db.replace('\'', "''");
-    let reset = reset.replace('\'', "''");
     let except: String = except.iter().map(|p| format!(" and pid <> {p}")).collect();
-    let resets = format!("('{reset}', 'DISCARD ALL', 'DISCARD ALL;')");
+    let resets = reset_statements_sql(reset);
     format!(
         "select count(*) from pg_stat_activity where datname = '{lit}' and backend_type = 'client backend' \
          and pid <> pg_backend_pid(){except} \

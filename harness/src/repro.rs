@@ -124,6 +124,12 @@ pub fn script(
     for (sql, _) in &scenario.setup {
         let _ = writeln!(out, "admin -d \"$DB\" -c {} >/dev/null || exit 2", shell_quote(sql));
     }
+    // Behind a pooler that resets a server connection after every
+    // transaction, each pool actor's step waits for that reset, as locklab
+    // does (`StepCx::wait_pooler_reset`); the direct actors' backends are
+    // not the pooler's, so the script keeps their pids to leave them out.
+    let resets_each =
+        pooler.is_some_and(|p| p.mode == PoolerMode::Transaction && p.check_in.resets_every_transaction());
     // Direct actors connect for the whole run.
     for a in &scenario.actors {
         if a.via == Via::Direct {
@@ -133,6 +139,10 @@ pub fn script(
                 a.name,
                 shell_quote(&options(&a.settings.list))
             );
+            if resets_each {
+                let _ = writeln!(out, "run {} 'select pg_backend_pid()' __locklab_pid", a.name);
+                let _ = writeln!(out, "DIRECT_PIDS=\"$DIRECT_PIDS,$(value {} __locklab_pid)\"", a.name);
+            }
         }
     }
     let pool_options = shell_quote(&options(&scenario.pool_settings.list));
@@ -278,6 +288,10 @@ pub fn script(
                     other.declaration().word
                 )));
             }
+        }
+        let by_pool_actor = step.actor().is_some_and(|a| scenario.actors[a].via == Via::Pool);
+        if resets_each && by_pool_actor && !matches!(step.kind, StepKind::Background(_)) {
+            let _ = writeln!(out, "wait_resets {}", shell_quote(reset));
         }
     }
     out.push_str("\nfinish\n");
@@ -526,6 +540,19 @@ wait_reset() {
   local i=0 q=${2//\'/\'\'}
   until [ "$(admin -d "$DB" -c "select count(*) from pg_stat_activity where pid = $1 and not (state = 'idle' and query in ('DISCARD ALL', 'DISCARD ALL;', '$q'))")" = 0 ]; do
     i=$((i + 1)); [ $i -gt 1500 ] && { say "the pooler did not reset backend $1 within 30 s"; exit 2; }
+    sleep 0.02
+  done
+}
+# Behind a pooler that resets after every transaction: until no server
+# connection of this database (the direct actors' backends, DIRECT_PIDS, left
+# out) is released and not yet reset with DISCARD ALL or $1, or still
+# running that reset.
+DIRECT_PIDS=0
+wait_resets() {
+  local i=0 q=${1//\'/\'\'}
+  local resets="('DISCARD ALL', 'DISCARD ALL;', '$q')"
+  until [ "$(admin -d "$DB" -c "select count(*) from pg_stat_activity where datname = current_database() and backend_type = 'client backend' and pid <> pg_backend_pid() and pid not in ($DIRECT_PIDS) and ((state = 'idle' and query <> '' and query not in $resets) or (state = 'active' and query in $resets))")" = 0 ]; do
+    i=$((i + 1)); [ $i -gt 1500 ] && { say "the pooler did not reset a released server connection within 30 s"; exit 2; }
     sleep 0.02
   done
 }

@@ -10,7 +10,6 @@ use std::process::{Command, Output};
 
 use locklab::properties::Mark;
 use locklab::server::{BackendChoice, ServerOptions};
-use locklab_drivers::{Pooler, PoolerKind, PoolerMode};
 
 fn locklab(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_locklab"))
@@ -33,12 +32,14 @@ fn committed_verdict(property: &str, column: &str) -> Mark {
 }
 
 /// The script for `session-lock-pool-return` behind Debian 12's PgBouncer in
-/// each mode, run by bash against a database of its own on the test
+/// each mode, and in transaction mode with `DISCARD ALL` after every
+/// transaction, run by bash against a database of its own on the test
 /// server, through a PgBouncer configured as the column's: it reproduces
 /// every recorded reading, and its header says the committed verdict of
 /// `session-lock-released-on-return` there (violated in transaction mode,
 /// where the lock stays on the server connection; what session mode's
-/// reset does).
+/// reset and the per-transaction `DISCARD ALL` do; the latter's script
+/// waits for that reset after each statement, as locklab does).
 #[test]
 fn a_repro_script_reads_what_the_committed_cell_read() {
     let server = common::server();
@@ -46,13 +47,14 @@ fn a_repro_script_reads_what_the_committed_cell_read() {
     assert!(bin.join("psql").is_file(), "psql in {}", bin.display());
     let rt = tokio::runtime::Runtime::new().unwrap();
     let spec = server.spec("postgres", "");
-    for (column, mode) in [
-        ("pgbouncer-transaction", PoolerMode::Transaction),
-        ("pgbouncer-session", PoolerMode::Session),
+    for column in [
+        "pgbouncer-transaction",
+        "pgbouncer-session",
+        "pgbouncer-transaction-discard-always",
     ] {
-        let (port, _, password) = rt
-            .block_on(server.pooler(Pooler::new(PoolerKind::PgBouncer, mode)))
-            .unwrap();
+        // The pooler as the column declares it (mode and check-in).
+        let pooler = locklab_drivers::find(column).unwrap().info().pooler.unwrap();
+        let (port, _, password) = rt.block_on(server.pooler(pooler)).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("repro.sh");
         let wrote = locklab(&[
