@@ -278,6 +278,10 @@ pub struct ScenarioInfo {
     /// Its file's `tags:` (`pooler`: the pooler conformance kit).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
+    /// The user's report it re-enacts (`report:`), with the readings that
+    /// reproduce it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<crate::scenario::user_report::UserReport>,
     /// File, relative to the workspace when possible.
     pub file: PathBuf,
     /// `record:` names in step order.
@@ -460,6 +464,7 @@ impl Report {
                     description: s.description.clone(),
                     source: s.source.clone(),
                     tags: s.tags.clone(),
+                    report: s.report.clone(),
                     file: s
                         .file
                         .strip_prefix(&root)

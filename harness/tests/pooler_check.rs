@@ -134,19 +134,15 @@ fn check_column(c: &serde_json::Value, as_column: &str) -> bool {
 /// The kit through each pooler locklab runs, in every mode, in one run:
 /// the verdicts are the committed report's for the same columns, and the
 /// exit code is 1 exactly when a column violates one.
+/// `pooler-check --column` through a column of each mode and of each
+/// place its pooler runs (PgBouncer 1.18 here, 1.24 in a container): the
+/// command's path, judged as the committed report judged the column. (The
+/// kit's cells themselves run through every pooler column in the matrix,
+/// compared with the baseline: running them all again here cost over a
+/// minute of the test budget.)
 #[test]
 fn pooler_check_runs_the_kit_through_each_pooler_here() {
-    let mut columns: Vec<&str> = vec![
-        "pgbouncer-session",
-        "pgbouncer-transaction",
-        "pgbouncer-trixie-session",
-        "pgbouncer-trixie-transaction",
-        "pgpool",
-        "pgagroal-session",
-        "pgagroal-transaction",
-        "odyssey-session",
-        "odyssey-transaction",
-    ];
+    let mut columns: Vec<&str> = vec!["pgbouncer-session", "pgbouncer-trixie-transaction"];
     let in_container = |id: &str| {
         locklab_drivers::registry()
             .iter()
@@ -154,7 +150,7 @@ fn pooler_check_runs_the_kit_through_each_pooler_here() {
             .and_then(|d| d.info().pooler)
             .and_then(locklab::server::poolers::unavailable)
     };
-    if let Some(why) = in_container("pgpool") {
+    if let Some(why) = in_container("pgbouncer-trixie-transaction") {
         eprintln!("pooler-check: only PgBouncer 1.18 here: {why}");
         columns.retain(|c| in_container(c).is_none());
     }

@@ -296,6 +296,7 @@ mod tests {
                 description: evil.into(),
                 source: Some(evil.into()),
                 tags: Vec::new(),
+                report: None,
                 file: "scenarios/s.yaml".into(),
                 observations: vec!["o".into()],
                 observation_steps: vec![format!("step 1 (a: select '{evil}')")],

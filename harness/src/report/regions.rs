@@ -38,19 +38,12 @@ enum Content {
     /// The pooler conformance kit's verdicts per pooler column
     /// ([`pooler_kit_markdown`]).
     PoolerKit,
+    /// Per user's report re-enacted (a scenario with `report:`), the
+    /// columns whose readings reproduce it ([`reproduced_markdown`]).
+    Reproduced,
+    /// The readings of every scenario with `report:`, one table each.
+    UserReportReadings,
 }
-
-/// The user reports re-enacted (`scenarios/report-*.yaml`), in the
-/// chapter's order.
-const USER_REPORTS: &[&str] = &[
-    "report-rails-32622",
-    "report-authentik-23876",
-    "report-flyway-2895",
-    "report-airflow-helm-529",
-    "report-prisma-12999",
-    "report-mockforge-968",
-    "report-oban-52",
-];
 
 /// The regions this repository has.
 pub const REGIONS: &[Region] = &[
@@ -91,8 +84,15 @@ pub const REGIONS: &[Region] = &[
     },
     Region {
         file: "docs/src/lock-libraries.md",
+        name: "report-reproduced",
+        content: Content::Reproduced,
+        link: "../../reports/matrix.md",
+        heading: "##",
+    },
+    Region {
+        file: "docs/src/lock-libraries.md",
         name: "report-readings",
-        content: Content::Readings(USER_REPORTS),
+        content: Content::UserReportReadings,
         link: "../../reports/matrix.md",
         heading: "##",
     },
@@ -117,6 +117,16 @@ impl Region {
             Content::Readings(families) => Ok(readings_markdown(report, families, self.heading)),
             Content::CheckIn => Ok(check_in_markdown(report)),
             Content::PoolerKit => Ok(pooler_kit_markdown(report)),
+            Content::Reproduced => Ok(reproduced_markdown(report)),
+            Content::UserReportReadings => {
+                let mut families: Vec<&str> = Vec::new();
+                for s in report.scenarios.iter().filter(|s| s.report.is_some()) {
+                    if !families.contains(&s.family.as_str()) {
+                        families.push(&s.family);
+                    }
+                }
+                Ok(readings_markdown(report, &families, self.heading))
+            }
         }
     }
 
@@ -254,6 +264,53 @@ fn pooler_kit_markdown(report: &Report) -> String {
 /// and a table of its readings: one row per distinct set of readings (and
 /// status), with the columns that read it; `n/a` columns are listed under
 /// the table. Read from `report`'s cells, never by hand.
+/// One row per scenario with `report:` (a user's report re-enacted): its
+/// tracker, what the user saw, the readings that show it, and the columns
+/// whose cell reads so ("reproduced through"), or that none does. A cell
+/// whose repeats read differently is judged by its first run and marked
+/// "(varies)"; `n/a` cells are left out.
+fn reproduced_markdown(report: &Report) -> String {
+    use std::fmt::Write as _;
+    let cell = |s: &str| s.replace('|', "\\|").replace('\n', " ");
+    let mut out = String::from(
+        "| scenario | the report | what the user saw | reproduced where | reproduced through | not reproduced through |\n| --- | --- | --- | --- | --- | --- |\n",
+    );
+    for s in &report.scenarios {
+        let Some(user) = &s.report else { continue };
+        let (mut yes, mut no) = (Vec::new(), Vec::new());
+        for d in &report.drivers {
+            let Some(r) = report.runs.iter().find(|r| r.scenario == s.name && r.driver == d.id) else {
+                continue;
+            };
+            let status = r.status();
+            if status == crate::outcome::Status::NotApplicable {
+                continue;
+            }
+            let readings: Vec<(String, crate::outcome::Reading)> =
+                r.observations.iter().map(|o| (o.name.clone(), o.reading())).collect();
+            let reproduced = user.reproduced_by(|name| readings.iter().find(|(n, _)| n == name).map(|(_, r)| r));
+            let id = if status == crate::outcome::Status::Varies {
+                format!("{} (varies)", d.id)
+            } else {
+                d.id.clone()
+            };
+            if reproduced { yes.push(id) } else { no.push(id) }
+        }
+        let through = |v: &[String]| if v.is_empty() { "none".to_owned() } else { v.join(", ") };
+        let _ = writeln!(
+            out,
+            "| `{}` | {} | {} | {} | {} | {} |",
+            s.name,
+            cell(&user.tracker),
+            cell(&user.saw),
+            cell(&user.condition()),
+            through(&yes),
+            through(&no)
+        );
+    }
+    out
+}
+
 fn readings_markdown(report: &Report, families: &[&str], heading: &str) -> String {
     use std::fmt::Write as _;
     let cell = |s: &str| s.replace('|', "\\|").replace('\n', " ");

@@ -490,6 +490,7 @@ mod tests {
             description: String::new(),
             source: None,
             tags: Vec::new(),
+            report: None,
             file: "scenarios/f.yaml".into(),
             observations: vec!["held".into()],
             observation_steps: vec!["step 1 (a: select 1)".into()],

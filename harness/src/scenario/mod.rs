@@ -16,6 +16,7 @@ mod scalar;
 pub mod steps;
 pub mod template;
 pub mod trials;
+pub mod user_report;
 pub(crate) mod validate;
 pub(crate) mod yaml;
 
@@ -77,6 +78,9 @@ pub struct Scenario {
     /// its cells compare with the baseline by status alone
     /// ([`crate::outcome::RunResult::readings_vary`]).
     pub readings_vary: Option<String>,
+    /// The user's report it re-enacts (`report:`; every `report-*` file
+    /// has one): where it was filed, what the user saw, which readings show it.
+    pub report: Option<user_report::UserReport>,
     /// The sets it belongs to (`tags:`), each one of [`TAGS`].
     pub tags: Vec<String>,
     /// The file it was loaded from.

@@ -37,6 +37,13 @@ pub(crate) struct RawScenario {
     /// disagree is shown UNSTABLE without failing the run.
     #[serde(default)]
     pub(crate) readings_vary: Option<String>,
+    /// For a user's report re-enacted (a `report-*` file, where it is
+    /// required): where it was filed, what the user saw, and the readings
+    /// that show it (`reproduced_when`), from which the book's table says
+    /// which columns reproduce it.
+    #[serde(default)]
+    #[schemars(with = "Option<crate::scenario::user_report::RawUserReport>")]
+    pub(crate) report: Option<Spanned<crate::scenario::user_report::RawUserReport>>,
     /// Sets this scenario belongs to, run together with `--tag NAME`: `pooler`
     /// (the pooler conformance kit, `locklab pooler-check`).
     #[serde(default)]

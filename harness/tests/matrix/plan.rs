@@ -7,7 +7,9 @@
 //!   `pgbouncer-session+deadpool`), which differ only in the client in
 //!   front of the pooler, and of all the columns of a pooler whose readings
 //!   vary by nature (pgagroal, Odyssey: their cells compare by status
-//!   alone), a scenario runs through one, each in turn ([`turns`]; the
+//!   alone), and of the check-in columns (PgBouncer sending what PgCat,
+//!   pg_doorman or `server_reset_query_always` send at check-in), a
+//!   scenario runs through one, each in turn ([`turns`]; the
 //!   all-driver fault trials too); and a user's report re-enacted
 //!   (`report-*`) runs through the poolers and through one other column per
 //!   family, in turn;
@@ -106,8 +108,14 @@ pub fn turns() -> BTreeMap<&'static str, (usize, usize)> {
     for d in locklab_drivers::registry() {
         let i = d.info();
         if let Some(p) = i.pooler {
+            // The columns of a pooler whose readings vary take turns
+            // across modes; so do the check-in columns (PgBouncer sending
+            // what another pooler sends at check-in: `CheckIn`), which
+            // stand for other products, not for PgBouncer's own modes.
             let key = if p.kind.readings_vary() {
                 format!("{:?}", p.kind)
+            } else if p.check_in != locklab_drivers::CheckIn::Default {
+                "check-in".to_owned()
             } else {
                 format!("{p:?}")
             };

@@ -96,6 +96,7 @@ impl Validator<'_> {
             &actors,
             &steps,
         );
+        let report = self.user_report(raw.report, &name, name_pos, &steps);
         let instance = if self.params.is_empty() {
             name.clone()
         } else {
@@ -116,6 +117,7 @@ impl Validator<'_> {
             description: raw.description.trim().to_owned(),
             source: raw.source,
             readings_vary: raw.readings_vary.map(|r| r.trim().to_owned()).filter(|r| !r.is_empty()),
+            report,
             tags,
             file: self.file.to_owned(),
             pool_max_size,
@@ -124,6 +126,69 @@ impl Validator<'_> {
             actors,
             steps,
             trials,
+        })
+    }
+
+    /// `report:`: required of a `report-*` file; its tracker and what the
+    /// user saw not empty; each alternative of `reproduced_when` names
+    /// records of the steps, at least one.
+    fn user_report(
+        &mut self,
+        raw: Option<Spanned<super::user_report::RawUserReport>>,
+        name: &str,
+        name_pos: Pos,
+        steps: &[super::Step],
+    ) -> Option<super::user_report::UserReport> {
+        let Some(raw) = raw else {
+            if name.starts_with("report-") {
+                self.err(
+                    name_pos,
+                    format!("'{name}' re-enacts a user's report (its name starts with 'report-'): give 'report:' with 'tracker', 'saw' and 'reproduced_when'"),
+                );
+            }
+            return None;
+        };
+        let pos = Pos::of(&raw.referenced);
+        let raw = raw.value;
+        if raw.tracker.trim().is_empty() || raw.saw.trim().is_empty() {
+            self.err(pos, "report: 'tracker' and 'saw' must not be empty");
+        }
+        let records: Vec<&str> = steps.iter().filter_map(|s| s.record.as_deref()).collect();
+        if raw.reproduced_when.value.is_empty() {
+            self.err(
+                Pos::of(&raw.reproduced_when.referenced),
+                "report.reproduced_when: give at least one alternative (a map of record name to reading rule)",
+            );
+        }
+        let mut alternatives = Vec::new();
+        for alt in raw.reproduced_when.value {
+            let apos = Pos::of(&alt.referenced);
+            if alt.value.is_empty() {
+                self.err(apos, "report.reproduced_when: an alternative names no record");
+            }
+            for (record, when) in &alt.value {
+                if !records.contains(&record.as_str()) {
+                    self.err(
+                        apos,
+                        format!(
+                            "report.reproduced_when: no step records '{record}' (records: {})",
+                            records.join(", ")
+                        ),
+                    );
+                }
+                if *when == crate::properties::When::default() {
+                    self.err(
+                        apos,
+                        format!("report.reproduced_when: the rule for '{record}' is empty"),
+                    );
+                }
+            }
+            alternatives.push(alt.value);
+        }
+        Some(super::user_report::UserReport {
+            tracker: raw.tracker.trim().to_owned(),
+            saw: raw.saw.trim().to_owned(),
+            reproduced_when: alternatives,
         })
     }
 
