@@ -240,6 +240,27 @@ pub enum GuardEnd {
     Leak,
 }
 
+/// How a test of an advisory-lock guard API takes the lock (sqlx
+/// `PgAdvisoryLock::acquire` or `try_acquire`, sqlx-postgres
+/// `src/advisory_lock.rs`); on the driver protocol's wire: `wait`, `try`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardAcquire {
+    /// `acquire`: waits for the lock (`pg_advisory_lock`).
+    #[default]
+    Wait,
+    /// `try_acquire`: takes the lock only if it is free
+    /// (`pg_try_advisory_lock`), else hands the connection back.
+    Try,
+}
+
+impl GuardAcquire {
+    /// Whether it is [`GuardAcquire::Wait`] (the protocol leaves it out then).
+    pub fn is_wait(&self) -> bool {
+        *self == GuardAcquire::Wait
+    }
+}
+
 /// Transaction control, for [`Conn::transaction`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TxControl {
@@ -357,14 +378,21 @@ pub trait Conn: Send {
     }
 
     /// Takes the session-level advisory lock on `key` (i64) through the
-    /// driver's own guard API, then ends the guard as `end` says. Returns
-    /// once the guard is acquired and ended.
+    /// driver's own guard API, waiting for it or trying once as `acquire`
+    /// says, then ends the guard as `end` says. Returns `true` once the
+    /// guard is acquired and ended, `false` when a try found the lock taken
+    /// (no guard was made).
     ///
     /// # Errors
     /// [`DriverError::Unsupported`] for drivers without such an API (all but
     /// sqlx); the server's or client's error otherwise.
-    async fn advisory_lock_guard(&mut self, key: i64, end: GuardEnd) -> Result<(), DriverError> {
-        let _ = (key, end);
+    async fn advisory_lock_guard(
+        &mut self,
+        key: i64,
+        acquire: GuardAcquire,
+        end: GuardEnd,
+    ) -> Result<bool, DriverError> {
+        let _ = (key, acquire, end);
         Err(DriverError::Unsupported(
             "this driver has no advisory-lock guard API".into(),
         ))

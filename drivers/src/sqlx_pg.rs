@@ -30,8 +30,8 @@ macro_rules! sqlx_driver {
             use $sqlx::{Column, Either, Postgres, Row, ValueRef};
 
             use $crate::{
-                Conn, ConnectSpec, DbError, Driver, DriverError, DriverInfo, DriverKind, GuardEnd, Pool, PoolOptions,
-                Returned, Rows, crate_version_matching,
+                Conn, ConnectSpec, DbError, Driver, DriverError, DriverInfo, DriverKind, GuardAcquire, GuardEnd, Pool,
+                PoolOptions, Returned, Rows, crate_version_matching,
             };
 
             /// What a user's configuration does to the `PgPoolOptions` locklab
@@ -165,9 +165,20 @@ macro_rules! sqlx_driver {
                     }
                 }
 
-                async fn advisory_lock_guard(&mut self, key: i64, end: GuardEnd) -> Result<(), DriverError> {
+                async fn advisory_lock_guard(
+                    &mut self,
+                    key: i64,
+                    acquire: GuardAcquire,
+                    end: GuardEnd,
+                ) -> Result<bool, DriverError> {
                     let lock = PgAdvisoryLock::with_key(PgAdvisoryLockKey::BigInt(key));
-                    let guard = lock.acquire(&mut *self.conn).await.map_err(sqlx_error)?;
+                    let guard = match acquire {
+                        GuardAcquire::Wait => lock.acquire(&mut *self.conn).await.map_err(sqlx_error)?,
+                        GuardAcquire::Try => match lock.try_acquire(&mut *self.conn).await.map_err(sqlx_error)? {
+                            $sqlx::Either::Left(guard) => guard,
+                            $sqlx::Either::Right(_) => return Ok(false),
+                        },
+                    };
                     match end {
                         GuardEnd::ReleaseNow => {
                             guard.release_now().await.map_err(sqlx_error)?;
@@ -177,7 +188,7 @@ macro_rules! sqlx_driver {
                             guard.leak();
                         }
                     }
-                    Ok(())
+                    Ok(true)
                 }
             }
 

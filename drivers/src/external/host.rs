@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, watch};
 use super::protocol::{
     Answer, AnswerError, CheckoutOk, ErrorKind, HelloOk, Op, PROTOCOL_VERSION, QueryOk, Request, ReturnOk,
 };
-use crate::{Canceller, Conn, ConnectSpec, Driver, DriverError, GuardEnd, Pool, PoolOptions, TxControl};
+use crate::{Canceller, Conn, ConnectSpec, Driver, DriverError, GuardAcquire, GuardEnd, Pool, PoolOptions, TxControl};
 
 /// A checked-out connection, locked by the call that uses it.
 type Shared = Arc<tokio::sync::Mutex<Option<Box<dyn Conn>>>>;
@@ -381,14 +381,17 @@ impl Host {
     }
 
     /// `guard`: the driver's advisory-lock guard API on connection `id`.
-    async fn guard(&self, id: &str, key: i64, end: GuardEnd) -> Handled {
+    async fn guard(&self, id: &str, key: i64, acquire: GuardAcquire, end: GuardEnd) -> Handled {
         let shared = self.conn(id).map_err(|e| (e, None))?;
         let mut guard = shared.lock().await;
         let conn = guard
             .as_mut()
             .ok_or_else(|| (protocol("the connection was abandoned".into()), None))?;
-        conn.advisory_lock_guard(key, end).await.map_err(plain)?;
-        ok(&serde_json::json!({}))
+        if conn.advisory_lock_guard(key, acquire, end).await.map_err(plain)? {
+            ok(&serde_json::json!({}))
+        } else {
+            ok(&serde_json::json!({ "acquired": false }))
+        }
     }
 
     /// One request: its `ok` object, or why it failed.
@@ -445,7 +448,12 @@ impl Host {
                 ok(&serde_json::json!({}))
             }
             Op::Abandon { conn } => self.abandon(&conn).await,
-            Op::Guard { conn, key, end } => self.guard(&conn, key, end).await,
+            Op::Guard {
+                conn,
+                key,
+                acquire,
+                end,
+            } => self.guard(&conn, key, acquire, end).await,
         }
     }
 }

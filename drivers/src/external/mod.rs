@@ -32,8 +32,8 @@ use std::time::Duration;
 use self::adapter::Adapter;
 use self::protocol::{CheckoutOk, Op, QueryOk, ReturnOk};
 use crate::{
-    Canceller, Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, GuardEnd, Pool, PoolOptions, Returned,
-    Rows, TxControl,
+    Canceller, Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, GuardAcquire, GuardEnd, Pool,
+    PoolOptions, Returned, Rows, TxControl,
 };
 
 /// How long an adapter may take to answer `hello` (it imports its library), in s.
@@ -510,13 +510,20 @@ impl Conn for ExternalConn {
         }
     }
 
-    async fn advisory_lock_guard(&mut self, key: i64, end: GuardEnd) -> Result<(), DriverError> {
+    async fn advisory_lock_guard(
+        &mut self,
+        key: i64,
+        acquire: GuardAcquire,
+        end: GuardEnd,
+    ) -> Result<bool, DriverError> {
         let request = Op::Guard {
             conn: self.id.clone(),
             key,
+            acquire,
             end,
         };
-        self.adapter.call(request).await?.ok_value().map(|_| ())
+        let ok = self.adapter.call(request).await?.ok_value()?;
+        Ok(ok.get("acquired").and_then(serde_json::Value::as_bool).unwrap_or(true))
     }
 }
 

@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{ConnectSpec, DbError, DriverError, GuardEnd, Returned, Rows};
+use crate::{ConnectSpec, DbError, DriverError, GuardAcquire, GuardEnd, Returned, Rows};
 
 /// The protocol version this harness speaks (`hello` checks it).
 pub const PROTOCOL_VERSION: u64 = 1;
@@ -119,13 +119,17 @@ pub enum Op {
         conn: String,
     },
     /// Take the session-level advisory lock on `key` through the library's
-    /// guard API and end the guard as `end` says; `{}`, or an `unsupported`
-    /// error where the library has no such API.
+    /// guard API (waiting, or trying once: `acquire`) and end the guard as
+    /// `end` says; `{}`, `{"acquired": false}` when a try found the lock
+    /// taken, or an `unsupported` error where the library has no such API.
     Guard {
         /// The connection's id.
         conn: String,
         /// The advisory lock key (bigint form).
         key: i64,
+        /// How the guard takes the lock: `wait` (the default, left out) or `try`.
+        #[serde(default, skip_serializing_if = "GuardAcquire::is_wait")]
+        acquire: GuardAcquire,
         /// How the guard ends.
         end: GuardEnd,
     },
@@ -210,7 +214,7 @@ pub struct Answer {
     pub id: Option<u64>,
     /// The result, for a request that succeeded: an object whose shape the
     /// request's `op` gives ([`HelloOk`], [`CheckoutOk`], [`QueryOk`],
-    /// [`ReturnOk`], or `{}`).
+    /// [`ReturnOk`], [`GuardOk`], or `{}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<AnyOk>")]
     pub ok: Option<Value>,
@@ -234,6 +238,7 @@ enum AnyOk {
     Checkout(CheckoutOk),
     Query(QueryOk),
     Return(ReturnOk),
+    Guard(GuardOk),
 }
 
 /// `ok` of `hello`.
@@ -323,6 +328,16 @@ pub struct ReturnOk {
     /// The client-side bound elapsed and the return was given up on.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub gave_up: bool,
+}
+
+/// `ok` of `guard`: `{}` when the guard was made and ended; `{"acquired":
+/// false}` when `acquire: try` found the lock taken and made none.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GuardOk {
+    /// `false`: a try found the lock taken (absent: acquired).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquired: Option<bool>,
 }
 
 impl Answer {

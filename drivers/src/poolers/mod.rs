@@ -154,9 +154,13 @@ pub struct Column {
     pub configuration: &'static str,
     /// The column behind deadpool-postgres, if there is one.
     pub pooled: Option<Pooled>,
+    /// The column behind a sqlx 0.9 `PgPool` (defaults), if there is one:
+    /// sqlx's own advisory-lock guard (`lock_guard` steps) behind the pooler.
+    pub sqlx: Option<Pooled>,
 }
 
-/// A pooler column behind deadpool-postgres `RecyclingMethod::Fast`.
+/// A pooler column behind a client-side pool: deadpool-postgres
+/// `RecyclingMethod::Fast` ([`Column::pooled`]) or sqlx ([`Column::sqlx`]).
 #[derive(Debug)]
 pub struct Pooled {
     /// The column id, e.g. `pgbouncer-session+deadpool`.
@@ -376,6 +380,15 @@ pub(crate) fn columns() -> Vec<Box<dyn Driver>> {
                     crate::deadpool_pg::Deadpool::fast(),
                 )));
             }
+            #[cfg(feature = "columns")]
+            if let Some(p) = &c.sqlx {
+                out.push(Box::new(ViaPooler::new(
+                    p.id,
+                    p.configuration,
+                    pooler,
+                    crate::SqlxPgPool::configured(p.id, p.configuration, |o| o),
+                )));
+            }
         }
     }
     out
@@ -414,6 +427,10 @@ mod tests {
                     c.id,
                     c.configuration
                 );
+                if let Some(p) = &c.sqlx {
+                    assert_eq!(p.id, format!("{}+sqlx", c.id));
+                    assert!(p.configuration.starts_with(kind.product()), "{}", p.id);
+                }
                 if let Some(p) = &c.pooled {
                     assert_eq!(p.id, format!("{}+deadpool", c.id));
                     assert!(

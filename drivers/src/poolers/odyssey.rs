@@ -36,6 +36,7 @@ pub(super) const FACTS: Facts = Facts {
             models: &[],
             id: "odyssey-session",
             configuration: "Odyssey pool \"session\" (pool_discard, pool_rollback: its defaults); tokio-postgres, no pool",
+            sqlx: None,
             pooled: Some(Pooled {
                 id: "odyssey-session+deadpool",
                 configuration: "Odyssey pool \"session\" (pool_discard, pool_rollback: its defaults); deadpool-postgres RecyclingMethod::Fast",
@@ -47,6 +48,7 @@ pub(super) const FACTS: Facts = Facts {
             models: &[],
             id: "odyssey-transaction",
             configuration: "Odyssey pool \"transaction\" (pool_discard, pool_rollback: its defaults); tokio-postgres, no pool",
+            sqlx: None,
             pooled: Some(Pooled {
                 id: "odyssey-transaction+deadpool",
                 configuration: "Odyssey pool \"transaction\" (pool_discard, pool_rollback: its defaults); deadpool-postgres RecyclingMethod::Fast",

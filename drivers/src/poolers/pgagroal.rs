@@ -44,6 +44,7 @@ pub(super) const FACTS: Facts = Facts {
             models: &[],
             id: "pgagroal-session",
             configuration: "pgagroal pipeline=session (DISCARD ALL when a client disconnects), 16 server connections made at start for the cell's database; tokio-postgres, no pool",
+            sqlx: None,
             pooled: Some(Pooled {
                 id: "pgagroal-session+deadpool",
                 configuration: "pgagroal pipeline=session (DISCARD ALL when a client disconnects), 16 server connections made at start for the cell's database; deadpool-postgres RecyclingMethod::Fast",
@@ -55,6 +56,7 @@ pub(super) const FACTS: Facts = Facts {
             models: &[],
             id: "pgagroal-transaction",
             configuration: "pgagroal pipeline=transaction, 16 server connections made at start for the cell's database; tokio-postgres, no pool",
+            sqlx: None,
             pooled: Some(Pooled {
                 id: "pgagroal-transaction+deadpool",
                 configuration: "pgagroal pipeline=transaction, 16 server connections made at start for the cell's database; deadpool-postgres RecyclingMethod::Fast",

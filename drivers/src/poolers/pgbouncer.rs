@@ -37,6 +37,10 @@ pub(super) const FACTS: Facts = Facts {
             models: &[PGBOUNCER_SESSION, SUPAVISOR_SESSION],
             id: "pgbouncer-session",
             configuration: "PgBouncer pool_mode=session; tokio-postgres, no pool",
+            sqlx: Some(Pooled {
+                id: "pgbouncer-session+sqlx",
+                configuration: "PgBouncer pool_mode=session; sqlx 0.9 PgPool defaults",
+            }),
             pooled: Some(Pooled {
                 id: "pgbouncer-session+deadpool",
                 configuration: "PgBouncer pool_mode=session; deadpool-postgres RecyclingMethod::Fast",
@@ -48,6 +52,10 @@ pub(super) const FACTS: Facts = Facts {
             models: &[PGBOUNCER_TRANSACTION, SUPAVISOR_TRANSACTION],
             id: "pgbouncer-transaction",
             configuration: "PgBouncer pool_mode=transaction; tokio-postgres, no pool",
+            sqlx: Some(Pooled {
+                id: "pgbouncer-transaction+sqlx",
+                configuration: "PgBouncer pool_mode=transaction; sqlx 0.9 PgPool defaults",
+            }),
             pooled: Some(Pooled {
                 id: "pgbouncer-transaction+deadpool",
                 configuration: "PgBouncer pool_mode=transaction; deadpool-postgres RecyclingMethod::Fast",
@@ -62,6 +70,7 @@ pub(super) const FACTS: Facts = Facts {
             models: &[PGCAT_SESSION, PG_DOORMAN_SESSION],
             id: "pgbouncer-session-reset-all",
             configuration: "PgBouncer pool_mode=session, server_reset_query='RESET ROLE; RESET ALL; DEALLOCATE ALL; CLOSE ALL;' (PgCat's and pg_doorman's check-in); tokio-postgres, no pool",
+            sqlx: None,
             pooled: None,
         },
         Column {
@@ -70,6 +79,7 @@ pub(super) const FACTS: Facts = Facts {
             models: &[PGCAT_TRANSACTION, PG_DOORMAN_TRANSACTION],
             id: "pgbouncer-transaction-reset-all",
             configuration: "PgBouncer pool_mode=transaction, server_reset_query='RESET ROLE; RESET ALL; DEALLOCATE ALL; CLOSE ALL;', server_reset_query_always=1 (PgCat's and pg_doorman's check-in); tokio-postgres, no pool",
+            sqlx: None,
             pooled: None,
         },
         Column {
@@ -78,6 +88,7 @@ pub(super) const FACTS: Facts = Facts {
             models: &[PGBOUNCER_RESET_ALWAYS],
             id: "pgbouncer-transaction-discard-always",
             configuration: "PgBouncer pool_mode=transaction, server_reset_query=DISCARD ALL, server_reset_query_always=1; tokio-postgres, no pool",
+            sqlx: None,
             pooled: None,
         },
     ],

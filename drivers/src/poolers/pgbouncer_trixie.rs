@@ -33,6 +33,7 @@ pub(super) const FACTS: Facts = Facts {
             models: &[],
             id: "pgbouncer-trixie-session",
             configuration: "PgBouncer (Debian 13, container) pool_mode=session; tokio-postgres, no pool",
+            sqlx: None,
             pooled: Some(Pooled {
                 id: "pgbouncer-trixie-session+deadpool",
                 configuration: "PgBouncer (Debian 13, container) pool_mode=session; deadpool-postgres RecyclingMethod::Fast",
@@ -44,6 +45,7 @@ pub(super) const FACTS: Facts = Facts {
             models: &[],
             id: "pgbouncer-trixie-transaction",
             configuration: "PgBouncer (Debian 13, container) pool_mode=transaction; tokio-postgres, no pool",
+            sqlx: None,
             pooled: Some(Pooled {
                 id: "pgbouncer-trixie-transaction+deadpool",
                 configuration: "PgBouncer (Debian 13, container) pool_mode=transaction; deadpool-postgres RecyclingMethod::Fast",

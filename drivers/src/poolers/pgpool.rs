@@ -34,6 +34,7 @@ pub(super) const FACTS: Facts = Facts {
         models: &[],
         id: "pgpool",
         configuration: "Pgpool-II connection_cache=on, one backend; tokio-postgres, no pool",
+        sqlx: None,
         pooled: Some(Pooled {
             id: "pgpool+deadpool",
             configuration: "Pgpool-II connection_cache=on, one backend; deadpool-postgres RecyclingMethod::Fast",

@@ -6,7 +6,8 @@ use async_trait::async_trait;
 
 use super::Pooler;
 use crate::{
-    Canceller, Conn, ConnectSpec, Driver, DriverError, DriverInfo, GuardEnd, Pool, PoolOptions, Returned, Rows,
+    Canceller, Conn, ConnectSpec, Driver, DriverError, DriverInfo, GuardAcquire, GuardEnd, Pool, PoolOptions, Returned,
+    Rows,
 };
 
 /// An inner driver behind a pooler in one mode.
@@ -74,8 +75,13 @@ impl Conn for BouncedConn {
         self.1.no_cancel_reason().unwrap_or_else(|| self.0.no_cancel_reason())
     }
 
-    async fn advisory_lock_guard(&mut self, key: i64, end: GuardEnd) -> Result<(), DriverError> {
-        self.0.advisory_lock_guard(key, end).await
+    async fn advisory_lock_guard(
+        &mut self,
+        key: i64,
+        acquire: GuardAcquire,
+        end: GuardEnd,
+    ) -> Result<bool, DriverError> {
+        self.0.advisory_lock_guard(key, acquire, end).await
     }
 }
 

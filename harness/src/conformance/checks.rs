@@ -56,6 +56,10 @@ pub(super) const CHECKS: &[(&str, Check)] = &[
     ),
     ("guard: ok, or an unsupported error", guard),
     (
+        "guard with acquire try on a taken lock: acquired false, or an unsupported error",
+        guard_try_taken,
+    ),
+    (
         "bad: a request for a connection that was never checked out",
         unknown_conn,
     ),
@@ -472,6 +476,37 @@ fn guard(s: &mut Session<'_>) -> Result<(), String> {
         }
     }
     done(s, &pool, &[&c])
+}
+
+/// With the lock taken by another connection of the pool, `guard` with
+/// `acquire: try` answers `{"acquired": false}` (no guard: the lock stays
+/// the other's), or `unsupported`.
+fn guard_try_taken(s: &mut Session<'_>) -> Result<(), String> {
+    let key = KEY_BASE + 13;
+    let pool = s.pool(2, 10_000)?;
+    let holder = s.checkout(&pool)?;
+    let c = s.checkout(&pool)?;
+    s.query(&holder, &format!("select pg_advisory_lock({key})"))?;
+    let v = s.raw.call(
+        json!({"op": "guard", "conn": c, "key": key, "acquire": "try", "end": "release_now"}),
+        s.answer,
+    )?;
+    if let Some(ok) = v.get("ok") {
+        if ok.get("acquired") != Some(&json!(false)) {
+            return Err(format!(
+                "guard with acquire try on lock {key}, held by another connection, answered {ok}: expected {{\"acquired\": false}}"
+            ));
+        }
+    } else {
+        let e = error(&v, "guard")?;
+        if e["kind"] != "unsupported" {
+            return Err(format!(
+                "guard: expected ok, or kind unsupported where the library has no guard API; got {e}"
+            ));
+        }
+    }
+    s.query(&holder, &format!("select pg_advisory_unlock({key})"))?;
+    done(s, &pool, &[&holder, &c])
 }
 
 /// `fields` must answer an error, and the adapter must answer a ping after.

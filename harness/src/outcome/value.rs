@@ -194,7 +194,8 @@ pub enum Cancel {
     NoEffect(u64),
 }
 
-/// How a lock guard ended (`"release_now"`, `"dropped"`, `"leaked"`).
+/// How a lock guard ended (`"release_now"`, `"dropped"`, `"leaked"`), or that a
+/// `try_acquire` made none (`"not_acquired"`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GuardEnded {
@@ -204,6 +205,8 @@ pub enum GuardEnded {
     Dropped,
     /// `leak()`.
     Leaked,
+    /// `try_acquire` found the lock taken: no guard was made.
+    NotAcquired,
 }
 
 impl GuardEnded {
@@ -212,6 +215,7 @@ impl GuardEnded {
             GuardEnded::ReleaseNow => "acquired, release_now()",
             GuardEnded::Dropped => "acquired, guard dropped",
             GuardEnded::Leaked => "acquired, leak()",
+            GuardEnded::NotAcquired => "not acquired",
         }
     }
 }
@@ -544,6 +548,7 @@ mod tests {
             Value::Guard(GuardEnded::ReleaseNow),
             Value::Guard(GuardEnded::Dropped),
             Value::Guard(GuardEnded::Leaked),
+            Value::Guard(GuardEnded::NotAcquired),
             Value::Unsupported("guard".into()),
             Value::NoConnection("checkout dropped at 300 ms".into()),
             Value::Released,

@@ -18,7 +18,7 @@ pub struct When {
     pub kind: Option<String>,
     /// For a `checkout`, `return`, `guard` or `invariant` value: its variant
     /// (`ok`, `no_answer`, `dropped`, `failed`; `to_pool`, `closed`,
-    /// `to_pooler`, `unfinished`; `release_now`, `dropped`, `leaked`).
+    /// `to_pooler`, `unfinished`; `release_now`, `dropped`, `leaked`, `not_acquired`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variant: Option<String>,
     /// A `bool`, `int`/`number` or `text` value equal to this.

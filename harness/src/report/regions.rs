@@ -69,6 +69,13 @@ pub const REGIONS: &[Region] = &[
         heading: "##",
     },
     Region {
+        file: "docs/src/lock-libraries.md",
+        name: "guard-readings",
+        content: Content::Readings(&["lock-guard-api", "lock-guard-deferred-unlock"]),
+        link: "../../reports/matrix.md",
+        heading: "##",
+    },
+    Region {
         file: "docs/src/poolers.md",
         name: "check-in",
         content: Content::CheckIn,

@@ -26,6 +26,12 @@ macro_rules! raw_fields {
             #[serde(default)]
             #[schemars(with = "Option<i64>")]
             pub(crate) lock_guard: Option<serde_saphyr::Spanned<i64>>,
+            /// For `lock_guard`: `wait` (the default: sqlx `acquire`) or `try`
+            /// (`try_acquire`: a guard only if the lock is free; else `not acquired`
+            /// is recorded and `end` does not apply).
+            #[serde(default)]
+            #[schemars(with = "Option<crate::scenario::steps::lock_guard::GuardAcquireRaw>")]
+            pub(crate) acquire: Option<$crate::scenario::steps::lock_guard::GuardAcquireRaw>,
             /// For `lock_guard`: `release_now`, `drop` or `leak`.
             #[serde(default)]
             #[schemars(with = "Option<crate::scenario::raw::step::OrParam<crate::scenario::steps::lock_guard::GuardEndRaw>>")]
@@ -59,6 +65,28 @@ impl GuardEndRaw {
     }
 }
 
+/// How a `lock_guard` step takes its lock (`acquire:`); see
+/// [`locklab_drivers::GuardAcquire`].
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardAcquireRaw {
+    /// `acquire`: wait for the lock.
+    #[default]
+    Wait,
+    /// `try_acquire`: only if it is free.
+    Try,
+}
+
+impl GuardAcquireRaw {
+    /// The driver-side value.
+    pub fn to_driver(self) -> locklab_drivers::GuardAcquire {
+        match self {
+            GuardAcquireRaw::Wait => locklab_drivers::GuardAcquire::Wait,
+            GuardAcquireRaw::Try => locklab_drivers::GuardAcquire::Try,
+        }
+    }
+}
+
 /// Take the session-level advisory lock on a bigint key through the
 /// driver's guard API (sqlx `PgAdvisoryLock`) and end the guard.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,6 +95,8 @@ pub struct GuardStep {
     pub actor: usize,
     /// The bigint key.
     pub key: i64,
+    /// How the guard takes the lock.
+    pub acquire: GuardAcquireRaw,
     /// How the guard ends.
     pub end: GuardEndRaw,
     /// `client_timeout_ms`: the client gives up on `acquire` after this
@@ -78,6 +108,11 @@ pub struct GuardStep {
 /// The error for `end` without `lock_guard`, or `lock_guard` without `end`.
 fn together(v: &mut Validator<'_>, n: usize, pos: Pos) {
     v.err(pos, format!("step {n}: 'lock_guard' and 'end' go together"));
+}
+
+/// The error for `acquire` without `lock_guard`.
+fn acquire_alone(v: &mut Validator<'_>, n: usize, pos: Pos) {
+    v.err(pos, format!("step {n}: 'acquire' belongs to a 'lock_guard' step"));
 }
 
 impl Kind for GuardStep {
@@ -99,6 +134,9 @@ impl Kind for GuardStep {
         if raw.end.is_some() {
             together(v, n, pos);
         }
+        if raw.acquire.is_some() {
+            acquire_alone(v, n, pos);
+        }
     }
 
     fn fields(raw: &RawStep, v: &mut Validator<'_>, n: usize, pos: Pos) {
@@ -111,6 +149,7 @@ impl Kind for GuardStep {
         Some(GuardStep {
             actor: cx.actor,
             key: raw.lock_guard.as_ref()?.value,
+            acquire: raw.acquire.unwrap_or_default(),
             end: raw.end.unwrap_or(GuardEndRaw::ReleaseNow),
             client_timeout_ms: cx.bound.map(|b| b.ms),
         })
@@ -121,7 +160,10 @@ impl Kind for GuardStep {
     }
 
     fn describe(&self, _: &[Actor], _: &[Step]) -> String {
-        format!("lock_guard {}, end {:?}", self.key, self.end).to_lowercase()
+        match self.acquire {
+            GuardAcquireRaw::Wait => format!("lock_guard {}, end {:?}", self.key, self.end).to_lowercase(),
+            GuardAcquireRaw::Try => format!("lock_guard {} (try), end {:?}", self.key, self.end).to_lowercase(),
+        }
     }
 
     /// Takes the lock on the key through the guard API and ends the guard;
@@ -134,7 +176,7 @@ impl Kind for GuardStep {
         let conn = cx.conn(self.actor)?;
         let t0 = Instant::now();
         let bound = self.client_timeout_ms.map_or(deadline, Duration::from_millis);
-        let r = match tokio::time::timeout(bound, conn.advisory_lock_guard(self.key, self.end.to_driver())).await {
+        let r = match tokio::time::timeout(bound, conn.advisory_lock_guard(self.key, self.acquire.to_driver(), self.end.to_driver())).await {
             Ok(r) => r,
             Err(_) => match self.client_timeout_ms {
                 Some(ms) => {
@@ -150,7 +192,11 @@ impl Kind for GuardStep {
         };
         let took = t0.elapsed();
         match r {
-            Ok(()) => {
+            Ok(false) => {
+                cx.record_note(step, Value::Guard(GuardEnded::NotAcquired), Some(took));
+                Ok(())
+            }
+            Ok(true) => {
                 let ended = match self.end {
                     GuardEndRaw::ReleaseNow => GuardEnded::ReleaseNow,
                     GuardEndRaw::Drop => GuardEnded::Dropped,
