@@ -468,14 +468,20 @@ fn guard(s: &mut Session<'_>) -> Result<(), String> {
             ));
         }
     } else {
-        let e = error(&v, "guard")?;
-        if e["kind"] != "unsupported" {
-            return Err(format!(
-                "guard: expected ok, or kind unsupported where the library has no guard API; got {e}"
-            ));
-        }
+        guard_unsupported(&v)?;
     }
     done(s, &pool, &[&c])
+}
+
+/// A `guard` answer that is not `ok` must be an `unsupported` error.
+fn guard_unsupported(v: &Value) -> Result<(), String> {
+    let e = error(v, "guard")?;
+    if e["kind"] != "unsupported" {
+        return Err(format!(
+            "guard: expected ok, or kind unsupported where the library has no guard API; got {e}"
+        ));
+    }
+    Ok(())
 }
 
 /// With the lock taken by another connection of the pool, `guard` with
@@ -498,12 +504,7 @@ fn guard_try_taken(s: &mut Session<'_>) -> Result<(), String> {
             ));
         }
     } else {
-        let e = error(&v, "guard")?;
-        if e["kind"] != "unsupported" {
-            return Err(format!(
-                "guard: expected ok, or kind unsupported where the library has no guard API; got {e}"
-            ));
-        }
+        guard_unsupported(&v)?;
     }
     s.query(&holder, &format!("select pg_advisory_unlock({key})"))?;
     done(s, &pool, &[&holder, &c])

@@ -10,6 +10,7 @@ mod reading;
 pub mod shares;
 pub mod trials;
 mod value;
+pub mod when;
 
 pub use column::DriverColumn;
 pub use reading::{Counted, LeftLock, LocksLeft, Reading, Seen};

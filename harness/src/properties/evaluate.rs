@@ -307,9 +307,11 @@ fn rule_for<'a>(
         },
         _ => m.clone(),
     });
-    d.readings
-        .iter()
-        .find(|r| r.when.matches(reading) && r.when.matches_witness(meaning.as_ref(), held_after))
+    d.readings.iter().find(|r| {
+        r.when.matches(reading)
+            && r.when
+                .matches_witness(meaning.as_ref().map(|m| (m.lock, m.across_return)), held_after)
+    })
 }
 
 /// Whether the lock call recorded as `record` in `cell` took the lock: a

@@ -43,7 +43,6 @@ pub mod dimensions;
 mod evaluate;
 mod load;
 pub mod remedies;
-mod when;
 pub mod witness;
 
 pub use dimensions::{Applies, Column, Coordinates, Coverage, Dimension, DimensionCoverage};
@@ -55,8 +54,8 @@ pub use evaluate::{
 pub use remedies::{Proof, Proven, Remedy};
 pub use witness::{Meaning, Taken, Witness, WitnessKind};
 
+pub use crate::outcome::when::{KINDS, Scalar, When};
 pub use load::{for_scenarios, json_schema, load_dir, load_file, shipped, shipped_cached, shipped_dir};
-pub use when::{KINDS, When};
 
 use std::path::PathBuf;
 
@@ -112,18 +111,6 @@ pub enum Reads {
     /// The reading cannot decide it (say why in `says`).
     #[serde(rename = "n/a")]
     NotApplicable,
-}
-
-/// A scalar an `is:` compares with: `true`, `0`, `"4321ms"`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(untagged)]
-pub enum Scalar {
-    /// `t` / `f`.
-    Bool(bool),
-    /// A number.
-    Int(i64),
-    /// Text, compared with the value as the report shows it.
-    Text(String),
 }
 
 /// One reading rule: which readings, and what they say.

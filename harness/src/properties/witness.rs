@@ -47,22 +47,7 @@ impl WitnessKind {
     }
 }
 
-/// Whether the actor held the key when it unlocked it, as its own steps
-/// before the unlock say: a lock call counts as taken when it cannot have
-/// failed (a plain `pg_advisory_lock` without a client-side bound, or a
-/// try-lock that `expect`s `true`) or, when it is recorded, when its reading
-/// says it returned ([`Meaning::taken_if`]); an unlock or
-/// `pg_advisory_unlock_all()` gives it back, re-entrant counts kept; a
-/// crash, terminate, disconnect or restart ends the session and its locks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Taken {
-    /// The actor took the key (at the level it unlocks: shared or not) and
-    /// had not given it back.
-    Taken,
-    /// The actor never took the key, or had given back every time it took it.
-    NotTaken,
-}
+pub use crate::outcome::when::Taken;
 
 /// What a witness step meant, as the property's `when:` reads it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

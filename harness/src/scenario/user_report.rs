@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
 use crate::outcome::Reading;
-use crate::properties::{Scalar, When as ReadingWhen};
+use crate::outcome::when::{Scalar, When as ReadingWhen};
 
 /// `report:` as the file spells it.
 #[derive(Deserialize, JsonSchema)]

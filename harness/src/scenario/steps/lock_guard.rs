@@ -30,7 +30,7 @@ macro_rules! raw_fields {
             /// (`try_acquire`: a guard only if the lock is free; else `not acquired`
             /// is recorded and `end` does not apply).
             #[serde(default)]
-            #[schemars(with = "Option<crate::scenario::steps::lock_guard::GuardAcquireRaw>")]
+            #[schemars(with = "Option<crate::scenario::raw::step::OrParam<crate::scenario::steps::lock_guard::GuardAcquireRaw>>")]
             pub(crate) acquire: Option<$crate::scenario::steps::lock_guard::GuardAcquireRaw>,
             /// For `lock_guard`: `release_now`, `drop` or `leak`.
             #[serde(default)]

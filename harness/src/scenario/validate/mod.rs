@@ -176,7 +176,7 @@ impl Validator<'_> {
                         ),
                     );
                 }
-                if *when == crate::properties::When::default() {
+                if when.is_empty() {
                     self.err(
                         apos,
                         format!("report.reproduced_when: the rule for '{record}' is empty"),

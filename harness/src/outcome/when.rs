@@ -5,8 +5,36 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::Scalar;
-use crate::outcome::{Reading, Status, Value};
+use super::{Reading, Status, Value};
+
+/// A scalar an `is:` compares with: `true`, `0`, `"4321ms"`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Scalar {
+    /// `t` / `f`.
+    Bool(bool),
+    /// A number.
+    Int(i64),
+    /// Text, compared with the value as the report shows it.
+    Text(String),
+}
+
+/// Whether the actor held the key when it unlocked it, as its own steps
+/// before the unlock say: a lock call counts as taken when it cannot have
+/// failed (a plain `pg_advisory_lock` without a client-side bound, or a
+/// try-lock that `expect`s `true`) or, when it is recorded, when its reading
+/// says it returned ([`Meaning::taken_if`]); an unlock or
+/// `pg_advisory_unlock_all()` gives it back, re-entrant counts kept; a
+/// crash, terminate, disconnect or restart ends the session and its locks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Taken {
+    /// The actor took the key (at the level it unlocks: shared or not) and
+    /// had not given it back.
+    Taken,
+    /// The actor never took the key, or had given back every time it took it.
+    NotTaken,
+}
 
 /// Which readings a rule matches: every field given must match (at least one).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -64,7 +92,7 @@ pub struct When {
     /// A witness (`witness: unlock`): whether the actor held the key it
     /// unlocked (`taken`) or not (`not_taken`: false by design).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lock: Option<super::Taken>,
+    pub lock: Option<Taken>,
     /// A witness: whether the actor gave its connection back between taking
     /// the key and unlocking it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -187,14 +215,15 @@ impl When {
             && notice_ok
     }
 
-    /// Whether the fields that read a witness's meaning match `meaning` and
-    /// `held_after` (the paired observation's `held`, when there is one);
+    /// Whether the fields that read a witness's meaning match `meaning`
+    /// (whether the actor held the key, and whether it unlocked across a
+    /// return: [`crate::properties::Meaning`]) and `held_after` (the paired observation's `held`, when there is one);
     /// true when the rule gives none of them.
-    pub fn matches_witness(&self, meaning: Option<&super::Meaning>, held_after: Option<bool>) -> bool {
-        let lock_ok = self.lock.is_none_or(|l| meaning.is_some_and(|m| m.lock == l));
+    pub fn matches_witness(&self, meaning: Option<(Taken, bool)>, held_after: Option<bool>) -> bool {
+        let lock_ok = self.lock.is_none_or(|l| meaning.is_some_and(|(taken, _)| taken == l));
         let across_ok = self
             .across_return
-            .is_none_or(|a| meaning.is_some_and(|m| m.across_return == a));
+            .is_none_or(|a| meaning.is_some_and(|(_, across)| across == a));
         let held_ok = self.held_after.is_none_or(|h| held_after == Some(h));
         lock_ok && across_ok && held_ok
     }
@@ -209,7 +238,7 @@ impl When {
         self.status == Some(status)
     }
 
-    pub(super) fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         *self == When::default()
     }
 }
