@@ -267,10 +267,6 @@ fn pooler_kit_markdown(report: &Report) -> String {
     out
 }
 
-/// For each scenario file of `families` (by name), a heading, its source,
-/// and a table of its readings: one row per distinct set of readings (and
-/// status), with the columns that read it; `n/a` columns are listed under
-/// the table. Read from `report`'s cells, never by hand.
 /// One row per scenario with `report:` (a user's report re-enacted): its
 /// tracker, what the user saw, the readings that show it, and the columns
 /// whose cell reads so ("reproduced through"), or that none does. A cell
@@ -318,6 +314,10 @@ fn reproduced_markdown(report: &Report) -> String {
     out
 }
 
+/// For each scenario file of `families` (by name), a heading, its source,
+/// and a table of its readings: one row per distinct set of readings (and
+/// status), with the columns that read it; `n/a` columns are listed under
+/// the table. Read from `report`'s cells, never by hand.
 fn readings_markdown(report: &Report, families: &[&str], heading: &str) -> String {
     use std::fmt::Write as _;
     let cell = |s: &str| s.replace('|', "\\|").replace('\n', " ");

@@ -160,10 +160,8 @@ impl Kind for GuardStep {
     }
 
     fn describe(&self, _: &[Actor], _: &[Step]) -> String {
-        match self.acquire {
-            GuardAcquireRaw::Wait => format!("lock_guard {}, end {:?}", self.key, self.end).to_lowercase(),
-            GuardAcquireRaw::Try => format!("lock_guard {} (try), end {:?}", self.key, self.end).to_lowercase(),
-        }
+        let how = if self.acquire == GuardAcquireRaw::Try { " (try)" } else { "" };
+        format!("lock_guard {}{how}, end {:?}", self.key, self.end).to_lowercase()
     }
 
     /// Takes the lock on the key through the guard API and ends the guard;
