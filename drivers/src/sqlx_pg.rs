@@ -290,7 +290,7 @@ sqlx_driver!(
     "sqlx-after-release",
     |sql| sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned())),
     raw_sql,
-    crate::libraries::none
+    crate::libraries::on_sqlx09
 );
 #[cfg(feature = "columns")]
 sqlx_driver!(

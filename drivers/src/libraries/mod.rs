@@ -27,17 +27,24 @@
 //!   pg_advisory_unlock($1)`, whose result is discarded.
 
 //!
-//! The calls live in `on_sqlx08.rs` (feature `columns`); without that
+//! Job queues through their own crates (underway on sqlx 0.8,
+//! apalis-postgres and graphile_worker on sqlx 0.9) run as processes of
+//! their own: see `queues/mod.rs`. They run on the columns of their sqlx
+//! line and behind every pooler ([`Library::applies_to`]).
+//!
+//! The calls live in `on_sqlx08.rs` and `queues/` (feature `columns`); without that
 //! feature (the kit `locklab try` builds a driver from) no pool has them
 //! and [`LibraryPool`] is a stand-in that has none.
 
 #[cfg(feature = "columns")]
 mod on_sqlx08;
+#[cfg(feature = "columns")]
+mod queues;
 
 #[cfg(feature = "columns")]
 pub use on_sqlx08::LibraryPool;
 #[cfg(feature = "columns")]
-pub(crate) use on_sqlx08::on_sqlx08;
+pub(crate) use on_sqlx08::{on_sqlx08, on_sqlx09};
 
 use crate::ConnectSpec;
 #[cfg(not(feature = "columns"))]
@@ -57,6 +64,14 @@ pub enum Library {
     PraxSqlx,
     /// sqlx 0.8's migrator (`Migrator::run` on a pool).
     SqlxMigrator,
+    /// underway 0.2's worker (`Worker::process_next_task`), a job queue on sqlx 0.8.
+    UnderwayWorker,
+    /// underway 0.2's scheduler (`Scheduler::run`), a job queue on sqlx 0.8.
+    UnderwayScheduler,
+    /// apalis-postgres 1.0's worker registration, a job queue on sqlx 0.9.
+    ApalisPostgres,
+    /// graphile_worker 0.14's worker (`add_job` with a `job_key`, `run_once`), a job queue on sqlx 0.9.
+    GraphileWorker,
 }
 
 impl Library {
@@ -67,7 +82,52 @@ impl Library {
             Library::DistributedLockPostgresXact => "distributed-lock-postgres-xact",
             Library::PraxSqlx => "prax-sqlx",
             Library::SqlxMigrator => "sqlx-migrator",
+            Library::UnderwayWorker => "underway-worker",
+            Library::UnderwayScheduler => "underway-scheduler",
+            Library::ApalisPostgres => "apalis-postgres",
+            Library::GraphileWorker => "graphile-worker",
         }
+    }
+
+    /// Whether it is a job queue (a `library` step with `queue:`).
+    pub fn is_queue(self) -> bool {
+        matches!(
+            self,
+            Library::UnderwayWorker | Library::UnderwayScheduler | Library::ApalisPostgres | Library::GraphileWorker
+        )
+    }
+
+    /// The sqlx release line whose `PgPool` it takes: `0.8` or `0.9`.
+    pub fn sqlx_line(self) -> &'static str {
+        match self {
+            Library::ApalisPostgres | Library::GraphileWorker => "0.9",
+            _ => "0.8",
+        }
+    }
+
+    /// Whether it runs through the column `info`: a sqlx pool of its line
+    /// (the column's own, or for a job queue its processes' pools on the
+    /// column's server), or a pooler (a pool of its line through it).
+    /// Elsewhere a cell with its `library` step is `n/a`
+    /// ([`Library::not_applicable`]), and so it is on a column `locklab try`
+    /// built ([`crate::kit::TRIED`] in its id): its pool lives in a program
+    /// of its own, out of the libraries' reach.
+    pub fn applies_to(self, info: &crate::DriverInfo) -> bool {
+        info.pooler.is_some()
+            || (info.crate_name == "sqlx"
+                && info.crate_version.starts_with(self.sqlx_line())
+                && !info.id.contains(crate::kit::TRIED))
+    }
+
+    /// Why a cell with its `library` step does not run through a column it
+    /// does not apply to ([`Library::applies_to`]).
+    pub fn not_applicable(self) -> String {
+        format!(
+            "{} takes a sqlx {} PgPool: it runs on the sqlx {} columns and behind the poolers",
+            self.as_str(),
+            self.sqlx_line(),
+            self.sqlx_line()
+        )
     }
 }
 
@@ -103,6 +163,27 @@ pub enum LibraryCall {
     },
     /// Run sqlx's migrator from several processes at once.
     Migrate(MigrateRun),
+    /// Run a job queue's story (see `queues/mod.rs`).
+    Queue(QueueRun),
+}
+
+/// A `queue:` step's run: how its process whose lock is in question ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueRun {
+    /// Its own shutdown, or killed.
+    pub end: QueueEnd,
+}
+
+/// How a job queue's process ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueEnd {
+    /// The queue's own shutdown: its job let finish, its scheduler's token
+    /// cancelled, its worker stopped.
+    Stop,
+    /// Killed: its runtime dropped with everything in flight (its sockets
+    /// closed with no Terminate and no `ROLLBACK`, as a killed process's).
+    Kill,
 }
 
 /// A `call: migrate` step: `runners` migrators, each with a pool of one
@@ -122,20 +203,6 @@ pub struct MigrateRun {
     /// Each migrator gives up (its future dropped) after this many ms.
     pub give_up_ms: u64,
 }
-
-/// Whether the libraries run through the column `info`: a sqlx 0.8 pool
-/// (its own), or a pooler (a sqlx 0.8 pool through it). Elsewhere a cell
-/// with a `library` step is `n/a` ([`NOT_APPLICABLE`]), and so it is on a
-/// column `locklab try` built ([`crate::kit::TRIED`] in its id): its
-/// pool lives in a program of its own, out of the libraries' reach.
-pub fn apply_to(info: &crate::DriverInfo) -> bool {
-    info.pooler.is_some()
-        || (info.crate_name == "sqlx" && info.crate_version.starts_with("0.8") && !info.id.contains(crate::kit::TRIED))
-}
-
-/// Why a cell with a `library` step does not run through a column the
-/// libraries do not apply to ([`apply_to`]).
-pub const NOT_APPLICABLE: &str = "the lock libraries and sqlx's migrator take a sqlx 0.8 PgPool: they run on the sqlx 0.8 columns and behind the poolers";
 
 /// No libraries on this pool: for a sqlx pool of another version than
 /// 0.8 (the libraries take a sqlx 0.8 `PgPool`), of any type `P`.

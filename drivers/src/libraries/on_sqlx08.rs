@@ -21,15 +21,80 @@ enum Held {
     Handle(PostgresLockHandle),
 }
 
-/// A sqlx 0.8 pool the libraries run on, the handles they hold, and what
-/// the migrator needs to make pools of its own.
+/// The libraries of a pool: the lock libraries on a sqlx 0.8 pool (the
+/// column's own, or one of their own through a pooler; none on a sqlx 0.9
+/// column), and the job queues, whose processes make pools of their own
+/// for the column's server or pooler (`spec`).
 pub struct LibraryPool {
+    spec: ConnectSpec,
+    on08: Option<Sqlx08Libraries>,
+}
+
+/// A sqlx 0.8 pool the lock libraries run on, the handles they hold, and
+/// what the migrator needs to make pools of its own.
+struct Sqlx08Libraries {
     pool: PgPool,
     spec: ConnectSpec,
     held: Mutex<HashMap<(Library, i64), Held>>,
 }
 
-fn sqlx_error(e: sqlx08::Error) -> DriverError {
+impl LibraryPool {
+    /// The libraries on a column's own sqlx 0.8 pool.
+    pub fn on(pool: PgPool, spec: &ConnectSpec) -> LibraryPool {
+        LibraryPool {
+            spec: spec.clone(),
+            on08: Some(Sqlx08Libraries::on(pool, spec)),
+        }
+    }
+
+    /// The libraries through a pooler at `spec`: the lock libraries on a
+    /// sqlx 0.8 pool of their own sized by `opts` (it connects lazily), and
+    /// the job queues.
+    pub fn connecting(spec: &ConnectSpec, opts: PoolOptions) -> Option<LibraryPool> {
+        Some(LibraryPool {
+            spec: spec.clone(),
+            on08: Some(Sqlx08Libraries::connecting(spec, opts)),
+        })
+    }
+
+    /// Runs `call` through `library` (see [`Sqlx08Libraries::call`], and
+    /// `queues/mod.rs` for a job queue's `Queue` call).
+    ///
+    /// # Errors
+    /// [`DriverError::Unsupported`] for a call the library has no API for,
+    /// or a lock library on a column without a sqlx 0.8 pool; the server's
+    /// or the client's error otherwise.
+    pub async fn call(&self, library: Library, call: &LibraryCall) -> Result<String, DriverError> {
+        // (Boxed as `Send` here, where the lifetimes are concrete: rustc
+        // cannot prove the nested futures `Send` for every lifetime.)
+        type Call<'a> = std::pin::Pin<Box<dyn Future<Output = Result<String, DriverError>> + Send + 'a>>;
+        match (call, &self.on08) {
+            (LibraryCall::Queue(run), _) => {
+                let f: Call<'_> = Box::pin(super::queues::run(library, &self.spec, run));
+                f.await
+            }
+            (_, _) if library.is_queue() => Err(DriverError::Unsupported(format!(
+                "{} takes a 'queue:' run",
+                library.as_str()
+            ))),
+            (_, Some(l)) => {
+                let f: Call<'_> = Box::pin(l.call(library, call));
+                f.await
+            }
+            (_, None) => Err(DriverError::Unsupported(library.not_applicable())),
+        }
+    }
+
+    /// Drops the lock libraries' handles still held (their connections go
+    /// back to the pool) and, for a pool of the libraries' own, closes it.
+    pub async fn close(&self, own_pool: bool) {
+        if let Some(l) = &self.on08 {
+            l.close(own_pool).await;
+        }
+    }
+}
+
+pub(super) fn sqlx_error(e: sqlx08::Error) -> DriverError {
     match &e {
         sqlx08::Error::Database(db) => DriverError::Db(DbError {
             sqlstate: db.code().map(|c| c.into_owned()).unwrap_or_default(),
@@ -52,7 +117,7 @@ fn lock_error(e: LockError) -> DriverError {
 }
 
 /// sqlx 0.8 connect options for `spec`.
-fn connect_options(spec: &ConnectSpec, application_name: &str) -> PgConnectOptions {
+pub(super) fn connect_options(spec: &ConnectSpec, application_name: &str) -> PgConnectOptions {
     let mut options = PgConnectOptions::new()
         .host(&spec.host)
         .port(spec.port)
@@ -68,24 +133,23 @@ fn connect_options(spec: &ConnectSpec, application_name: &str) -> PgConnectOptio
     options
 }
 
-impl LibraryPool {
-    /// The libraries on a column's own sqlx 0.8 pool.
-    pub fn on(pool: PgPool, spec: &ConnectSpec) -> LibraryPool {
-        LibraryPool {
+impl Sqlx08Libraries {
+    fn on(pool: PgPool, spec: &ConnectSpec) -> Sqlx08Libraries {
+        Sqlx08Libraries {
             pool,
             spec: spec.clone(),
             held: Mutex::new(HashMap::new()),
         }
     }
 
-    /// The libraries on a sqlx 0.8 pool of their own for `spec` (behind a
-    /// pooler: `spec` points at it), sized by `opts`; it connects lazily.
-    pub fn connecting(spec: &ConnectSpec, opts: PoolOptions) -> Option<LibraryPool> {
+    /// On a sqlx 0.8 pool of their own for `spec` (behind a pooler:
+    /// `spec` points at it), sized by `opts`; it connects lazily.
+    fn connecting(spec: &ConnectSpec, opts: PoolOptions) -> Sqlx08Libraries {
         let pool = PgPoolOptions::new()
             .max_connections(opts.max_size)
             .acquire_timeout(opts.checkout_timeout)
             .connect_lazy_with(connect_options(spec, &spec.application_name));
-        Some(LibraryPool::on(pool, spec))
+        Sqlx08Libraries::on(pool, spec)
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<(Library, i64), Held>> {
@@ -137,13 +201,12 @@ impl LibraryPool {
     /// # Errors
     /// [`DriverError::Unsupported`] for a call the library has no API for;
     /// the server's or the client's error otherwise.
-    pub async fn call(&self, library: Library, call: &LibraryCall) -> Result<String, DriverError> {
+    async fn call(&self, library: Library, call: &LibraryCall) -> Result<String, DriverError> {
         match (library, call) {
             (Library::SqlxMigrator, LibraryCall::Migrate(run)) => migrate(&self.spec, run).await,
-            (Library::SqlxMigrator, _) | (_, LibraryCall::Migrate(_)) => Err(DriverError::Unsupported(format!(
-                "{} has no such call",
-                library.as_str()
-            ))),
+            (Library::SqlxMigrator, _) | (_, LibraryCall::Migrate(_) | LibraryCall::Queue(_)) => Err(
+                DriverError::Unsupported(format!("{} has no such call", library.as_str())),
+            ),
             (Library::PraxSqlx, LibraryCall::Acquire { key, .. }) => {
                 self.on_pool(async {
                     prax_sqlx::postgres::AdvisoryLock::acquire(&self.pool, *key)
@@ -223,9 +286,7 @@ impl LibraryPool {
         }
     }
 
-    /// Drops the handles still held (their connections go back to the
-    /// pool) and, for a pool of the libraries' own, closes it.
-    pub async fn close(&self, own_pool: bool) {
+    async fn close(&self, own_pool: bool) {
         let held: Vec<Held> = self.held().drain().map(|(_, h)| h).collect();
         drop(held);
         if own_pool {
@@ -234,9 +295,18 @@ impl LibraryPool {
     }
 }
 
-/// The lock libraries on a sqlx 0.8 column's own pool.
+/// The lock libraries on a sqlx 0.8 column's own pool, and the job queues.
 pub(crate) fn on_sqlx08(pool: &PgPool, spec: &ConnectSpec) -> Option<LibraryPool> {
     Some(LibraryPool::on(pool.clone(), spec))
+}
+
+/// On a sqlx 0.9 column: the job queues (whose processes make sqlx 0.9
+/// pools of their own), no lock library.
+pub(crate) fn on_sqlx09(_: &sqlx::PgPool, spec: &ConnectSpec) -> Option<LibraryPool> {
+    Some(LibraryPool {
+        spec: spec.clone(),
+        on08: None,
+    })
 }
 
 /// The migration every migrator runs: it sleeps `migration_ms`, then makes

@@ -76,6 +76,13 @@ pub const REGIONS: &[Region] = &[
         heading: "##",
     },
     Region {
+        file: "docs/src/lock-libraries.md",
+        name: "queue-readings",
+        content: Content::Readings(&["job-queue-worker", "job-queue-scheduler", "job-queue-registration"]),
+        link: "../../reports/matrix.md",
+        heading: "##",
+    },
+    Region {
         file: "docs/src/poolers.md",
         name: "check-in",
         content: Content::CheckIn,

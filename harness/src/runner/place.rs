@@ -45,15 +45,11 @@ pub(super) fn not_applicable(scenario: &Scenario, info: &DriverInfo) -> Option<N
                 .to_owned(),
         ));
     }
-    if scenario
-        .steps
-        .iter()
-        .any(|s| matches!(s.kind, crate::scenario::StepKind::Library(_)))
-        && !locklab_drivers::libraries::apply_to(info)
-    {
-        return Some(NotRun::NotApplicable(
-            locklab_drivers::libraries::NOT_APPLICABLE.to_owned(),
-        ));
+    if let Some(library) = scenario.steps.iter().find_map(|s| match &s.kind {
+        crate::scenario::StepKind::Library(l) if !l.library.applies_to(info) => Some(l.library),
+        _ => None,
+    }) {
+        return Some(NotRun::NotApplicable(library.not_applicable()));
     }
     if scenario.expects_pool_notices()
         && let Some(why) = info.notices.not_passed_on()

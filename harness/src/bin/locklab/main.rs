@@ -54,9 +54,12 @@ fn main() -> ExitCode {
         return locklab::faults::host::host_main();
     }
     // sqlx warns (and r2d2 logs errors) about connections the harness terminates or restarts on purpose, and about
-    // statements that wait on a lock for over a second: both expected here.
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LOCKLAB_LOG")
-        .unwrap_or_else(|_| "warn,sqlx=error,deadpool=error,r2d2=off".into());
+    // statements that wait on a lock for over a second: both expected here. The job queues
+    // log the outcomes their cells record (a refused registration, a scheduler that found
+    // its lock taken, a killed worker's lost connection): those are readings, not news.
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LOCKLAB_LOG").unwrap_or_else(|_| {
+        "warn,sqlx=error,deadpool=error,r2d2=off,apalis_core=off,apalis_postgres=off,underway=off,graphile_worker=off,graphile_worker_queries=off,graphile_worker_utils=off,graphile_worker_migrations=off,graphile_worker_recovery=off".into()
+    });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use locklab_drivers::libraries::{Library, LibraryCall, MigrateRun};
+use locklab_drivers::libraries::{Library, LibraryCall, MigrateRun, QueueRun};
 use locklab_drivers::{Conn, DirectConn, DriverError, Pool};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -37,6 +37,10 @@ macro_rules! raw_fields {
             /// For `library: sqlx-migrator`: the migrators to run.
             #[serde(default)]
             pub(crate) migrate: Option<$crate::scenario::steps::library::MigrateRaw>,
+            /// For a job queue (`underway-worker`, `underway-scheduler`,
+            /// `apalis-postgres`, `graphile-worker`): its story's run.
+            #[serde(default)]
+            pub(crate) queue: Option<$crate::scenario::steps::library::QueueRaw>,
         ] $($rest)* }
     };
 }
@@ -76,6 +80,17 @@ pub struct MigrateRaw {
     pub give_up_ms: u64,
 }
 
+/// A job queue's run (`queue:`): its processes, each with a pool of its own,
+/// as `docs/src/lock-libraries.md` ("Job queues") tells.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QueueRaw {
+    /// How the process whose lock is in question ends: `stop` (the queue's
+    /// own shutdown) or `kill` (its runtime dropped, its sockets closed).
+    #[schemars(with = "crate::scenario::raw::step::OrParam<locklab_drivers::libraries::QueueEnd>")]
+    pub end: locklab_drivers::libraries::QueueEnd,
+}
+
 /// A `library` step: a lock library's or the sqlx migrator's call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LibraryStep {
@@ -105,8 +120,8 @@ impl Kind for LibraryStep {
     }
 
     fn stray(raw: &RawStep, v: &mut Validator<'_>, n: usize, pos: Pos) {
-        if raw.call.is_some() || raw.migrate.is_some() {
-            v.err(pos, format!("step {n}: 'call' and 'migrate' only apply to 'library' steps"));
+        if raw.call.is_some() || raw.migrate.is_some() || raw.queue.is_some() {
+            v.err(pos, format!("step {n}: 'call', 'migrate' and 'queue' only apply to 'library' steps"));
         }
     }
 
@@ -219,6 +234,28 @@ deadline_ms: u64,
         v.err(
             pos,
             format!("step {n}: 'migrate' goes with 'library: sqlx-migrator' only"),
+        );
+    }
+    if library.is_queue() {
+        let Some(q) = s.queue else {
+            v.err(
+                pos,
+                format!("step {n}: 'library: {}' is a job queue: it needs 'queue: {{ end: stop | kill }}'", library.as_str()),
+            );
+            return None;
+        };
+        if s.call.is_some() || s.key.is_some() {
+            v.err(
+                pos,
+                format!("step {n}: 'library: {}' takes 'queue', not 'call' or 'key'", library.as_str()),
+            );
+        }
+        return Some(LibraryCall::Queue(QueueRun { end: q.end }));
+    }
+    if s.queue.is_some() {
+        v.err(
+            pos,
+            format!("step {n}: 'queue' goes with a job queue's 'library' only (underway-worker, underway-scheduler, apalis-postgres, graphile-worker)"),
         );
     }
     let Some(call) = s.call else {
