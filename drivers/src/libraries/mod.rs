@@ -40,6 +40,8 @@
 mod on_sqlx08;
 #[cfg(feature = "columns")]
 mod queues;
+#[cfg(feature = "columns")]
+mod sqlx08_conn;
 
 #[cfg(feature = "columns")]
 pub use on_sqlx08::LibraryPool;

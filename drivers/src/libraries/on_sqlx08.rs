@@ -10,11 +10,12 @@ use distributed_lock_core::error::LockError;
 use distributed_lock_core::traits::{DistributedLock, LockHandle, LockProvider};
 use distributed_lock_postgres::PostgresLockProvider;
 use distributed_lock_postgres::handle::PostgresLockHandle;
-use sqlx08::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx08::postgres::PgPoolOptions;
 use sqlx08::{PgPool, Row};
 
+use super::sqlx08_conn::{connect_options, sqlx_error};
 use super::{Library, LibraryCall, MigrateRun};
-use crate::{ConnectSpec, DbError, DriverError, PoolOptions};
+use crate::{ConnectSpec, DriverError, PoolOptions};
 
 /// A held `distributed-lock-postgres` handle.
 enum Held {
@@ -94,16 +95,6 @@ impl LibraryPool {
     }
 }
 
-pub(super) fn sqlx_error(e: sqlx08::Error) -> DriverError {
-    match &e {
-        sqlx08::Error::Database(db) => DriverError::Db(DbError {
-            sqlstate: db.code().map(|c| c.into_owned()).unwrap_or_default(),
-            message: db.message().to_owned(),
-        }),
-        _ => DriverError::Client(e.to_string()),
-    }
-}
-
 /// prax-sqlx's error: sqlx's, as [`sqlx_error`], or its own.
 fn prax_error(e: prax_sqlx::SqlxError) -> DriverError {
     match e {
@@ -114,23 +105,6 @@ fn prax_error(e: prax_sqlx::SqlxError) -> DriverError {
 
 fn lock_error(e: LockError) -> DriverError {
     DriverError::Client(e.to_string())
-}
-
-/// sqlx 0.8 connect options for `spec`.
-pub(super) fn connect_options(spec: &ConnectSpec, application_name: &str) -> PgConnectOptions {
-    let mut options = PgConnectOptions::new()
-        .host(&spec.host)
-        .port(spec.port)
-        .username(&spec.user)
-        .database(&spec.dbname)
-        .application_name(application_name);
-    if let Some(p) = &spec.password {
-        options = options.password(p);
-    }
-    if !spec.options.is_empty() {
-        options = options.options(spec.options.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    }
-    options
 }
 
 impl Sqlx08Libraries {

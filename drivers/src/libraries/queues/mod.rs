@@ -109,7 +109,7 @@ impl Side {
     async fn connect(spec: &ConnectSpec) -> Result<Side, DriverError> {
         let pool = sqlx08::postgres::PgPoolOptions::new()
             .max_connections(1)
-            .connect_lazy_with(super::on_sqlx08::connect_options(
+            .connect_lazy_with(super::sqlx08_conn::connect_options(
                 spec,
                 &format!("{}-observer", spec.application_name),
             ));
@@ -126,8 +126,8 @@ impl Side {
         )
         .fetch_one(&self.0)
         .await
-        .map_err(super::on_sqlx08::sqlx_error)?;
-        row.try_get::<i64, _>(0).map_err(super::on_sqlx08::sqlx_error)
+        .map_err(super::sqlx08_conn::sqlx_error)?;
+        row.try_get::<i64, _>(0).map_err(super::sqlx08_conn::sqlx_error)
     }
 
     /// [`Side::held`] once it has reached `to` or [`SETTLE_BOUND`] has passed.

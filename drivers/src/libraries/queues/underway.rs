@@ -23,7 +23,7 @@ use underway::{Queue, Scheduler, Task, Worker};
 use super::process::{Life, Process, apart};
 use super::{Side, end, finish, gate, short, started, unique};
 use crate::libraries::QueueRun;
-use crate::libraries::on_sqlx08::connect_options;
+use crate::libraries::sqlx08_conn::connect_options;
 use crate::{ConnectSpec, DriverError};
 
 /// The job: its handler passes the call's gate (see [`gate`]).
