@@ -675,6 +675,8 @@ public final class HikariAdapter {
             case "guard":
                 conn(req);
                 throw new Fail("unsupported", "HikariCP and JDBC have no advisory-lock guard API", null);
+            case "library":
+                throw new Fail("unsupported", "no library call here", null);
             default:
                 throw Fail.protocol("unknown request '" + call.op + "'");
         }

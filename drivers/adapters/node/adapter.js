@@ -370,6 +370,10 @@ function opGuard() {
   throw new Failure('unsupported', 'node-postgres has no advisory-lock guard API')
 }
 
+function opLibrary(req) {
+  throw new Failure('unsupported', `no library call '${req.name}' here`)
+}
+
 const OPS = {
   hello: opHello,
   ping: () => ({}),
@@ -385,6 +389,7 @@ const OPS = {
   drop: opDrop,
   abandon: opAbandon,
   guard: opGuard,
+  library: opLibrary,
 }
 
 function handle(req) {

@@ -568,6 +568,9 @@ class Adapter:
     async def op_guard(self, req):
         raise Failure(f"{type(self.lib).__name__.lower()} has no advisory-lock guard API", kind="unsupported")
 
+    async def op_library(self, req):
+        raise Failure(f"no library call '{req.get('name')}' here", kind="unsupported")
+
     async def op_abandon(self, req):
         """The connection's owner went away mid-call: the call in flight is
         cancelled and the connection goes back to its pool, as leaving an

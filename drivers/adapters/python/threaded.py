@@ -605,6 +605,9 @@ class Adapter:
     def op_guard(self, req, msg):
         raise Failure(f"{self.lib.name} has no advisory-lock guard API", kind="unsupported")
 
+    def op_library(self, req, msg):
+        raise Failure(f"no library call '{msg.get('name')}' here", kind="unsupported")
+
     def op_close_pool(self, req, msg):
         pool_id = msg.get("pool")
         with self.state:

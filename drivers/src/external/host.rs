@@ -454,6 +454,9 @@ impl Host {
                 acquire,
                 end,
             } => self.guard(&conn, key, acquire, end).await,
+            Op::Library { name, .. } => Err(plain(DriverError::Unsupported(format!(
+                "no library call '{name}' in a hosted Rust pool (its libraries run through the column's own steps)"
+            )))),
         }
     }
 }

@@ -346,6 +346,33 @@ impl Pool for ExternalPool {
         self.checkout_bounded(Some(bound)).await.transpose()
     }
 
+    /// A library call the adapter runs itself (the driver protocol's
+    /// `library` request): Rails' migrator on the activerecord column.
+    async fn library(
+        &self,
+        library: crate::libraries::Library,
+        call: &crate::libraries::LibraryCall,
+    ) -> Result<String, DriverError> {
+        let crate::libraries::LibraryCall::Migrate(run) = call else {
+            return Err(DriverError::Unsupported(format!(
+                "{} has no such call through an adapter",
+                library.as_str()
+            )));
+        };
+        let request = Op::Library {
+            pool: self.id.clone(),
+            name: library.as_str().to_owned(),
+            args: serde_json::json!({
+                "runners": run.runners,
+                "migration_ms": run.migration_ms,
+                "kill_first": run.kill_first,
+                "give_up_ms": run.give_up_ms,
+            }),
+        };
+        let ok: protocol::LibraryOk = self.adapter.call(request).await?.ok_as(&self.adapter.name, "library")?;
+        Ok(ok.text)
+    }
+
     async fn crash(&self) -> Result<(), DriverError> {
         if !self.own_process {
             return Err(DriverError::Unsupported(format!(

@@ -133,6 +133,20 @@ pub enum Op {
         /// How the guard ends.
         end: GuardEnd,
     },
+    /// Run a library's own call that takes its locks itself (a migration
+    /// runner: `rails-migrator`), connecting as pool `pool` does:
+    /// [`LibraryOk`], or an `unsupported` error where the adapter has no
+    /// call of that name (docs/src/protocol.md, "Requests").
+    Library {
+        /// The pool whose connection settings the call's own connections use.
+        pool: String,
+        /// The call, e.g. `rails-migrator`.
+        name: String,
+        /// Its arguments, an object whose shape `name` gives
+        /// (`rails-migrator`: `runners`, `migration_ms`, `kill_first`,
+        /// `give_up_ms`, as a `migrate:` step has them).
+        args: Value,
+    },
     /// Are you there? `{}`.
     Ping,
     /// Close every connection of the pool; `{}` once closed.
@@ -158,6 +172,7 @@ impl Op {
             Op::Drop { .. } => "drop",
             Op::Abandon { .. } => "abandon",
             Op::Guard { .. } => "guard",
+            Op::Library { .. } => "library",
             Op::Ping => "ping",
             Op::ClosePool { .. } => "close_pool",
         }
@@ -214,7 +229,7 @@ pub struct Answer {
     pub id: Option<u64>,
     /// The result, for a request that succeeded: an object whose shape the
     /// request's `op` gives ([`HelloOk`], [`CheckoutOk`], [`QueryOk`],
-    /// [`ReturnOk`], [`GuardOk`], or `{}`).
+    /// [`ReturnOk`], [`GuardOk`], [`LibraryOk`], or `{}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<AnyOk>")]
     pub ok: Option<Value>,
@@ -239,6 +254,7 @@ enum AnyOk {
     Query(QueryOk),
     Return(ReturnOk),
     Guard(GuardOk),
+    Library(LibraryOk),
 }
 
 /// `ok` of `hello`.
@@ -338,6 +354,16 @@ pub struct GuardOk {
     /// `false`: a try found the lock taken (absent: acquired).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acquired: Option<bool>,
+}
+
+/// `ok` of `library`: what the call reported, in words (for
+/// `rails-migrator`, one word per migrator, how many times the migration
+/// ran and how many advisory locks are left, as a `migrate:` step reads).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LibraryOk {
+    /// The reading.
+    pub text: String,
 }
 
 impl Answer {

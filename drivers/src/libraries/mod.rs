@@ -74,6 +74,10 @@ pub enum Library {
     ApalisPostgres,
     /// graphile_worker 0.14's worker (`add_job` with a `job_key`, `run_once`), a job queue on sqlx 0.9.
     GraphileWorker,
+    /// Rails' migrator (ActiveRecord's `Migrator` with `with_advisory_lock`),
+    /// run by the activerecord column's adapter (the driver protocol's
+    /// `library` request) in processes of its own.
+    RailsMigrator,
 }
 
 impl Library {
@@ -88,7 +92,13 @@ impl Library {
             Library::UnderwayScheduler => "underway-scheduler",
             Library::ApalisPostgres => "apalis-postgres",
             Library::GraphileWorker => "graphile-worker",
+            Library::RailsMigrator => "rails-migrator",
         }
+    }
+
+    /// Whether it is a migration runner (a `library` step with `migrate:`).
+    pub fn is_migrator(self) -> bool {
+        matches!(self, Library::SqlxMigrator | Library::RailsMigrator)
     }
 
     /// Whether it is a job queue (a `library` step with `queue:`).
@@ -115,6 +125,9 @@ impl Library {
     /// built ([`crate::kit::TRIED`] in its id): its pool lives in a program
     /// of its own, out of the libraries' reach.
     pub fn applies_to(self, info: &crate::DriverInfo) -> bool {
+        if self == Library::RailsMigrator {
+            return info.crate_name == "activerecord" && info.pooler.is_none();
+        }
         info.pooler.is_some()
             || (info.crate_name == "sqlx"
                 && info.crate_version.starts_with(self.sqlx_line())
@@ -124,6 +137,9 @@ impl Library {
     /// Why a cell with its `library` step does not run through a column it
     /// does not apply to ([`Library::applies_to`]).
     pub fn not_applicable(self) -> String {
+        if self == Library::RailsMigrator {
+            return "rails-migrator is Rails' own migrator: it runs through the activerecord column's adapter".into();
+        }
         format!(
             "{} takes a sqlx {} PgPool: it runs on the sqlx {} columns and behind the poolers",
             self.as_str(),

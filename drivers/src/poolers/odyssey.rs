@@ -48,7 +48,10 @@ pub(super) const FACTS: Facts = Facts {
             models: &[],
             id: "odyssey-transaction",
             configuration: "Odyssey pool \"transaction\" (pool_discard, pool_rollback: its defaults); tokio-postgres, no pool",
-            sqlx: None,
+            sqlx: Some(Pooled {
+                id: "odyssey-transaction+sqlx",
+                configuration: "Odyssey pool \"transaction\" (pool_discard, pool_rollback: its defaults); sqlx 0.9 PgPool defaults",
+            }),
             pooled: Some(Pooled {
                 id: "odyssey-transaction+deadpool",
                 configuration: "Odyssey pool \"transaction\" (pool_discard, pool_rollback: its defaults); deadpool-postgres RecyclingMethod::Fast",

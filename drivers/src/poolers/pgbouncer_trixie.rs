@@ -45,7 +45,10 @@ pub(super) const FACTS: Facts = Facts {
             models: &[],
             id: "pgbouncer-trixie-transaction",
             configuration: "PgBouncer (Debian 13, container) pool_mode=transaction; tokio-postgres, no pool",
-            sqlx: None,
+            sqlx: Some(Pooled {
+                id: "pgbouncer-trixie-transaction+sqlx",
+                configuration: "PgBouncer (Debian 13, container) pool_mode=transaction (max_prepared_statements 200, its default since 1.22: sqlx's named statements pass); sqlx 0.9 PgPool defaults",
+            }),
             pooled: Some(Pooled {
                 id: "pgbouncer-trixie-transaction+deadpool",
                 configuration: "PgBouncer (Debian 13, container) pool_mode=transaction; deadpool-postgres RecyclingMethod::Fast",

@@ -34,7 +34,10 @@ pub(super) const FACTS: Facts = Facts {
         models: &[],
         id: "pgpool",
         configuration: "Pgpool-II connection_cache=on, one backend; tokio-postgres, no pool",
-        sqlx: None,
+        sqlx: Some(Pooled {
+            id: "pgpool+sqlx",
+            configuration: "Pgpool-II connection_cache=on, one backend; sqlx 0.9 PgPool defaults",
+        }),
         pooled: Some(Pooled {
             id: "pgpool+deadpool",
             configuration: "Pgpool-II connection_cache=on, one backend; deadpool-postgres RecyclingMethod::Fast",

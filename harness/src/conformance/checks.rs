@@ -60,6 +60,10 @@ pub(super) const CHECKS: &[(&str, Check)] = &[
         guard_try_taken,
     ),
     (
+        "library: an unknown call is unsupported; rails-migrator runs, or is unsupported",
+        library,
+    ),
+    (
         "bad: a request for a connection that was never checked out",
         unknown_conn,
     ),
@@ -508,6 +512,50 @@ fn guard_try_taken(s: &mut Session<'_>) -> Result<(), String> {
     }
     s.query(&holder, &format!("select pg_advisory_unlock({key})"))?;
     done(s, &pool, &[&holder, &c])
+}
+
+/// The `library` request: a call of a name no adapter has answers an
+/// `unsupported` error; `rails-migrator` with one migrator either runs it
+/// (`{"text": …}` saying `1: ok`, the migration ran once, no lock left) or
+/// is `unsupported`. A migrator's process loads its library first: the
+/// call may take a minute.
+fn library(s: &mut Session<'_>) -> Result<(), String> {
+    let pool = s.pool(1, 10_000)?;
+    let v = s.raw.call(
+        json!({"op": "library", "pool": pool, "name": "locklab-check-no-such-call", "args": {}}),
+        s.answer,
+    )?;
+    let e = error(&v, "library")?;
+    if e["kind"] != "unsupported" {
+        return Err(format!(
+            "library with an unknown name: expected kind unsupported, got {e}"
+        ));
+    }
+    let v = s.raw.call(
+        json!({"op": "library", "pool": pool, "name": "rails-migrator",
+               "args": {"runners": 1, "migration_ms": 0, "kill_first": false, "give_up_ms": 30000}}),
+        s.answer.max(Duration::from_secs(90)),
+    )?;
+    if let Some(ok) = v.get("ok") {
+        let text = ok.get("text").and_then(Value::as_str).unwrap_or_default();
+        if !(text.starts_with("1: ok;")
+            && text.contains("the migration ran 1×")
+            && text.ends_with("advisory locks left: 0"))
+        {
+            return Err(format!(
+                "library rails-migrator with one migrator answered {ok}: expected {{\"text\": \"1: ok; the migration ran 1×; advisory locks left: 0\"}}"
+            ));
+        }
+    } else {
+        let e = error(&v, "library")?;
+        if e["kind"] != "unsupported" {
+            return Err(format!(
+                "library rails-migrator: expected ok, or kind unsupported; got {e}"
+            ));
+        }
+    }
+    s.ping()?;
+    s.close(&pool)
 }
 
 /// `fields` must answer an error, and the adapter must answer a ping after.

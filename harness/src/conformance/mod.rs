@@ -80,6 +80,7 @@ impl Schemas {
             ok.insert(op, part("QueryOk")?);
         }
         ok.insert("return", part("ReturnOk")?);
+        ok.insert("library", part("LibraryOk")?);
         Ok(Schemas {
             answer: part("Answer")?,
             ok,

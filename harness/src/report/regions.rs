@@ -64,7 +64,11 @@ pub const REGIONS: &[Region] = &[
     Region {
         file: "docs/src/lock-libraries.md",
         name: "library-readings",
-        content: Content::Readings(&["lock-library-release", "migrator-concurrent"]),
+        content: Content::Readings(&[
+            "lock-library-release",
+            "migrator-concurrent",
+            "rails-migrator-concurrent",
+        ]),
         link: "../../reports/matrix.md",
         heading: "##",
     },

@@ -667,6 +667,10 @@ func (a *adapter) opGuard(c *call, r *request) (map[string]any, error) {
 	return nil, &failure{kind: "unsupported", message: "pgx has no advisory-lock guard API"}
 }
 
+func (a *adapter) opLibrary(c *call, r *request) (map[string]any, error) {
+	return nil, &failure{kind: "unsupported", message: "no library call here"}
+}
+
 func (a *adapter) opPing(c *call, r *request) (map[string]any, error) {
 	return map[string]any{}, nil
 }
@@ -740,6 +744,7 @@ var handlers = map[string]handler{
 	"drop":       (*adapter).opDrop,
 	"abandon":    (*adapter).opAbandon,
 	"guard":      (*adapter).opGuard,
+	"library":    (*adapter).opLibrary,
 	"ping":       (*adapter).opPing,
 	"close_pool": (*adapter).opClosePool,
 }

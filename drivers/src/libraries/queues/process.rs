@@ -11,6 +11,10 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+/// How long a process may take to stop by the queue's own shutdown: a
+/// bound, past which it is killed and the reading says so.
+const STOP_BOUND: Duration = Duration::from_secs(15);
+
 /// What a process's body is given: where to say it has started, and the
 /// stop request to wait for.
 pub(super) struct Life {
@@ -93,10 +97,20 @@ impl Process {
         self.thread.as_ref().is_none_or(|t| t.is_finished())
     }
 
-    /// Asks it to stop (the queue's own shutdown) and waits for its last word.
+    /// Asks it to stop (the queue's own shutdown) and waits for its last
+    /// word; one that has not stopped within [`STOP_BOUND`] is killed and
+    /// says so.
     pub(super) async fn stop(&mut self) -> String {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
+        }
+        let deadline = std::time::Instant::now() + STOP_BOUND;
+        while !self.ended() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if !self.ended() {
+            self.kill().await;
+            return format!("did not stop within {} s (killed)", STOP_BOUND.as_secs());
         }
         self.join().await
     }

@@ -186,20 +186,19 @@ s: &RawStep,
 library: Library,
 deadline_ms: u64,
 ) -> Option<LibraryCall> {
-    if library == Library::SqlxMigrator {
+    if library.is_migrator() {
+        let name = library.as_str();
         let Some(m) = s.migrate else {
             v.err(
                 pos,
-                format!(
-                    "step {n}: 'library: sqlx-migrator' needs 'migrate: {{ runners, migration_ms, give_up_ms }}'"
-                ),
+                format!("step {n}: 'library: {name}' needs 'migrate: {{ runners, migration_ms, give_up_ms }}'"),
             );
             return None;
         };
         if s.call.is_some() || s.key.is_some() {
             v.err(
                 pos,
-                format!("step {n}: 'library: sqlx-migrator' takes 'migrate', not 'call' or 'key'"),
+                format!("step {n}: 'library: {name}' takes 'migrate', not 'call' or 'key'"),
             );
         }
         if !(1..=8).contains(&m.runners) {
@@ -233,7 +232,7 @@ deadline_ms: u64,
     if s.migrate.is_some() {
         v.err(
             pos,
-            format!("step {n}: 'migrate' goes with 'library: sqlx-migrator' only"),
+            format!("step {n}: 'migrate' goes with 'library: sqlx-migrator' or 'library: rails-migrator' only"),
         );
     }
     if library.is_queue() {
