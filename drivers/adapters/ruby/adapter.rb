@@ -46,6 +46,7 @@ require 'json'
 require 'rbconfig'
 require 'active_record'
 require 'pg'
+require_relative 'config'
 
 PROTOCOL = 1
 CONFIG = ARGV[0] || 'defaults'
@@ -246,30 +247,8 @@ def op_hello(_req, _call)
   }
 end
 
-# libpq's `options`: `-c name=value` each, spaces and backslashes escaped.
-def startup_options(options)
-  options.map { |k, v| "-c #{k}=#{v.to_s.gsub('\\') { '\\\\' }.gsub(' ', '\\ ')}" }.join(' ')
-end
-
-def db_config(spec, max_size, checkout_timeout_ms)
-  config = {
-    adapter: 'postgresql',
-    host: spec['host'],
-    port: spec['port'],
-    username: spec['user'],
-    database: spec['dbname'],
-    application_name: spec['application_name'],
-    pool: max_size,
-    checkout_timeout: checkout_timeout_ms / 1000.0
-  }
-  config[:password] = spec['password'] unless spec['password'].nil?
-  opts = spec['options'] || []
-  config[:options] = startup_options(opts) unless opts.empty?
-  config
-end
-
 def op_open_pool(req, _call)
-  config = db_config(req['spec'], req['max_size'], req['checkout_timeout_ms'])
+  config = LocklabConfig.db_config(req['spec'], pool: req['max_size'], checkout_timeout: req['checkout_timeout_ms'] / 1000.0)
   pool = ActiveRecord::ConnectionAdapters::ConnectionHandler.new.establish_connection(config, owner_name: "pool-#{req['pool']}")
   STATE.synchronize { POOLS[req['pool']] = { pool: pool, conns: [], spec: req['spec'] } }
   {}

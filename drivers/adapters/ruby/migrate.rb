@@ -18,26 +18,13 @@
 
 require 'json'
 require 'active_record'
+require_relative 'config'
 
 spec = JSON.parse(ARGV[0])
 name = ARGV[1]
 ms = Integer(ARGV[2])
 
-def startup_options(options)
-  options.map { |k, v| "-c #{k}=#{v.to_s.gsub('\\') { '\\\\' }.gsub(' ', '\\ ')}" }.join(' ')
-end
-
-config = {
-  adapter: 'postgresql',
-  host: spec['host'],
-  port: spec['port'],
-  username: spec['user'],
-  database: spec['dbname'],
-  application_name: name
-}
-config[:password] = spec['password'] unless spec['password'].nil?
-opts = spec['options'] || []
-config[:options] = startup_options(opts) unless opts.empty?
+config = LocklabConfig.db_config(spec, application_name: name)
 
 # The migration every migrator runs.
 class LocklabMigration < ActiveRecord::Migration[6.1]
