@@ -43,10 +43,16 @@
 #   own (drivers/adapters/ruby/migrate.rb).
 
 require 'json'
-require 'rbconfig'
-require 'active_record'
 require 'pg'
 require_relative 'config'
+
+# ActiveRecord takes seconds to load (more on a loaded machine): it loads in
+# the background, so that `hello` answers at once (the harness bounds it);
+# every other request waits for it.
+LOADER = Thread.new do
+  require 'active_record'
+  ActiveRecord::Base.logger = nil
+end
 
 PROTOCOL = 1
 CONFIG = ARGV[0] || 'defaults'
@@ -229,18 +235,20 @@ def wait_for(done, ms)
   done.pop(ms / 1000.0) || [:timeout]
 end
 
-def debs
-  File.read(File.join(RbConfig::CONFIG['bindir'], '..', '..', 'debs.txt')).split("\n").join(', ')
+def gem_version(name)
+  Gem::Specification.find_by_name(name).version.to_s
 rescue StandardError
-  ''
+  'unknown'
 end
 
+# Without loading ActiveRecord (see LOADER): its version from its gem
+# specification.
 def op_hello(_req, _call)
   {
     protocol: PROTOCOL,
     library: 'activerecord',
-    version: ActiveRecord::VERSION::STRING,
-    details: "pg #{PG::VERSION}, libpq #{PG.library_version}, ruby #{RUBY_VERSION}" + (debs.empty? ? '' : " (Debian #{debs})"),
+    version: gem_version('activerecord'),
+    details: "pg #{PG::VERSION}, libpq #{PG.library_version}, ruby #{RUBY_VERSION}",
     pid: Process.pid,
     cancel: true,
     no_cancel_reason: ''
@@ -436,6 +444,8 @@ def handle(req)
     begin
       raise Failure.new('protocol', "unknown request '#{req['op']}'") unless fn
 
+      LOADER.join unless %w[hello ping].include?(req['op'])
+
       ok = fn.call(req, call)
       call.answer({ ok: ok }) unless ok.nil?
     rescue StandardError => e
@@ -451,13 +461,16 @@ end
 
 def shutdown(why)
   log(why)
+  # Requests still in flight answer first (the harness waits for its
+  # answers before it closes stdin; a bound for one that does not).
+  deadline = now_ms + 2000
+  sleep 0.005 while !STATE.synchronize { INFLIGHT.empty? } && now_ms < deadline
   closer = Thread.new { STATE.synchronize { POOLS.keys }.each { |id| close_pool(id) } }
   closer.join(6)
   exit!(0)
 end
 
 def main
-  ActiveRecord::Base.logger = nil
   $stdout.sync = true
   parent = Process.ppid
   # The harness gone (even by SIGKILL) with our stdin still open somewhere.
