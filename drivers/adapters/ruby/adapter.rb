@@ -351,8 +351,10 @@ def op_return(req, _call)
   raise r[1] if r[0] == :error
 
   # checkin keeps the connection in the pool (it resets nothing); one the
-  # pool removed (its socket gone) is not among its connections.
-  { returned: p[:pool].connections.include?(conn) && conn.active? ? 'to_pool' : 'closed' }
+  # pool removed is not among its connections, and one whose socket is
+  # gone is finished (asked of libpq: nothing is sent).
+  open = p[:pool].connections.include?(conn) && !conn.raw_connection.finished?
+  { returned: open ? 'to_pool' : 'closed' }
 end
 
 def op_cancel(req, _call)
