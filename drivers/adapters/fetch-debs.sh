@@ -11,7 +11,8 @@
 #   the archive's keys come from /usr/share/keyrings/debian-archive-keyring.gpg.
 #   Exit 1 with apt's message when a package or the mirror cannot be reached.
 #
-# Used by the install scripts of the Java, Go and Node adapter columns.
+# Used by the install scripts of the Java and Go adapter columns, and by
+# unpack-debs.sh (the Node and Ruby columns).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs node-postgres (pg, with its bundled pg-pool) for the Node adapter
 # column, from Debian's packages (node-pg and the dependencies it does not
-# bundle, as listed in drivers/adapters/node/NAME.txt), downloaded with
-# drivers/adapters/fetch-debs.sh and unpacked with dpkg-deb: nothing is
+# bundle, as listed in drivers/adapters/node/NAME.txt), downloaded and
+# unpacked by drivers/adapters/unpack-debs.sh: nothing is
 # installed system-wide and npm is not used. Debian's /usr/share/nodejs becomes
 # <workspace>/.cache/node/NAME/node_modules, so that pg's own require('pg-pool')
 # etc. resolve by Node's ordinary node_modules lookup (no NODE_PATH needed).
@@ -28,20 +28,6 @@ installed() { [ -f "$dest/.installed" ] && cmp -s "$spec" "$dest/.installed"; }
 installed && exit 0
 
 command -v node >/dev/null 2>&1 || { say "no node found: install Node.js (Debian: apt-get install nodejs) to run the Node column"; exit 1; }
-command -v dpkg-deb >/dev/null 2>&1 || { say "no dpkg-deb found: it unpacks Debian's node-pg"; exit 1; }
-
-suite="" debs=() expects=()
-while read -r key a b; do
-  case "$key" in
-    suite) suite="$a" ;;
-    deb) debs+=("$a") ;;
-    expect) expects+=("$a=$b") ;;
-    ''|'#'*) ;;
-    *) say "$spec: unknown line '$key $a $b'"; exit 1 ;;
-  esac
-done <"$spec"
-[ -n "$suite" ] && [ "${#debs[@]}" -gt 0 ] || { say "$spec names no suite or no package"; exit 1; }
-
 mkdir -p "$(dirname "$dest")"
 exec 9>"$dest.lock"
 flock 9
@@ -49,31 +35,21 @@ installed && exit 0
 
 tmp="$dest.tmp"
 rm -rf "$dest" "$tmp"
-mkdir -p "$tmp/debs" "$tmp/root"
-say "downloading ${debs[*]} from Debian $suite into $dest"
-if ! bash "$root/drivers/adapters/fetch-debs.sh" "$suite" "$tmp/debs" "${debs[@]}"; then
-  rm -rf "$tmp"
-  say "cannot download ${debs[*]} from Debian $suite (see above)"
-  exit 1
-fi
-for deb in "$tmp"/debs/*.deb; do
-  dpkg-deb -x "$deb" "$tmp/root"
-  echo "$(dpkg-deb -f "$deb" Package) $(dpkg-deb -f "$deb" Version)" >>"$tmp/debs.txt"
-done
+say "installing the packages of $spec into $dest"
+bash "$root/drivers/adapters/unpack-debs.sh" "$spec" "$tmp" || { rm -rf "$tmp"; exit 1; }
 [ -d "$tmp/root/usr/share/nodejs" ] || { rm -rf "$tmp"; say "the packages hold no usr/share/nodejs"; exit 1; }
 mkdir -p "$tmp/out"
 mv "$tmp/root/usr/share/nodejs" "$tmp/out/node_modules"
 mv "$tmp/root/usr/share/doc" "$tmp/out/doc" 2>/dev/null || true
 mv "$tmp/debs.txt" "$tmp/out/debs.txt"
-for e in "${expects[@]}"; do
-  mod="${e%%=*}" want="${e#*=}"
-  have="$(node -p "require(process.argv[1]).version" "$tmp/out/node_modules/$mod/package.json" 2>/dev/null || echo none)"
+while read -r mod want; do
+  have="$(node -p "require(process.argv[1]).version" "$tmp/out/node_modules/$mod/package.json" </dev/null 2>/dev/null || echo none)"
   if [ "$have" != "$want" ]; then
     rm -rf "$tmp"
-    say "Debian $suite's packages hold $mod $have, not the pinned $want: update $spec (and the column's version)"
+    say "the packages of $spec hold $mod $have, not the pinned $want: update the spec (and the column's version)"
     exit 1
   fi
-done
+done <"$tmp/expects.txt"
 mv "$tmp/out" "$dest"
 rm -rf "$tmp"
 cp "$spec" "$dest/.installed"

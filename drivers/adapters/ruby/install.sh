@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs Ruby 3.1, ActiveRecord and the pg gem for the ActiveRecord column,
 # from Debian's packages (as listed in drivers/adapters/ruby/NAME.txt),
-# downloaded with drivers/adapters/fetch-debs.sh and unpacked with dpkg-deb:
+# downloaded and unpacked by drivers/adapters/unpack-debs.sh:
 # nothing is installed system-wide, and neither gem nor bundler is used.
 # Writes <workspace>/.cache/ruby/NAME/ruby, a launcher that runs the unpacked
 # ruby with its libraries (LD_LIBRARY_PATH), its standard library (RUBYLIB)
@@ -28,20 +28,6 @@ stamp() { cat "$spec" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1; }
 installed() { [ -x "$dest/ruby" ] && [ -f "$dest/.installed" ] && [ "$(cat "$dest/.installed")" = "$(stamp)" ]; }
 installed && exit 0
 
-command -v dpkg-deb >/dev/null 2>&1 || { say "no dpkg-deb found: it unpacks Debian's Ruby and ActiveRecord (Debian: apt-get install dpkg)"; exit 1; }
-
-suite="" debs=() expects=()
-while read -r key a b; do
-  case "$key" in
-    suite) suite="$a" ;;
-    deb) debs+=("$a") ;;
-    expect) expects+=("$a=$b") ;;
-    ''|'#'*) ;;
-    *) say "$spec: unknown line '$key $a $b'"; exit 1 ;;
-  esac
-done <"$spec"
-[ -n "$suite" ] && [ "${#debs[@]}" -gt 0 ] || { say "$spec names no suite or no package"; exit 1; }
-
 mkdir -p "$(dirname "$dest")"
 exec 9>"$dest.lock"
 flock 9
@@ -49,18 +35,8 @@ installed && exit 0
 
 tmp="$dest.tmp"
 rm -rf "$dest" "$tmp"
-mkdir -p "$tmp/debs" "$tmp/out/root"
-say "downloading ${debs[*]} from Debian $suite into $dest"
-if ! bash "$root/drivers/adapters/fetch-debs.sh" "$suite" "$tmp/debs" "${debs[@]}"; then
-  rm -rf "$tmp"
-  say "cannot download ${debs[*]} from Debian $suite (see above)"
-  exit 1
-fi
-for deb in "$tmp"/debs/*.deb; do
-  dpkg-deb -x "$deb" "$tmp/out/root"
-  echo "$(dpkg-deb -f "$deb" Package) $(dpkg-deb -f "$deb" Version)" >>"$tmp/out/debs.txt"
-done
-rm -rf "$tmp/debs"
+say "installing the packages of $spec into $dest"
+bash "$root/drivers/adapters/unpack-debs.sh" "$spec" "$tmp/out" || { rm -rf "$tmp"; exit 1; }
 ruby_bin="$(cd "$tmp/out/root/usr/bin" && ls ruby[0-9]* 2>/dev/null | head -n 1)"
 [ -n "$ruby_bin" ] || { rm -rf "$tmp"; say "the packages hold no usr/bin/rubyX.Y"; exit 1; }
 abi="$(ls "$tmp/out/root/usr/lib/ruby" | grep -E '^[0-9]+\.[0-9]+\.[0-9]+$' | head -n 1)"
@@ -79,15 +55,15 @@ export GEM_HOME="\$here/gems"
 exec "\$r/bin/$ruby_bin" "\$@"
 LAUNCHER
 chmod +x "$tmp/out/ruby"
-for e in "${expects[@]}"; do
-  gem="${e%%=*}" want="${e#*=}"
-  have="$("$tmp/out/ruby" -e 'print Gem::Specification.find_by_name(ARGV[0]).version.to_s rescue print "none"' "$gem")"
+while read -r gem want; do
+  have="$("$tmp/out/ruby" -e 'print Gem::Specification.find_by_name(ARGV[0]).version.to_s rescue print "none"' "$gem" </dev/null)"
   if [ "$have" != "$want" ]; then
     rm -rf "$tmp"
-    say "Debian $suite's packages hold $gem $have, not the pinned $want: update $spec (and the column's version)"
+    say "the packages of $spec hold $gem $have, not the pinned $want: update the spec (and the column's version)"
     exit 1
   fi
-done
+done <"$tmp/out/expects.txt"
+rm "$tmp/out/expects.txt"
 mv "$tmp/out" "$dest"
 rm -rf "$tmp"
 stamp >"$dest/.installed"
