@@ -134,7 +134,15 @@ impl ExternalDriver {
             .map_err(|e| DriverError::Client(e.to_string()))?
             .map_err(DriverError::Client)?;
         let a = Adapter::start(&self.spec.id, &command, &self.spec.base_dir()).map_err(DriverError::Client)?;
-        let hello = a.hello(Duration::from_secs(HELLO_TIMEOUT_S)).await?;
+        let hello = match a.hello(Duration::from_secs(HELLO_TIMEOUT_S)).await {
+            Ok(hello) => hello,
+            Err(e) => {
+                // Of no use: killed and reaped now, not left running (or a
+                // zombie) until this process exits.
+                a.kill(format!("it did not answer hello: {e}"));
+                return Err(e);
+            }
+        };
         let version = match (hello.version.unwrap_or_default(), hello.details.unwrap_or_default()) {
             (v, _) if v.is_empty() => None,
             (v, d) if d.is_empty() => Some(v),
