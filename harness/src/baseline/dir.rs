@@ -236,6 +236,27 @@ impl ScenarioBaseline {
         (out, kept)
     }
 
+    /// Each column whose every cell in this file is `n/a` takes the entry
+    /// `known` has for it (the accepted directory's, [`BaselineDir::whole`]),
+    /// when it has one: such a column did not run here, so the run's entry
+    /// is what the column declares, not what it reported when it ran (an
+    /// adapter's version from its `hello`, with its details, is known only
+    /// once it has started). Without this, a scenario written alone where
+    /// every adapter's cell is `n/a` carries their declared short versions,
+    /// and the directory's files disagree on those columns.
+    pub fn keep_entries_of_columns_not_run(&mut self, known: &IndexMap<String, BaselineDriver>) {
+        for (id, entry) in self.drivers.iter_mut() {
+            let not_run = self
+                .cells
+                .iter()
+                .filter(|c| &c.driver == id)
+                .all(|c| c.status == crate::outcome::Status::NotApplicable);
+            if not_run && let Some(k) = known.get(id) {
+                *entry = k.clone();
+            }
+        }
+    }
+
     /// Reads one file of a baseline directory.
     ///
     /// # Errors

@@ -94,6 +94,44 @@ fn settle_puts_in_only_the_differing_cells_and_keeps_rare_race_readings() {
 }
 
 #[test]
+fn a_column_not_run_in_a_file_keeps_the_entry_the_directory_knows() {
+    let dir = committed();
+    let known = dir.whole().drivers;
+    // A file with a column that ran and one whose every cell is n/a, both
+    // with the entries a run gives when their adapters never started.
+    let mut file = dir
+        .files
+        .values()
+        .find(|f| {
+            let ids: HashSet<&str> = f.cells.iter().map(|c| c.driver.as_str()).collect();
+            ids.len() >= 2
+        })
+        .expect("a file of two columns")
+        .clone();
+    let ran = file.cells[0].driver.clone();
+    let not_run = file.cells.iter().find(|c| c.driver != ran).unwrap().driver.clone();
+    for c in file.cells.iter_mut() {
+        c.status = if c.driver == not_run {
+            crate::outcome::Status::NotApplicable
+        } else {
+            crate::outcome::Status::Pass
+        };
+    }
+    for id in [&ran, &not_run] {
+        file.drivers.get_mut(id).unwrap().crate_version = "0.0.0-declared".into();
+    }
+    file.keep_entries_of_columns_not_run(&known);
+    assert_eq!(
+        file.drivers[&not_run], known[&not_run],
+        "{not_run}: not run, the directory's entry"
+    );
+    assert_eq!(
+        file.drivers[&ran].crate_version, "0.0.0-declared",
+        "{ran}: it ran, the run's entry"
+    );
+}
+
+#[test]
 fn a_file_not_named_after_its_scenario_or_of_the_old_layout_is_refused() {
     let work = tempfile::tempdir().unwrap();
     let file = committed().files.into_values().next().unwrap();

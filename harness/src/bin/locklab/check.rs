@@ -435,6 +435,7 @@ fn write_files(
     let mut lines: Vec<String> = Vec::new();
     let mut done = Written::default();
     let mut kept_total = 0;
+    let known = accepted.whole().drivers;
     for name in &names {
         let acc = accepted.files.get(name);
         let none = HashSet::new();
@@ -480,7 +481,8 @@ fn write_files(
             }
             continue;
         };
-        let (settled, kept) = ScenarioBaseline::settle(acc, file, changed);
+        let (mut settled, kept) = ScenarioBaseline::settle(acc, file, changed);
+        settled.keep_entries_of_columns_not_run(&known);
         kept_total += kept;
         let what = match acc {
             None => format!("no baseline for scenario {name}: {} new cell(s)", settled.cells.len()),
