@@ -486,6 +486,17 @@ pub trait Driver: Send + Sync {
     /// [`DriverError`] when the pool cannot be built or its first connection fails.
     async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError>;
 
+    /// What the column's client runs on a new connection before the
+    /// caller's first statement, if anything, as a phrase with its source
+    /// (e.g. a type map's `pg_type` queries): a race cell bounded by a pool
+    /// `statement_timeout` is `n/a` on such a column, since that bound can
+    /// cancel them before the race starts. The default: nothing (the Rust
+    /// clients send none; an adapter's columns file declares its own,
+    /// `queries_at_connect`).
+    fn queries_at_connect(&self) -> Option<&str> {
+        None
+    }
+
     /// Why this column cannot send a statement with the extended query
     /// protocol ([`Conn::extended_query`]), if it cannot: a scenario step
     /// with `protocol: extended` is then `n/a` here with this reason. The

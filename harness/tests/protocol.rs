@@ -218,6 +218,7 @@ fn a_broken_adapter_fails_the_cell_clearly(mode: &str) {
         kind: locklab_drivers::external::ColumnKind::Adapter,
         pooler: None,
         notices: true,
+        queries_at_connect: None,
     });
     let began = Instant::now();
     let r = common::block_on_multi(runner::run(server, &s, &driver));

@@ -57,6 +57,13 @@ pub struct AdapterSpec {
     /// on this column instead of failed.
     #[serde(default = "yes")]
     pub notices: bool,
+    /// What the library runs on a new connection before the caller's first
+    /// statement, if anything (settings, a type map's catalog queries), as
+    /// a phrase with its source. A pool `statement_timeout` of tens of ms
+    /// can cancel those queries, so a race cell bounded by one is `n/a` on
+    /// this column ([`crate::Driver::queries_at_connect`]).
+    #[serde(default)]
+    pub queries_at_connect: Option<String>,
     /// The directory the paths of `install` and `command` are relative to,
     /// and their working directory: the declaring file's directory for a
     /// user's columns file, the workspace root for `drivers/adapters/adapters.yaml`.

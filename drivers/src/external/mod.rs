@@ -120,6 +120,7 @@ impl ExternalDriver {
                 kind: ColumnKind::Adapter,
                 pooler: None,
                 notices: info.notices == crate::Notices::PassedOn,
+                queries_at_connect: None,
             },
             own_process: true,
             hosted: Some(info),
@@ -246,6 +247,10 @@ impl Driver for ExternalDriver {
             driver: self.spec.id.clone(),
             own_process: self.own_process,
         }))
+    }
+
+    fn queries_at_connect(&self) -> Option<&str> {
+        self.spec.queries_at_connect.as_deref()
     }
 
     fn unavailable(&self) -> Option<String> {

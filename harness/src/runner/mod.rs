@@ -86,6 +86,7 @@ async fn run_cell(server: &Server, scenario: &Scenario, driver: &dyn Driver, sha
         .await
         .or_else(|| place::external_pooler(scenario, &info, server))
         .or_else(|| place::not_applicable(scenario, &info))
+        .or_else(|| place::queries_at_connect(scenario, driver))
         .or_else(|| place::protocol(scenario, driver))
     {
         Some(not_run) => Err(not_run),

@@ -19,6 +19,26 @@ pub(super) enum NotRun {
     Fails(String),
 }
 
+/// A race bounded by a `statement_timeout` of the pool's connections (tens
+/// of ms) through a column whose client runs queries of its own when it
+/// connects ([`Driver::queries_at_connect`]: ActiveRecord's SETs and type
+/// map): that bound can cancel them before the race starts (seen: the first
+/// checkout failed with 57014 under load).
+pub(super) fn queries_at_connect(scenario: &Scenario, driver: &dyn Driver) -> Option<NotRun> {
+    let what = driver.queries_at_connect()?;
+    let bounded = scenario
+        .pool_settings
+        .list
+        .iter()
+        .any(|(k, _)| k == "statement_timeout");
+    (scenario.trials.is_some() && bounded).then(|| {
+        NotRun::NotApplicable(format!(
+            "a race bounded by the pool's statement_timeout: the column's client runs queries of its own when it \
+             connects ({what}), which that bound can cancel before the race starts"
+        ))
+    })
+}
+
 /// Why `scenario` cannot run through the column `info` here, if it cannot;
 /// asked before anything of the cell starts.
 pub(super) fn not_applicable(scenario: &Scenario, info: &DriverInfo) -> Option<NotRun> {
@@ -42,26 +62,6 @@ pub(super) fn not_applicable(scenario: &Scenario, info: &DriverInfo) -> Option<N
             "trials behind transaction pooling that passes cancel requests: a session-level lock granted \
              as a cancel landed stays on a pooled server connection that the next trial's clean-up may \
              not reach"
-                .to_owned(),
-        ));
-    }
-    // A race bounded by a `statement_timeout` of the pool's connections
-    // (tens of ms) through ActiveRecord: its postgresql adapter runs queries
-    // of its own when it connects (configure_connection's SETs, then the type
-    // map's pg_type queries: activerecord 6.1 postgresql_adapter.rb,
-    // `initialize`), which that bound can cancel before the race starts
-    // (seen: the first checkout failed with 57014 under load).
-    if scenario.trials.is_some()
-        && info.crate_name == "activerecord"
-        && scenario
-            .pool_settings
-            .list
-            .iter()
-            .any(|(k, _)| k == "statement_timeout")
-    {
-        return Some(NotRun::NotApplicable(
-            "a race bounded by the pool's statement_timeout: ActiveRecord runs queries of its own when it connects \
-             (its type map's pg_type queries), which that bound can cancel before the race starts"
                 .to_owned(),
         ));
     }
