@@ -131,6 +131,8 @@ class Call
 
     INFLIGHT.delete(@id)
     send_msg({ id: @id }.merge(msg))
+    # (Its own lock: STATE may be held by the caller, close_pool's.)
+    ANSWERED_LOCK.synchronize { ANSWERED.broadcast }
     true
   end
 end
@@ -218,6 +220,9 @@ POOLS = {} # pool id -> { pool:, owners: Set of conn ids }
 CONNS = {} # conn id -> Owner
 INFLIGHT = {} # request id -> Call
 STATE = Mutex.new
+# Signalled after each answer, for shutdown's wait for the requests in flight.
+ANSWERED_LOCK = Mutex.new
+ANSWERED = ConditionVariable.new
 
 def pool_of(id)
   STATE.synchronize { POOLS[id] } or raise Failure.new('protocol', "no pool '#{id}'")
@@ -466,7 +471,11 @@ def shutdown(why)
   # Requests still in flight answer first (the harness waits for its
   # answers before it closes stdin; a bound for one that does not).
   deadline = now_ms + 2000
-  sleep 0.005 while !STATE.synchronize { INFLIGHT.empty? } && now_ms < deadline
+  ANSWERED_LOCK.synchronize do
+    until INFLIGHT.empty? || now_ms >= deadline
+      ANSWERED.wait(ANSWERED_LOCK, (deadline - now_ms) / 1000.0)
+    end
+  end
   closer = Thread.new { STATE.synchronize { POOLS.keys }.each { |id| close_pool(id) } }
   closer.join(6)
   exit!(0)
