@@ -19,6 +19,8 @@ pub mod external;
 #[doc(hidden)]
 pub mod kit;
 pub mod libraries;
+#[cfg(feature = "columns")]
+pub mod lock_crate;
 mod mobc_pg;
 mod poolers;
 mod r2d2_pg;
@@ -573,6 +575,19 @@ pub fn registry() -> Vec<Box<dyn Driver>> {
         Box::new(diesel_async_pg::DieselAsyncDeadpool),
     ]);
     all.extend(poolers::columns());
+    #[cfg(feature = "columns")]
+    {
+        let mut base: Vec<Box<dyn Driver>> = vec![
+            Box::new(deadpool_pg::Deadpool::fast()),
+            Box::new(bb8_pg::Bb8Postgres),
+            Box::new(sqlx_pg::v09::SqlxPgPool::defaults()),
+            Box::new(sqlx_pg::v08::SqlxPgPool::defaults()),
+            Box::new(mobc_pg::MobcPostgres),
+            Box::new(diesel_async_pg::DieselAsyncDeadpool),
+        ];
+        base.extend(poolers::columns());
+        all.extend(lock_crate::columns(base));
+    }
     all.extend(external::declared().into_iter().map(|d| Box::new(d) as Box<dyn Driver>));
     all.extend(external::user_columns());
     all

@@ -283,6 +283,11 @@ fn spawn_clean_up<C: Session + 'static>(mut conn: C, key: Key, cancel: Option<Ca
         return;
     };
     runtime.spawn(async move {
+        // The cancel request first, sent in full before the clean-up, so
+        // that it lands on the abandoned call (or, late, on the clean-up,
+        // which then tries again), never on a statement of the pool's next
+        // user: a cancel request is delivered on its own connection, and
+        // one sent while the clean-up ran could outlive it.
         if let Some(cancel) = cancel {
             cancel().await;
         }

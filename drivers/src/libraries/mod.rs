@@ -49,6 +49,9 @@ pub use on_sqlx08::LibraryPool;
 pub(crate) use on_sqlx08::{on_sqlx08, on_sqlx09};
 
 use crate::ConnectSpec;
+
+/// The lock crate's name: the `crate_name` of its columns.
+pub const LOCK_CRATE: &str = "pg-advisory-lock";
 #[cfg(not(feature = "columns"))]
 use crate::{DriverError, PoolOptions};
 
@@ -78,6 +81,17 @@ pub enum Library {
     /// run by the activerecord column's adapter (the driver protocol's
     /// `library` request) in processes of its own.
     RailsMigrator,
+    /// This workspace's lock crate, `pg-advisory-lock`: its session-level
+    /// guard (`SessionLock::acquire_with`, with the bound `wait_ms`), on a
+    /// connection of the column it wraps; `release` is
+    /// `SessionLock::release`, `drop_handle` drops the guard. It runs on
+    /// the crate's own columns (`crate::lock_crate`).
+    PgAdvisoryLock,
+    /// The lock crate's transaction-level lock (`lock_xact`) in a
+    /// transaction the step opens on a connection of the wrapped column;
+    /// `release` commits it, `drop_handle` rolls it back (what
+    /// tokio-postgres' and sqlx's `Transaction` do when dropped).
+    PgAdvisoryLockXact,
 }
 
 impl Library {
@@ -93,6 +107,8 @@ impl Library {
             Library::ApalisPostgres => "apalis-postgres",
             Library::GraphileWorker => "graphile-worker",
             Library::RailsMigrator => "rails-migrator",
+            Library::PgAdvisoryLock => "pg-advisory-lock",
+            Library::PgAdvisoryLockXact => "pg-advisory-lock-xact",
         }
     }
 
@@ -107,6 +123,11 @@ impl Library {
             self,
             Library::UnderwayWorker | Library::UnderwayScheduler | Library::ApalisPostgres | Library::GraphileWorker
         )
+    }
+
+    /// Whether it is this workspace's lock crate (either of its calls).
+    pub fn is_lock_crate(self) -> bool {
+        matches!(self, Library::PgAdvisoryLock | Library::PgAdvisoryLockXact)
     }
 
     /// The sqlx release line whose `PgPool` it takes: `0.8` or `0.9`.
@@ -125,6 +146,9 @@ impl Library {
     /// built ([`crate::kit::TRIED`] in its id): its pool lives in a program
     /// of its own, out of the libraries' reach.
     pub fn applies_to(self, info: &crate::DriverInfo) -> bool {
+        if self.is_lock_crate() || info.crate_name == LOCK_CRATE {
+            return self.is_lock_crate() && info.crate_name == LOCK_CRATE;
+        }
         if self == Library::RailsMigrator {
             return info.crate_name == "activerecord" && info.pooler.is_none();
         }
@@ -137,6 +161,12 @@ impl Library {
     /// Why a cell with its `library` step does not run through a column it
     /// does not apply to ([`Library::applies_to`]).
     pub fn not_applicable(self) -> String {
+        if self.is_lock_crate() {
+            return format!(
+                "{} is the lock crate's call: it runs on the crate's own columns ({LOCK_CRATE}+…), each over one of locklab's pools",
+                self.as_str()
+            );
+        }
         if self == Library::RailsMigrator {
             return "rails-migrator is Rails' own migrator: it runs through the activerecord column's adapter".into();
         }

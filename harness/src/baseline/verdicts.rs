@@ -30,6 +30,7 @@ impl Comparison {
                 id: id.clone(),
                 pooled: d.kind.as_deref() != Some("direct"),
                 pooler: d.pooler.clone(),
+                lock_crate: d.crate_name == locklab_drivers::libraries::LOCK_CRATE,
             })
             .collect();
         let ran: std::collections::HashSet<(&str, &str)> = fresh

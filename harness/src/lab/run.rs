@@ -93,6 +93,30 @@ impl Lab {
         })
     }
 
+    /// A libpq key/value connection string for the started server's
+    /// administration database (`host=… port=… user=… dbname=…`, with
+    /// `password=…` where the server has one), for a project's own tests
+    /// that need a server of their own: tokio-postgres parses it
+    /// (`"…".parse::<tokio_postgres::Config>()`), and so do libpq and
+    /// sqlx (`PgConnectOptions::from_str`). Values are quoted as libpq
+    /// quotes them (PostgreSQL docs §32.1.1.1, "Keyword/Value Connection
+    /// Strings").
+    pub fn connection_string(&self) -> String {
+        let s = self.server.admin_spec("locklab-lab");
+        let quote = |v: &str| format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"));
+        let mut out = format!(
+            "host={} port={} user={} dbname={}",
+            quote(&s.host),
+            s.port,
+            quote(&s.user),
+            quote(&s.dbname)
+        );
+        if let Some(p) = &s.password {
+            out.push_str(&format!(" password={}", quote(p)));
+        }
+        out
+    }
+
     /// At most `jobs` cells at once (default 8).
     #[must_use]
     pub fn jobs(mut self, jobs: usize) -> Lab {

@@ -116,6 +116,11 @@ pub fn check(inv: &Invariant, observations: &[Observation]) -> Result<Checked, S
     {
         return Ok(Checked::NotApplicable);
     }
+    if let Some((record, text)) = &inv.unless_value
+        && matches!(find(record).map(|o| &o.value), Some(Value::Text(t)) if t == text)
+    {
+        return Ok(Checked::NotApplicable);
+    }
     let Some(Value::Locks(snapshot)) = find(&inv.observe).map(|o| &o.value) else {
         return Ok(Checked::NotApplicable);
     };
@@ -381,6 +386,7 @@ mod tests {
             pos: Pos::default(),
             observe: "after".into(),
             if_error: Some("lock_call".into()),
+            unless_value: None,
             check: InvariantCheck::NotHeldBy("waiter".into()),
             finding: false,
         }
@@ -412,6 +418,7 @@ mod tests {
         let inv = Invariant {
             check: InvariantCheck::MaxHolders(1),
             if_error: None,
+            unless_value: None,
             ..not_held_by_waiter()
         };
         assert_eq!(

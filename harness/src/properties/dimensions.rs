@@ -89,6 +89,9 @@ pub struct Column {
     pub pooled: bool,
     /// The pooler's mode (`session`, `transaction`), `None` without a pooler.
     pub pooler: Option<String>,
+    /// Whether it is a column of the lock crate (`pg-advisory-lock+…`),
+    /// which runs the crate's scenarios only.
+    pub lock_crate: bool,
 }
 
 impl Column {
@@ -99,6 +102,7 @@ impl Column {
             id: id.to_owned(),
             pooled: true,
             pooler: None,
+            lock_crate: false,
         }
     }
 
@@ -108,6 +112,7 @@ impl Column {
             id: info.id.to_owned(),
             pooled: info.kind != locklab_drivers::DriverKind::Direct,
             pooler: info.pooler_mode().map(|m| m.as_str().to_owned()),
+            lock_crate: info.crate_name == locklab_drivers::libraries::LOCK_CRATE,
         }
     }
 
@@ -117,6 +122,7 @@ impl Column {
             id: d.id.clone(),
             pooled: d.kind != "direct",
             pooler: d.pooler.clone(),
+            lock_crate: d.crate_name == locklab_drivers::libraries::LOCK_CRATE,
         }
     }
 
@@ -162,6 +168,11 @@ pub struct Coordinates {
     /// model's guess.
     #[serde(skip)]
     pub compared: Vec<(String, bool)>,
+    /// Whether the scenario is one of the lock crate's (a `library:
+    /// pg-advisory-lock…` step): it runs on the crate's columns only, and
+    /// the others' scenarios not there.
+    #[serde(skip)]
+    pub lock_crate: bool,
 }
 
 impl Coordinates {
@@ -186,6 +197,10 @@ impl Coordinates {
             hand_back: if pooled { hand_backs(s, end, actor) } else { Vec::new() },
             give_up: give_up(s, steps),
             compared: if pooled { comparisons(steps, actor) } else { Vec::new() },
+            lock_crate: s
+                .steps
+                .iter()
+                .any(|st| matches!(&st.kind, StepKind::Library(l) if l.library.is_lock_crate())),
         }
     }
 
@@ -407,6 +422,24 @@ fn give_up(s: &Scenario, steps: &[crate::scenario::Step]) -> Option<String> {
                 ..
             }) => return Some(DROPPED_FUTURE.to_owned()),
             StepKind::Abandon(AbandonStep { .. }) => return Some(DROPPED_CONNECTION.to_owned()),
+            // The lock crate's acquire: its future dropped (the crate then
+            // sends the cancel request itself), a statement_timeout of the
+            // pool's, or, in a race, its own bound (a lock_timeout).
+            StepKind::Library(l) if l.library.is_lock_crate() => {
+                if l.client_timeout_ms.is_some() {
+                    return Some(DROPPED_FUTURE.to_owned());
+                }
+                let bounded = matches!(
+                    l.call,
+                    locklab_drivers::libraries::LibraryCall::Acquire {
+                        timeout_ms: Some(_),
+                        ..
+                    }
+                );
+                if bounded && (everywhere || s.trials.is_some()) {
+                    return Some(SERVER_TIMEOUT.to_owned());
+                }
+            }
             _ => {}
         }
     }

@@ -265,11 +265,13 @@ fn column(p: &Property, cells: &[&BaselineCell], driver: &Column) -> ColumnVerdi
             .collect();
         // A value is not applicable to the column only where the column
         // cannot do it (no cancel API): a witness's n/a is about its own
-        // step (an unlock of a key never taken), not about the column.
+        // step (an unlock of a key never taken), not about the column; nor
+        // is a cell of the other family (the lock crate's scenarios on
+        // other columns, theirs on the crate's), which never runs there.
         let not_decided: Vec<&Coordinates> = evidence
             .iter()
             .zip(&witnessed)
-            .filter(|(e, w)| e.reads == Mark::NotApplicable && !**w)
+            .filter(|(e, w)| e.reads == Mark::NotApplicable && !**w && e.at.lock_crate == driver.lock_crate)
             .map(|(e, _)| &e.at)
             .collect();
         Coverage::of(&p.dimensions, driver, &decided, &not_decided)

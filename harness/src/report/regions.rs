@@ -43,6 +43,10 @@ enum Content {
     Reproduced,
     /// The readings of every scenario with `report:`, one table each.
     UserReportReadings,
+    /// Per unsafe column property the lock crate decides, each crate
+    /// column's verdict next to its wrapped column's
+    /// ([`lock_crate_markdown`]).
+    LockCrate,
 }
 
 /// The regions this repository has.
@@ -101,6 +105,27 @@ pub const REGIONS: &[Region] = &[
         heading: "##",
     },
     Region {
+        file: "docs/src/lock-crate.md",
+        name: "lock-crate-verdicts",
+        content: Content::LockCrate,
+        link: "../../reports/matrix.md",
+        heading: "##",
+    },
+    Region {
+        file: "docs/src/lock-crate.md",
+        name: "lock-crate-readings",
+        content: Content::Readings(&[
+            "lock-crate-release",
+            "lock-crate-bounded-wait",
+            "lock-crate-acquire-dropped",
+            "lock-crate-races",
+            "lock-crate-statement-timeout-race",
+            "lock-crate-refusal",
+        ]),
+        link: "../../reports/matrix.md",
+        heading: "##",
+    },
+    Region {
         file: "docs/src/lock-libraries.md",
         name: "report-reproduced",
         content: Content::Reproduced,
@@ -136,6 +161,7 @@ impl Region {
             Content::CheckIn => Ok(check_in_markdown(report)),
             Content::PoolerKit => Ok(pooler_kit_markdown(report)),
             Content::Reproduced => Ok(reproduced_markdown(report)),
+            Content::LockCrate => Ok(lock_crate_markdown(report)),
             Content::UserReportReadings => {
                 let mut families: Vec<&str> = Vec::new();
                 for s in report.scenarios.iter().filter(|s| s.report.is_some()) {
@@ -329,6 +355,79 @@ fn reproduced_markdown(report: &Report) -> String {
 /// and a table of its readings: one row per distinct set of readings (and
 /// status), with the columns that read it; `n/a` columns are listed under
 /// the table. Read from `report`'s cells, never by hand.
+/// Per unsafe column property that a cell of the lock crate decides (a
+/// crate column's verdict is not n/a), a row: for each crate column
+/// (`locklab_drivers::lock_crate::COLUMNS`) in the report, the wrapped
+/// column's verdict (the same pool with the application's own raw SQL) and
+/// the crate column's, as `✗ → ✓`. Then the properties every crate column
+/// has as n/a, named.
+fn lock_crate_markdown(report: &Report) -> String {
+    use crate::properties::{Mark, Scope, Severity};
+    use std::fmt::Write as _;
+    let pairs: Vec<(&str, &str)> = locklab_drivers::lock_crate::COLUMNS
+        .iter()
+        .copied()
+        .filter(|(c, _)| report.drivers.iter().any(|d| d.id == *c))
+        .collect();
+    let mut out = String::new();
+    let Some(server) = report.verdicts.first() else {
+        return "(this report has no verdicts)\n".to_owned();
+    };
+    if pairs.is_empty() {
+        return "(this report has no column of the lock crate)\n".to_owned();
+    }
+    let mark = |p: &crate::properties::PropertyVerdicts, driver: &str| {
+        p.columns.iter().find(|c| c.driver == driver).map(|c| c.verdict)
+    };
+    let _ = writeln!(
+        out,
+        "Each cell: the wrapped column's verdict (its pool or pooler, the application's own SQL) → the crate \
+         column's (the same pool through pg-advisory-lock). ✓ holds · ◐ holds where tried · ✗ violated · – n/a · \
+         ? undecided.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| property | {} |",
+        pairs
+            .iter()
+            .map(|(c, w)| format!("`{w}` → `{}`", c.trim_start_matches("pg-advisory-lock")))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    let _ = writeln!(out, "|---|{}", "---|".repeat(pairs.len()));
+    let mut not_decided = Vec::new();
+    for p in server
+        .properties
+        .iter()
+        .filter(|p| p.scope == Scope::Column && p.severity == Severity::Unsafe)
+    {
+        let decided = pairs
+            .iter()
+            .any(|(c, _)| mark(p, c).is_some_and(|m| m != Mark::NotApplicable));
+        if !decided {
+            not_decided.push(format!("`{}`", p.id));
+            continue;
+        }
+        let cells: Vec<String> = pairs
+            .iter()
+            .map(|(c, w)| {
+                let sym = |m: Option<Mark>| m.map_or("·", Mark::symbol);
+                format!("{} → {}", sym(mark(p, w)), sym(mark(p, c)))
+            })
+            .collect();
+        let _ = writeln!(out, "| `{}` | {} |", p.id, cells.join(" | "));
+    }
+    if !not_decided.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nNo cell of the crate decides (n/a on every crate column): {}. These are about a pool's own \
+             behaviour under raw SQL, a pooler's pinning, a crash, or another library.",
+            not_decided.join(", ")
+        );
+    }
+    out
+}
+
 fn readings_markdown(report: &Report, families: &[&str], heading: &str) -> String {
     use std::fmt::Write as _;
     let cell = |s: &str| s.replace('|', "\\|").replace('\n', " ");

@@ -65,6 +65,9 @@ pub(super) fn not_applicable(scenario: &Scenario, info: &DriverInfo) -> Option<N
                 .to_owned(),
         ));
     }
+    if let Some(why) = lock_crate(scenario, info) {
+        return Some(why);
+    }
     if let Some(library) = scenario.steps.iter().find_map(|s| match &s.kind {
         crate::scenario::StepKind::Library(l) if !l.library.applies_to(info) => Some(l.library),
         _ => None,
@@ -93,6 +96,41 @@ pub(super) fn not_applicable(scenario: &Scenario, info: &DriverInfo) -> Option<N
         )));
     }
     None
+}
+
+/// A column of the lock crate (`pg-advisory-lock+…`) runs the crate's own
+/// scenarios only (those with a `library: pg-advisory-lock…` step): its
+/// verdicts are the crate's, and the raw SQL of the others through its
+/// pool is the wrapped column's, which the matrix runs there.
+fn lock_crate(scenario: &Scenario, info: &DriverInfo) -> Option<NotRun> {
+    if info.crate_name != locklab_drivers::libraries::LOCK_CRATE {
+        return None;
+    }
+    let the_crates = scenario
+        .steps
+        .iter()
+        .any(|s| matches!(&s.kind, crate::scenario::StepKind::Library(l) if l.library.is_lock_crate()));
+    if !the_crates {
+        return Some(NotRun::NotApplicable(
+            "a column of the lock crate runs the crate's own scenarios (library: pg-advisory-lock…); this one's raw \
+             SQL through the same pool is the wrapped column's cell"
+                .to_owned(),
+        ));
+    }
+    let session_level = scenario.steps.iter().any(|s| {
+        matches!(&s.kind, crate::scenario::StepKind::Library(l)
+            if l.library == locklab_drivers::libraries::Library::PgAdvisoryLock)
+    });
+    (session_level
+        && info.pooler_mode() == Some(PoolerMode::Transaction)
+        && !scenario.tags.iter().any(|t| t == crate::scenario::REFUSAL_TAG))
+    .then(|| {
+        NotRun::NotApplicable(
+            "the lock crate refuses session-level locks behind transaction pooling (Error::TransactionPooling; \
+                 lock-crate-refusal proves it on this column)"
+                .to_owned(),
+        )
+    })
 }
 
 /// Why a scenario with an `sql` step sent with the extended protocol

@@ -54,10 +54,21 @@ pub const DEFAULT_POOL_MAX_SIZE: u32 = 4;
 pub const MAX_STEP_DEADLINE_MS: u64 = 600_000;
 
 /// The tags a scenario may carry (`tags:`), with what each set is for.
-pub const TAGS: &[(&str, &str)] = &[(
-    "pooler",
-    "the pooler conformance kit: what a pooler must do with advisory locks (locklab pooler-check)",
-)];
+pub const TAGS: &[(&str, &str)] = &[
+    (
+        "pooler",
+        "the pooler conformance kit: what a pooler must do with advisory locks (locklab pooler-check)",
+    ),
+    (
+        REFUSAL_TAG,
+        "proves the lock crate's refusal of session-level locks behind transaction pooling: its session-level \
+         steps run on the crate's columns there, where the crate's other session-level scenarios are n/a",
+    ),
+];
+
+/// The tag of the scenario whose session-level lock-crate steps run behind
+/// transaction pooling, to prove the crate refuses them ([`TAGS`]).
+pub const REFUSAL_TAG: &str = "refusal";
 
 /// A validated scenario (one instance of a file: a file with `params` gives one
 /// instance per combination).

@@ -74,6 +74,9 @@ pub struct Invariant {
     pub observe: String,
     /// Only trials in which the observation recorded under this name is an error.
     pub if_error: Option<String>,
+    /// Only trials in which the observation recorded under `.0` is not the
+    /// text `.1` (an error, or another value).
+    pub unless_value: Option<(String, String)>,
     /// What the snapshot must show.
     pub check: InvariantCheck,
     /// A violation is the finding: reported, the cell does not fail.
@@ -92,6 +95,9 @@ impl Invariant {
         let mut t = format!("checked on every trial: {check} in snapshot '{}'", self.observe);
         if let Some(e) = &self.if_error {
             t.push_str(&format!(" (trials where '{e}' failed)"));
+        }
+        if let Some((r, v)) = &self.unless_value {
+            t.push_str(&format!(" (trials where '{r}' is not '{v}')"));
         }
         if self.finding {
             t.push_str("; a violation is the finding");

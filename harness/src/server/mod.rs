@@ -254,6 +254,12 @@ impl Server {
         }
     }
 
+    /// Connection settings for the administration database (`postgres`),
+    /// the one a caller of [`crate::lab::Lab::connection_string`] gets.
+    pub fn admin_spec(&self, application_name: &str) -> ConnectSpec {
+        self.spec(&self.admin_db, application_name)
+    }
+
     /// A new connection to the administration database.
     ///
     /// # Errors

@@ -323,6 +323,7 @@ fn an_untried_dimension_value_reads_holds_where_tried() {
         id: "d".into(),
         pooled: false,
         pooler: None,
+        lock_crate: false,
     };
     assert_eq!(judge(&[one], &direct).verdict, Mark::Holds);
 }

@@ -34,6 +34,17 @@ pub(crate) struct RawOutcome {
     pub(crate) state: Option<String>,
 }
 
+/// An invariant's `unless_value`: a step's record and the text that
+/// leaves the trial unchecked.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawUnlessValue {
+    /// The `record` name of a step of the trial.
+    pub(crate) record: String,
+    /// The text value for which the trial is not checked, e.g. `acquired`.
+    pub(crate) value: String,
+}
+
 /// An invariant over one trial's recorded observations.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -43,6 +54,11 @@ pub(crate) struct RawInvariant {
     /// Only trials in which the step recorded under this name failed (an error, any SQLSTATE).
     #[serde(default)]
     pub(crate) if_error: Option<String>,
+    /// Only trials in which the step recorded under `record` did not record
+    /// the text `value` (an error, or another value): for a call whose
+    /// "not acquired" is a value, such as the lock crate's `busy`.
+    #[serde(default)]
+    pub(crate) unless_value: Option<RawUnlessValue>,
     /// The snapshot shows no advisory lock held by this actor's backend.
     #[serde(default)]
     pub(crate) not_held_by: Option<String>,

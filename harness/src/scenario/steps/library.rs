@@ -41,6 +41,12 @@ macro_rules! raw_fields {
             /// `apalis-postgres`, `graphile-worker`): its story's run.
             #[serde(default)]
             pub(crate) queue: Option<$crate::scenario::steps::library::QueueRaw>,
+            /// For `call: acquire` of the lock crate (`pg-advisory-lock`,
+            /// `pg-advisory-lock-xact`): its own bound, in ms (`Wait::Within`,
+            /// a `lock_timeout` for the wait alone; default 30000).
+            #[serde(default)]
+            #[schemars(with = "Option<crate::scenario::raw::step::OrParam<u64>>", range(min = 1, max = 600000))]
+            pub(crate) wait_ms: Option<u64>,
         ] $($rest)* }
     };
 }
@@ -101,6 +107,9 @@ pub struct LibraryStep {
     pub library: Library,
     /// What it is asked to do.
     pub call: LibraryCall,
+    /// Give up on the call after this many ms: its future is dropped (the
+    /// lock crate's steps only), and `dropped at N ms` recorded.
+    pub client_timeout_ms: Option<u64>,
 }
 
 impl Kind for LibraryStep {
@@ -111,6 +120,7 @@ impl Kind for LibraryStep {
             "'library' calls a lock library on the pool under test, so it runs on a pool actor, not on direct actor '{actor}'",
         ),
         key: true,
+        bounded: true,
         connection: Connection::Nothing,
         ..BASE
     }];
@@ -120,8 +130,8 @@ impl Kind for LibraryStep {
     }
 
     fn stray(raw: &RawStep, v: &mut Validator<'_>, n: usize, pos: Pos) {
-        if raw.call.is_some() || raw.migrate.is_some() || raw.queue.is_some() {
-            v.err(pos, format!("step {n}: 'call', 'migrate' and 'queue' only apply to 'library' steps"));
+        if raw.call.is_some() || raw.migrate.is_some() || raw.queue.is_some() || raw.wait_ms.is_some() {
+            v.err(pos, format!("step {n}: 'call', 'migrate', 'queue' and 'wait_ms' only apply to 'library' steps"));
         }
     }
 
@@ -134,10 +144,18 @@ impl Kind for LibraryStep {
             .and_then(|d| u64::try_from(d.value).ok())
             .unwrap_or(cx.walk.step_deadline);
         let call = call(cx.v, cx.n, cx.pos, raw, library, deadline_ms)?;
+        let client_timeout_ms = cx.bound.map(|b| b.ms);
+        if client_timeout_ms.is_some() && !library.is_lock_crate() {
+            cx.v.err(
+                cx.pos,
+                format!("step {}: 'client_timeout_ms' on a 'library' step goes with the lock crate (pg-advisory-lock, pg-advisory-lock-xact): its future is dropped then", cx.n),
+            );
+        }
         Some(LibraryStep {
             actor: cx.actor,
             library,
             call,
+            client_timeout_ms,
         })
     }
 
@@ -157,9 +175,22 @@ impl Kind for LibraryStep {
     async fn run(&self, step: &Step, cx: &mut StepCx<'_>, pool: &dyn Pool, monitor: &mut DirectConn) -> StepResult {
         let deadline = Duration::from_millis(step.deadline_ms);
         let t0 = Instant::now();
-        let r = tokio::time::timeout(deadline, pool.library(self.library, &self.call))
-            .await
-            .map_err(|_| late(step, "the library call did not return"))?;
+        let bound = self.client_timeout_ms.map_or(deadline, Duration::from_millis);
+        let r = match tokio::time::timeout(bound, pool.library(self.library, &self.call)).await {
+            Ok(r) => r,
+            Err(_) => match self.client_timeout_ms {
+                Some(ms) => {
+                    cx.name_library_backends(self.actor, monitor).await;
+                    let value = Value::Dropped {
+                        at_ms: ms,
+                        cancel: crate::outcome::Cancel::None,
+                    };
+                    cx.record_note(step, value, Some(t0.elapsed()));
+                    return Ok(());
+                }
+                None => return Err(late(step, "the library call did not return")),
+            },
+        };
         let took = t0.elapsed();
         cx.name_library_backends(self.actor, monitor).await;
         let value = match r {
@@ -284,8 +315,17 @@ deadline_ms: u64,
             return None;
         }
     };
+    if s.wait_ms.is_some() && !(library.is_lock_crate() && call == LibraryCallRaw::Acquire) {
+        v.err(
+            pos,
+            format!("step {n}: 'wait_ms' goes with 'call: acquire' of the lock crate (pg-advisory-lock, pg-advisory-lock-xact)"),
+        );
+    }
+    if s.wait_ms == Some(0) {
+        v.err(pos, format!("step {n}: 'wait_ms' must be at least 1"));
+    }
     Some(match call {
-        LibraryCallRaw::Acquire => LibraryCall::Acquire { key, timeout_ms: None },
+        LibraryCallRaw::Acquire => LibraryCall::Acquire { key, timeout_ms: s.wait_ms },
         LibraryCallRaw::TryAcquire => LibraryCall::TryAcquire { key },
         LibraryCallRaw::Release => LibraryCall::Release { key },
         LibraryCallRaw::DropHandle => LibraryCall::DropHandle { key },

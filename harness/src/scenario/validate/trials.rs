@@ -106,6 +106,14 @@ impl Validator<'_> {
             {
                 self.err(pos, format!("invariant '{name}': no step records '{e}' (if_error)"));
             }
+            if let Some(u) = &raw.unless_value
+                && record_of(&u.record).is_none()
+            {
+                self.err(
+                    pos,
+                    format!("invariant '{name}': no step records '{}' (unless_value)", u.record),
+                );
+            }
             let check = match (raw.not_held_by, raw.max_holders) {
                 (Some(a), None) => {
                     if !actors.iter().any(|x| x.name == a) {
@@ -127,6 +135,7 @@ impl Validator<'_> {
                 pos,
                 observe: raw.observe,
                 if_error: raw.if_error,
+                unless_value: raw.unless_value.map(|u| (u.record, u.value)),
                 check,
                 finding: raw.finding,
             });
