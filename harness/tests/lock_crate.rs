@@ -1,7 +1,9 @@
 //! The `pg-advisory-lock` crate against a real PostgreSQL server: what its
 //! docs promise, observed on the server (`pg_locks`), through
 //! deadpool-postgres (a client with a cancel API), sqlx 0.9 (one without)
-//! and a plain tokio-postgres client. How it behaves through every other
+//! and a plain tokio-postgres client; and the connection types of each of
+//! its client features (bb8, mobc, sqlx 0.8, diesel-async) through the
+//! same release, drop and dropped-acquire checks. How it behaves through every other
 //! pool and each pooler is the matrix's business: its `pg-advisory-lock`
 //! columns run the crate's scenarios (docs/src/lock-crate.md).
 //!
@@ -46,6 +48,34 @@ fn main() {
         }),
         ("session_lock_release_and_drop_unlock_before_reuse::sqlx", || {
             Box::pin(session_lock_release_and_drop::<Sqlx>())
+        }),
+        ("session_lock_release_and_drop_unlock_before_reuse::bb8", || {
+            Box::pin(session_lock_release_and_drop::<Bb8>())
+        }),
+        ("session_lock_release_and_drop_unlock_before_reuse::mobc", || {
+            Box::pin(session_lock_release_and_drop::<Mobc>())
+        }),
+        ("session_lock_release_and_drop_unlock_before_reuse::sqlx-0.8", || {
+            Box::pin(session_lock_release_and_drop::<Sqlx08>())
+        }),
+        (
+            "session_lock_release_and_drop_unlock_before_reuse::diesel-async",
+            || Box::pin(session_lock_release_and_drop::<Diesel>()),
+        ),
+        ("dropped_acquire_leaves_no_waiter_and_no_lock::bb8", || {
+            Box::pin(dropped_acquire::<Bb8>())
+        }),
+        ("dropped_acquire_leaves_no_waiter_and_no_lock::mobc", || {
+            Box::pin(dropped_acquire::<Mobc>())
+        }),
+        ("dropped_acquire_leaves_no_waiter_and_no_lock::sqlx-0.8", || {
+            Box::pin(dropped_acquire::<Sqlx08>())
+        }),
+        ("dropped_acquire_leaves_no_waiter_and_no_lock::diesel-async", || {
+            Box::pin(dropped_acquire::<Diesel>())
+        }),
+        ("xact_lock_in_each_clients_transaction", || {
+            Box::pin(xact_lock_in_each_clients_transaction())
         }),
         ("session_lock_released_when_its_task_panics::deadpool", || {
             Box::pin(session_lock_released_on_panic::<Deadpool>())
@@ -233,6 +263,145 @@ impl OnePool for Sqlx {
     async fn checkout(&self) -> Self::Conn {
         self.0.acquire().await.expect("checkout")
     }
+}
+
+struct Bb8(bb8::Pool<bb8_postgres::PostgresConnectionManager<NoTls>>);
+
+impl OnePool for Bb8 {
+    type Conn = bb8::PooledConnection<'static, bb8_postgres::PostgresConnectionManager<NoTls>>;
+
+    async fn open() -> Self {
+        let manager =
+            bb8_postgres::PostgresConnectionManager::new(spec("lock-crate-bb8").tokio_postgres_config(), NoTls);
+        Bb8(bb8::Pool::builder().max_size(1).build(manager).await.expect("pool"))
+    }
+
+    async fn checkout(&self) -> Self::Conn {
+        self.0.get_owned().await.expect("checkout")
+    }
+}
+
+struct Mobc(mobc::Pool<mobc_postgres::PgConnectionManager<NoTls>>);
+
+impl OnePool for Mobc {
+    type Conn = mobc::Connection<mobc_postgres::PgConnectionManager<NoTls>>;
+
+    async fn open() -> Self {
+        let manager = mobc_postgres::PgConnectionManager::new(spec("lock-crate-mobc").tokio_postgres_config(), NoTls);
+        Mobc(mobc::Pool::builder().max_open(1).build(manager))
+    }
+
+    async fn checkout(&self) -> Self::Conn {
+        self.0.get().await.expect("checkout")
+    }
+}
+
+struct Sqlx08(sqlx08::PgPool);
+
+impl OnePool for Sqlx08 {
+    type Conn = sqlx08::pool::PoolConnection<sqlx08::Postgres>;
+
+    async fn open() -> Self {
+        let s = spec("lock-crate-sqlx08");
+        let mut options = sqlx08::postgres::PgConnectOptions::new()
+            .host(&s.host)
+            .port(s.port)
+            .username(&s.user)
+            .database(&s.dbname);
+        if let Some(p) = &s.password {
+            options = options.password(p);
+        }
+        Sqlx08(
+            sqlx08::postgres::PgPoolOptions::new()
+                .max_connections(1)
+                .connect_with(options)
+                .await
+                .expect("pool"),
+        )
+    }
+
+    async fn checkout(&self) -> Self::Conn {
+        self.0.acquire().await.expect("checkout")
+    }
+}
+
+type DieselPool = diesel_async::pooled_connection::deadpool::Pool<diesel_async::AsyncPgConnection>;
+
+struct Diesel(DieselPool);
+
+impl OnePool for Diesel {
+    type Conn = diesel_async::pooled_connection::deadpool::Object<diesel_async::AsyncPgConnection>;
+
+    async fn open() -> Self {
+        use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
+        use futures::FutureExt as _;
+        let config = spec("lock-crate-diesel").tokio_postgres_config();
+        let mut manager_config = ManagerConfig::<diesel_async::AsyncPgConnection>::default();
+        manager_config.custom_setup = Box::new(move |_url| {
+            let config = config.clone();
+            async move {
+                let (client, connection) = config
+                    .connect(NoTls)
+                    .await
+                    .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
+                diesel_async::AsyncPgConnection::try_from_client_and_connection(client, connection).await
+            }
+            .boxed()
+        });
+        let manager =
+            AsyncDieselConnectionManager::<diesel_async::AsyncPgConnection>::new_with_config("", manager_config);
+        Diesel(
+            DieselPool::builder(manager)
+                .max_size(1)
+                .runtime(deadpool::Runtime::Tokio1)
+                .build()
+                .expect("pool"),
+        )
+    }
+
+    async fn checkout(&self) -> Self::Conn {
+        self.0.get().await.expect("checkout")
+    }
+}
+
+/// `lock_xact` in each client's own transaction type (tokio-postgres' and
+/// deadpool's `Transaction`, sqlx's `Transaction` of both lines, and a
+/// diesel-async connection inside `BEGIN`): held, busy for another session,
+/// gone at the end of the transaction.
+async fn xact_lock_in_each_clients_transaction() {
+    let observer = client("observer").await;
+    let other = |k: Key| async move {
+        let mut c = client("other").await;
+        let mut tx = c.transaction().await.unwrap();
+        let r = lock_xact(&mut tx, k, Wait::Try).await.unwrap();
+        tx.rollback().await.unwrap();
+        r
+    };
+    let k = key();
+    let pool = Sqlx::open().await;
+    let mut tx = pool.0.begin().await.unwrap();
+    assert_eq!(lock_xact(&mut tx, k, Wait::Try).await.unwrap(), XactLock::Held);
+    assert_eq!(other(k).await, XactLock::Busy, "sqlx");
+    tx.commit().await.unwrap();
+    assert_eq!(on_server(&observer, k).await, (0, 0), "sqlx: ended at COMMIT");
+    let pool = Sqlx08::open().await;
+    let mut tx = pool.0.begin().await.unwrap();
+    assert_eq!(lock_xact(&mut tx, k, Wait::Try).await.unwrap(), XactLock::Held);
+    assert_eq!(other(k).await, XactLock::Busy, "sqlx 0.8");
+    tx.rollback().await.unwrap();
+    assert_eq!(on_server(&observer, k).await, (0, 0), "sqlx 0.8: ended at ROLLBACK");
+    let pool = Diesel::open().await;
+    let mut conn = pool.checkout().await;
+    pg_advisory_lock::Session::execute(&mut *conn, "BEGIN").await.unwrap();
+    assert_eq!(
+        lock_xact(&mut *conn, k, Wait::Within(Duration::from_millis(100)))
+            .await
+            .unwrap(),
+        XactLock::Held
+    );
+    assert_eq!(other(k).await, XactLock::Busy, "diesel-async");
+    pg_advisory_lock::Session::execute(&mut *conn, "COMMIT").await.unwrap();
+    assert_eq!(on_server(&observer, k).await, (0, 0), "diesel-async: ended at COMMIT");
 }
 
 async fn held<C: pg_advisory_lock::Session + 'static>(conn: C, key: Key, wait: Wait) -> SessionLock<C> {
