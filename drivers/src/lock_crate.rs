@@ -9,14 +9,12 @@
 //!
 //! The crate runs on a checked-out connection of the wrapped column
 //! ([`Conn`], which is a [`Session`] here): its statements go through that
-//! pool's own client, its give-ups through that client's cancel request,
-//! and its releases end with the connection dropped, which returns it to
-//! that pool, as application code's drop does. Behind a pooler in
+//! pool's own client, and its releases end with the connection dropped,
+//! which returns it to that pool, as application code's drop does. Behind a pooler in
 //! transaction mode the column declares [`Pooling::Transaction`], so
 //! session-level calls are refused there, as the crate documents.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -373,29 +371,18 @@ impl Pool for CratePool {
 
 /// A checked-out connection of the wrapped column, as the crate's
 /// [`Session`]: its statements go through that column's client with the
-/// simple query protocol ([`Conn::simple_query`]), its cancel request is
-/// that client's, if it has one, and dropping it returns the connection
-/// to that column's pool as application code's drop does.
+/// simple query protocol ([`Conn::simple_query`]), and dropping it
+/// returns the connection to that column's pool as application code's
+/// drop does.
 struct CrateConn(Box<dyn Conn>);
 
 impl Session for CrateConn {
-    fn execute(&mut self, sql: &str) -> impl Future<Output = Result<(), ClientError>> + Send {
-        async move {
-            self.0.simple_query(sql).await.map(|_| ()).map_err(|e| match e {
-                DriverError::Db(db) => ClientError::server(db.message, Some(db.sqlstate).filter(|c| !c.is_empty())),
-                // No server error: I/O, a closed connection, a pool's or
-                // protocol error (DriverError::Client).
-                other => ClientError::lost(other.to_string()),
-            })
-        }
-    }
-
-    fn canceller(&self) -> Option<pg_advisory_lock::Canceller> {
-        let cancel = self.0.canceller()?;
-        Some(Box::new(move || {
-            Box::pin(async move {
-                let _ = cancel().await;
-            })
-        }))
+    async fn execute(&mut self, sql: &str) -> Result<(), ClientError> {
+        self.0.simple_query(sql).await.map(|_| ()).map_err(|e| match e {
+            DriverError::Db(db) => ClientError::server(db.message, Some(db.sqlstate).filter(|c| !c.is_empty())),
+            // No server error: I/O, a closed connection, a pool's or
+            // protocol error (DriverError::Client).
+            other => ClientError::lost(other.to_string()),
+        })
     }
 }

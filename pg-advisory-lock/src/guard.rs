@@ -3,11 +3,11 @@
 
 use std::ops::{Deref, DerefMut};
 
-use crate::{Canceller, ClientError, Error, Key, Pooling, Session, Wait, sql};
+use crate::{ClientError, Error, Key, Pooling, Session, Wait, sql};
 
 /// How many times a clean-up is tried on a live connection before the crate
-/// ends the connection's session: a cancel request sent for the lock call
-/// can land late, on the clean-up statement, once.
+/// ends the connection's session: a cancel request the application sent
+/// for the lock call can land late, on the clean-up statement, once.
 const CLEAN_UP_TRIES: usize = 3;
 
 /// The outcome of a session-level lock call that did not fail.
@@ -78,10 +78,16 @@ impl<C: Session + 'static> SessionLock<C> {
     /// its error handler.
     ///
     /// Dropping the returned future mid-wait (a `tokio::time::timeout`, a
-    /// `select!`) leaves no waiter and no lock behind: the connection moves
-    /// into a task that sends a cancel request (where the client has one),
-    /// waits for the lock call to end, unlocks whatever it was granted, and
-    /// only then drops the connection.
+    /// `select!`) leaves no lock behind: the connection moves into a task
+    /// that waits for the lock call to end — at the latest at the wait's
+    /// bound, so there is no waiter after it — unlocks whatever it was
+    /// granted, and only then drops the connection. The crate sends no
+    /// cancel request: PostgreSQL handles one asynchronously (tokio-postgres'
+    /// `CancelToken::cancel_query` returns once the request is sent, before
+    /// the server acts on it), so it can land on a later statement of the
+    /// connection — through a pool, another request's (PostgreSQL protocol
+    /// §55.2.8: "the cancellation signal might or might not have any
+    /// effect"; locklab's `cancel-races-grant` measures such late cancels).
     ///
     /// # Errors
     /// - [`Error::TransactionPooling`] for [`Pooling::Transaction`], before
@@ -172,28 +178,22 @@ impl<C: Session + 'static> DerefMut for SessionLock<C> {
 impl<C: Session + 'static> Drop for SessionLock<C> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
-            spawn_clean_up(conn, self.key, None);
+            spawn_clean_up(conn, self.key);
         }
     }
 }
 
 /// A connection with a lock call in flight: if the call's future is
 /// dropped before [`InFlight::land`], its drop hands the connection to a
-/// clean-up task (with a cancel request first, where the client has one).
+/// clean-up task.
 struct InFlight<C: Session + 'static> {
     conn: Option<C>,
     key: Key,
-    cancel: Option<Canceller>,
 }
 
 impl<C: Session + 'static> InFlight<C> {
     fn new(conn: C, key: Key) -> InFlight<C> {
-        let cancel = conn.canceller();
-        InFlight {
-            conn: Some(conn),
-            key,
-            cancel,
-        }
+        InFlight { conn: Some(conn), key }
     }
 
     fn conn(&mut self) -> &mut C {
@@ -228,7 +228,7 @@ impl<C: Session + 'static> InFlight<C> {
 impl<C: Session + 'static> Drop for InFlight<C> {
     fn drop(&mut self) {
         if let Some(conn) = self.conn.take() {
-            spawn_clean_up(conn, self.key, self.cancel.take());
+            spawn_clean_up(conn, self.key);
         }
     }
 }
@@ -273,24 +273,17 @@ async fn clean_up<S: Session>(conn: &mut S, key: Key) -> CleanUp {
     }
 }
 
-/// Moves `conn` into a task on the current Tokio runtime that sends
-/// `cancel` (if any), cleans up `key` and then drops the connection.
+/// Moves `conn` into a task on the current Tokio runtime that cleans up
+/// `key` (behind whatever call is still in flight on it) and then drops
+/// the connection.
 /// Outside a runtime the connection is dropped at once (see
 /// [`SessionLock`]).
-fn spawn_clean_up<C: Session + 'static>(mut conn: C, key: Key, cancel: Option<Canceller>) {
+fn spawn_clean_up<C: Session + 'static>(mut conn: C, key: Key) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         drop(conn);
         return;
     };
     runtime.spawn(async move {
-        // The cancel request first, sent in full before the clean-up, so
-        // that it lands on the abandoned call (or, late, on the clean-up,
-        // which then tries again), never on a statement of the pool's next
-        // user: a cancel request is delivered on its own connection, and
-        // one sent while the clean-up ran could outlive it.
-        if let Some(cancel) = cancel {
-            cancel().await;
-        }
         let _ = clean_up(&mut conn, key).await;
         drop(conn);
     });

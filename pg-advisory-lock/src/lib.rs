@@ -20,7 +20,9 @@
 //!   and raise the error all the same (`LockErrorCleanup` in
 //!   src/backend/storage/lmgr/proc.c), so the crate unlocks after the error,
 //!   counting re-entrant holds, and retries that if a late cancel hits it.
-//!   A dropped acquire future leaves no waiter and no lock.
+//!   A dropped acquire future leaves no lock: its wait runs to its bound,
+//!   and the crate unlocks whatever it was granted before the connection
+//!   can be reused.
 //! - **Keys** ([`Key`]): the `bigint` and the two-`integer` key spaces, and
 //!   string keys through a stable, documented, namespaced hash
 //!   ([`Key::named`]).
@@ -68,7 +70,7 @@ use std::time::Duration;
 pub use error::Error;
 pub use guard::{Lock, SessionLock};
 pub use key::{Key, KeyError};
-pub use session::{Canceller, ClientError, Session};
+pub use session::{ClientError, Session};
 pub use xact::{XactLock, lock_xact};
 
 /// How long a lock call waits for a lock another session holds.

@@ -1,9 +1,7 @@
 //! What the crate needs from a PostgreSQL client: run a string of SQL
-//! statements, tell a server error from a lost connection, and (where the
-//! client has one) send a cancel request.
+//! statements, and tell a server error from a lost connection.
 
 use std::future::Future;
-use std::pin::Pin;
 
 /// A connection (or a transaction on one) that the crate runs its
 /// statements on. Implemented for each supported client behind its feature
@@ -22,23 +20,7 @@ pub trait Session: Send {
     /// A [`ClientError`] saying whether the server rejected a statement or
     /// the connection is gone.
     fn execute(&mut self, sql: &str) -> impl Future<Output = Result<(), ClientError>> + Send;
-
-    /// A cancel request for whatever statement this connection runs next,
-    /// taken before it starts (tokio-postgres `Client::cancel_token`): the
-    /// crate sends it when a wait's future is dropped, so the server stops
-    /// waiting at once instead of at the wait's bound. `None` (the default)
-    /// when the client has no cancel API (sqlx): the wait then ends at its
-    /// bound, and the clean-up runs after it.
-    fn canceller(&self) -> Option<Canceller> {
-        None
-    }
 }
-
-/// Sends a cancel request (PostgreSQL protocol §55.2.8, "Canceling Requests
-/// in Progress": a new connection carrying the backend pid and secret key).
-/// Errors are ignored: a cancel is best effort, and every wait the crate
-/// starts has a bound of its own.
-pub type Canceller = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
 /// Why a statement failed, as a [`Session`] reports it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -83,9 +65,5 @@ impl ClientError {
 impl<S: Session + ?Sized> Session for &mut S {
     fn execute(&mut self, sql: &str) -> impl Future<Output = Result<(), ClientError>> + Send {
         (**self).execute(sql)
-    }
-
-    fn canceller(&self) -> Option<Canceller> {
-        (**self).canceller()
     }
 }

@@ -7,7 +7,7 @@ use std::future::Future;
 
 use diesel_async::{AsyncPgConnection, SimpleAsyncConnection};
 
-use crate::{Canceller, ClientError, Session};
+use crate::{ClientError, Session};
 
 /// A diesel error as the crate reads it.
 fn error(e: diesel::result::Error) -> ClientError {
@@ -26,20 +26,11 @@ impl Session for AsyncPgConnection {
     async fn execute(&mut self, sql: &str) -> Result<(), ClientError> {
         self.batch_execute(sql).await.map_err(error)
     }
-
-    fn canceller(&self) -> Option<Canceller> {
-        Some(super::tokio_postgres::canceller(self.cancel_token()))
-    }
 }
 
 impl Session for diesel_async::pooled_connection::deadpool::Object<AsyncPgConnection> {
     fn execute(&mut self, sql: &str) -> impl Future<Output = Result<(), ClientError>> + Send {
         let inner: &mut AsyncPgConnection = &mut *self;
         inner.execute(sql)
-    }
-
-    fn canceller(&self) -> Option<Canceller> {
-        let inner: &AsyncPgConnection = self;
-        inner.canceller()
     }
 }

@@ -1,9 +1,9 @@
 //! sqlx's `PgConnection`, `PoolConnection<Postgres>` and
 //! `Transaction<Postgres>`, for each release line the crate supports (0.9:
-//! feature `sqlx`; 0.8: `sqlx-0-8`). sqlx has no cancel request API, so a
-//! dropped wait ends at its bound (its `lock_timeout`), and the clean-up
-//! runs after it: sqlx waits for a dropped query's results before the
-//! connection's next statement (sqlx-postgres `PgConnection::wait_until_ready`).
+//! feature `sqlx`; 0.8: `sqlx-0-8`). After a dropped wait, sqlx waits for
+//! the dropped query's results before the connection's next statement
+//! (sqlx-postgres `PgConnection::wait_until_ready`), so the crate's
+//! clean-up runs once the wait ended at its bound.
 
 use std::future::Future;
 

@@ -4,9 +4,9 @@
 
 use std::future::Future;
 
-use tokio_postgres::{Client, NoTls, Transaction};
+use tokio_postgres::{Client, Transaction};
 
-use crate::{Canceller, ClientError, Session};
+use crate::{ClientError, Session};
 
 /// A tokio-postgres error as the crate reads it; `closed` is the client's
 /// `is_closed()` after the error.
@@ -25,16 +25,6 @@ fn error(e: tokio_postgres::Error, closed: bool) -> ClientError {
     }
 }
 
-/// A cancel request through `token`, sent without TLS (a cancel request
-/// carries no data but the backend pid and its secret key).
-pub(crate) fn canceller(token: tokio_postgres::CancelToken) -> Canceller {
-    Box::new(move || {
-        Box::pin(async move {
-            let _ = token.cancel_query(NoTls).await;
-        })
-    })
-}
-
 /// Runs `sql` on `client` (`batch_execute`: the simple query protocol).
 async fn run(client: &Client, sql: &str) -> Result<(), ClientError> {
     client
@@ -47,19 +37,11 @@ impl Session for Client {
     fn execute(&mut self, sql: &str) -> impl Future<Output = Result<(), ClientError>> + Send {
         run(self, sql)
     }
-
-    fn canceller(&self) -> Option<Canceller> {
-        Some(canceller(self.cancel_token()))
-    }
 }
 
 impl Session for Transaction<'_> {
     fn execute(&mut self, sql: &str) -> impl Future<Output = Result<(), ClientError>> + Send {
         run(self.client(), sql)
-    }
-
-    fn canceller(&self) -> Option<Canceller> {
-        Some(canceller(self.cancel_token()))
     }
 }
 
@@ -72,11 +54,6 @@ macro_rules! through_deref {
             fn execute(&mut self, sql: &str) -> impl Future<Output = Result<(), ClientError>> + Send {
                 let inner: &mut $target = &mut *self;
                 inner.execute(sql)
-            }
-
-            fn canceller(&self) -> Option<Canceller> {
-                let inner: &$target = &*self;
-                inner.canceller()
             }
         }
     };
