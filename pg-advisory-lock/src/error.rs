@@ -65,9 +65,12 @@ pub enum Error {
     /// The lock call, or a release, failed, and so did every attempt to
     /// make sure the lock is not held: three clean-ups (each may meet a late
     /// cancel) and then ending the connection's own session
-    /// (`pg_terminate_backend(pg_backend_pid())`). The connection may still
-    /// hold the lock: drop it from its pool (deadpool's `Object::take`,
-    /// sqlx's `PoolConnection::close`) rather than return it.
+    /// (`pg_terminate_backend(pg_backend_pid())`), each failing on a live
+    /// connection. The crate has dropped the connection, which hands it
+    /// back to its pool as it is (the crate does not know the pool, so it
+    /// cannot detach it): it may still hold the lock until that pool
+    /// recycles or closes it. Report it; it has not been seen in locklab's
+    /// runs.
     #[error("could not make sure key {key} is not held after an error: {source}")]
     LockStateUnknown {
         /// The key.

@@ -1,6 +1,6 @@
 //! The transaction-level lock, taken in the caller's transaction.
 
-use crate::{ClientError, Error, Key, Session, Wait, sql};
+use crate::{Error, Key, Session, Wait, sql};
 
 /// The outcome of a transaction-level lock call that did not fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,7 +61,6 @@ pub async fn lock_xact<S: Session>(tx: &mut S, key: impl Into<Key>, wait: Wait) 
         Err(e) => e,
     };
     let back = format!("ROLLBACK TO SAVEPOINT {s}; RELEASE SAVEPOINT {s}", s = sql::SAVEPOINT);
-    let mut last: Option<ClientError> = None;
     for _ in 0..ROLLBACK_TRIES {
         match tx.execute(&back).await {
             Ok(()) => {
@@ -72,9 +71,11 @@ pub async fn lock_xact<S: Session>(tx: &mut S, key: impl Into<Key>, wait: Wait) 
                 };
             }
             Err(r) if r.connection_lost => return Err(Error::ConnectionLost { key, source: r }),
-            Err(r) => last = Some(r),
+            // A late cancel request, or the transaction was already aborted
+            // by the failed call: try again; in the end the caller's
+            // transaction can only roll back, which releases the lock.
+            Err(_) => {}
         }
     }
-    let _ = last;
     Err(Error::Failed { key, source: e })
 }
