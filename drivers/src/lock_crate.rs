@@ -184,33 +184,57 @@ impl CratePool {
             .contains_key(&key)
     }
 
-    async fn session(&self, call: &LibraryCall) -> Result<String, DriverError> {
-        if let LibraryCall::Release { key } | LibraryCall::DropHandle { key } = *call
-            && !self.holds(key)
-        {
-            return Ok(NOTHING_HELD.into());
-        }
-        match *call {
-            LibraryCall::Acquire { key, timeout_ms } => {
-                let wait = Wait::Within(Duration::from_millis(timeout_ms.unwrap_or(DEFAULT_WAIT_MS)));
-                self.session_acquire(key, wait).await
-            }
-            LibraryCall::TryAcquire { key } => self.session_acquire(key, Wait::Try).await,
-            LibraryCall::Release { key } => match self.take(key)? {
-                Handle::Session(g) => {
-                    let conn = g.release().await.map_err(crate_error)?;
-                    drop(conn);
-                    Ok("released".into())
+    /// One call of the crate: `acquire` and `try_acquire` at the
+    /// library's level; `release` and `drop_handle` end what the key's
+    /// handle holds (a guard: `release` or a drop; a transaction: `COMMIT`,
+    /// or `ROLLBACK` as a dropped `Transaction` of tokio-postgres or sqlx
+    /// does), or record that nothing is held.
+    async fn call(&self, xact: bool, call: &LibraryCall) -> Result<String, DriverError> {
+        let (key, wait) = match *call {
+            LibraryCall::Acquire { key, timeout_ms } => (
+                key,
+                Wait::Within(Duration::from_millis(timeout_ms.unwrap_or(DEFAULT_WAIT_MS))),
+            ),
+            LibraryCall::TryAcquire { key } => (key, Wait::Try),
+            LibraryCall::Release { key } | LibraryCall::DropHandle { key } => {
+                let release = matches!(call, LibraryCall::Release { .. });
+                if !self.holds(key) {
+                    return Ok(NOTHING_HELD.into());
                 }
-                Handle::Xact(_) => Err(DriverError::Client(format!("key {key} is held at transaction level"))),
-            },
-            LibraryCall::DropHandle { key } => {
-                drop(self.take(key)?);
+                return self.end(key, release).await;
+            }
+            _ => {
+                return Err(DriverError::Unsupported(
+                    "the lock crate takes acquire, try_acquire, release and drop_handle".into(),
+                ));
+            }
+        };
+        if xact {
+            self.xact_acquire(key, wait).await
+        } else {
+            self.session_acquire(key, wait).await
+        }
+    }
+
+    /// Ends what the handle of `key` holds.
+    async fn end(&self, key: i64, release: bool) -> Result<String, DriverError> {
+        match (self.take(key)?, release) {
+            (Handle::Session(g), true) => {
+                drop(g.release().await.map_err(crate_error)?);
+                Ok("released".into())
+            }
+            (Handle::Session(g), false) => {
+                drop(g);
                 Ok("dropped".into())
             }
-            _ => Err(DriverError::Unsupported(
-                "pg-advisory-lock takes acquire, try_acquire, release and drop_handle".into(),
-            )),
+            (Handle::Xact(mut conn), true) => {
+                conn.0.simple_query("commit").await?;
+                Ok("released (commit)".into())
+            }
+            (Handle::Xact(mut conn), false) => {
+                conn.0.simple_query("rollback").await?;
+                Ok("dropped (rollback)".into())
+            }
         }
     }
 
@@ -227,46 +251,6 @@ impl CratePool {
             }
             Err(Error::TransactionPooling { .. }) => Ok("refused (transaction pooling)".into()),
             Err(e) => Err(crate_error(e)),
-        }
-    }
-
-    async fn xact(&self, call: &LibraryCall) -> Result<String, DriverError> {
-        if let LibraryCall::Release { key } | LibraryCall::DropHandle { key } = *call
-            && !self.holds(key)
-        {
-            return Ok(NOTHING_HELD.into());
-        }
-        match *call {
-            LibraryCall::Acquire { key, timeout_ms } => {
-                let wait = Wait::Within(Duration::from_millis(timeout_ms.unwrap_or(DEFAULT_WAIT_MS)));
-                self.xact_acquire(key, wait).await
-            }
-            LibraryCall::TryAcquire { key } => self.xact_acquire(key, Wait::Try).await,
-            // The caller's transaction commits: the lock ends with it.
-            LibraryCall::Release { key } => match self.take(key)? {
-                Handle::Xact(mut conn) => {
-                    conn.0.simple_query("commit").await?;
-                    drop(conn);
-                    Ok("released (commit)".into())
-                }
-                Handle::Session(_) => Err(DriverError::Client(format!("key {key} is held at session level"))),
-            },
-            // The caller's transaction object dropped: tokio-postgres'
-            // `Transaction` and sqlx's roll back on drop.
-            LibraryCall::DropHandle { key } => match self.take(key)? {
-                Handle::Xact(mut conn) => {
-                    conn.0.simple_query("rollback").await?;
-                    drop(conn);
-                    Ok("dropped (rollback)".into())
-                }
-                Handle::Session(g) => {
-                    drop(g);
-                    Ok("dropped".into())
-                }
-            },
-            _ => Err(DriverError::Unsupported(
-                "pg-advisory-lock-xact takes acquire, try_acquire, release and drop_handle".into(),
-            )),
         }
     }
 
@@ -341,8 +325,8 @@ impl Pool for CratePool {
 
     async fn library(&self, library: Library, call: &LibraryCall) -> Result<String, DriverError> {
         match library {
-            Library::PgAdvisoryLock => self.session(call).await,
-            Library::PgAdvisoryLockXact => self.xact(call).await,
+            Library::PgAdvisoryLock => self.call(false, call).await,
+            Library::PgAdvisoryLockXact => self.call(true, call).await,
             other => Err(DriverError::Unsupported(format!(
                 "{} does not run on a column of the lock crate",
                 other.as_str()
