@@ -307,7 +307,7 @@ pub fn pool_steps(
     readings: &BTreeMap<String, String>,
     header: &Header,
 ) -> String {
-    let (checkout, give_back) = api(column.crate_name);
+    let (checkout, give_back) = api(pool_crate(column));
     let mut out = String::new();
     let _ = writeln!(out, "# locklab repro: {} × {}\n", scenario.name, column.id);
     let _ = writeln!(out, "{}\n", scenario.description);
@@ -345,6 +345,9 @@ pub fn pool_steps(
             StepKind::Return(_) => format!("give the connection back: {give_back}"),
             StepKind::Sql(s) => format!("run `{}`", s.sql.replace('\n', " ")),
             StepKind::Background(s) => format!("start `{}` without waiting for it", s.sql.replace('\n', " ")),
+            StepKind::Library(l) if l.library.is_lock_crate() => {
+                lock_crate_call(l, checkout, column.pooler_mode() == Some(PoolerMode::Transaction))
+            }
             _ => step.label(&scenario.actors, &scenario.steps).replace('\n', " "),
         };
         let read = step
@@ -360,6 +363,65 @@ pub fn pool_steps(
         let _ = writeln!(out, "{n}. {who}: {what}{read}");
     }
     out
+}
+
+/// The crate whose pool a column's connections come from: for a column of
+/// the lock crate, the pool of the column it wraps
+/// (`locklab_drivers::lock_crate::COLUMNS`).
+fn pool_crate(column: &DriverInfo) -> &'static str {
+    if column.crate_name != locklab_drivers::libraries::LOCK_CRATE {
+        return column.crate_name;
+    }
+    locklab_drivers::lock_crate::COLUMNS
+        .iter()
+        .find(|(id, _)| *id == column.id)
+        .and_then(|(_, inner)| locklab_drivers::find(inner).ok())
+        .map_or(column.crate_name, |d| d.info().crate_name)
+}
+
+/// A `library: pg-advisory-lock…` step as the application's code with the
+/// lock crate: its call, on a connection checked out with `checkout`
+/// (behind transaction pooling, with `Pooling::Transaction` declared).
+fn lock_crate_call(l: &crate::scenario::LibraryStep, checkout: &str, transaction_pooling: bool) -> String {
+    let session = |key: i64, wait: String| {
+        if transaction_pooling {
+            format!("`SessionLock::acquire_with(conn, Key::new({key}), {wait}, Pooling::Transaction)`")
+        } else {
+            format!("`SessionLock::acquire(conn, Key::new({key}), {wait})`")
+        }
+    };
+    use locklab_drivers::libraries::{Library, LibraryCall};
+    let xact = l.library == Library::PgAdvisoryLockXact;
+    let wait = |timeout_ms: Option<u64>| {
+        format!(
+            "Wait::Within({} ms)",
+            timeout_ms.unwrap_or(locklab_drivers::lock_crate::DEFAULT_WAIT_MS)
+        )
+    };
+    let mut text = match (&l.call, xact) {
+        (LibraryCall::Acquire { key, timeout_ms }, false) => {
+            format!("{} on a connection from {checkout}", session(*key, wait(*timeout_ms)))
+        }
+        (LibraryCall::TryAcquire { key }, false) => {
+            format!("{} on a connection from {checkout}", session(*key, "Wait::Try".into()))
+        }
+        (LibraryCall::Acquire { key, timeout_ms }, true) => format!(
+            "`BEGIN`, then `lock_xact(&mut tx, Key::new({key}), {})` on a connection from {checkout}",
+            wait(*timeout_ms)
+        ),
+        (LibraryCall::TryAcquire { key }, true) => {
+            format!("`BEGIN`, then `lock_xact(&mut tx, Key::new({key}), Wait::Try)` on a connection from {checkout}")
+        }
+        (LibraryCall::Release { key }, false) => format!("`guard.release()` (key {key})"),
+        (LibraryCall::Release { key }, true) => format!("`COMMIT` (key {key})"),
+        (LibraryCall::DropHandle { key }, false) => format!("drop the guard (key {key})"),
+        (LibraryCall::DropHandle { key }, true) => format!("drop the transaction: `ROLLBACK` (key {key})"),
+        (other, _) => format!("{other:?}"),
+    };
+    if let Some(ms) = l.client_timeout_ms {
+        text.push_str(&format!(", its future dropped after {ms} ms"));
+    }
+    text
 }
 
 /// How a pool's user checks a connection out and gives it back, by the

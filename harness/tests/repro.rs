@@ -120,6 +120,38 @@ fn a_pool_column_gets_the_steps_in_its_terms() {
     assert!(!text.starts_with("#!"), "{text}");
 }
 
+/// A column of the lock crate: its steps in the wrapped pool's terms and
+/// the crate's own calls, behind transaction pooling with the declared
+/// `Pooling::Transaction`.
+#[test]
+fn a_lock_crate_column_gets_the_crates_calls_on_its_pool() {
+    let out = locklab(&["repro", "-s", "lock-crate-refusal", "-d", "pg-advisory-lock+sqlx"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "`SessionLock::acquire(conn, Key::new(99), Wait::Try)` on a connection from `pool.acquire().await`"
+        ),
+        "{text}"
+    );
+    let out = locklab(&[
+        "repro",
+        "-s",
+        "lock-crate-refusal",
+        "-d",
+        "pg-advisory-lock+pgbouncer-transaction",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Pooling::Transaction)` on a connection from `pool.get().await`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("`BEGIN`, then `lock_xact(&mut tx, Key::new(99), Wait::Try)`"),
+        "{text}"
+    );
+}
+
 /// A cell that does not exist, a scenario or column that does not, a step
 /// without a psql form: one line, exit code 2.
 #[test]
