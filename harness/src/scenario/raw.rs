@@ -147,9 +147,10 @@ pub(crate) type Setting = Scalar;
 #[derive(Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawPool {
-    /// Maximum number of connections (1–100, default 4).
+    /// Maximum number of connections (1–100, default 4), or a parameter
+    /// (`"${size}"`) that expands to one.
     #[serde(default)]
-    #[schemars(with = "Option<u32>", range(min = 1, max = 100))]
+    #[schemars(with = "Option<crate::scenario::raw::step::OrParam<u32>>", range(min = 1, max = 100))]
     pub(crate) max_size: Option<Spanned<i64>>,
     /// Connection settings for every connection the pool opens, sent at connect time
     /// (`application_name`, or any run-time parameter as `-c name=value`: `lock_timeout`,
