@@ -197,10 +197,7 @@ impl Coordinates {
             hand_back: if pooled { hand_backs(s, end, actor) } else { Vec::new() },
             give_up: give_up(s, steps),
             compared: if pooled { comparisons(steps, actor) } else { Vec::new() },
-            lock_crate: s
-                .steps
-                .iter()
-                .any(|st| matches!(&st.kind, StepKind::Library(l) if l.library.is_lock_crate())),
+            lock_crate: s.uses_lock_crate(),
         }
     }
 
@@ -422,9 +419,9 @@ fn give_up(s: &Scenario, steps: &[crate::scenario::Step]) -> Option<String> {
                 ..
             }) => return Some(DROPPED_FUTURE.to_owned()),
             StepKind::Abandon(AbandonStep { .. }) => return Some(DROPPED_CONNECTION.to_owned()),
-            // The lock crate's acquire: its future dropped (the crate then
-            // sends the cancel request itself), a statement_timeout of the
-            // pool's, or, in a race, its own bound (a lock_timeout).
+            // The lock crate's acquire: its future dropped, a
+            // statement_timeout of the pool's, or, in a race, its own bound
+            // (a lock_timeout).
             StepKind::Library(l) if l.library.is_lock_crate() => {
                 if l.client_timeout_ms.is_some() {
                     return Some(DROPPED_FUTURE.to_owned());

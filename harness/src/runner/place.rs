@@ -106,11 +106,7 @@ fn lock_crate(scenario: &Scenario, info: &DriverInfo) -> Option<NotRun> {
     if info.crate_name != locklab_drivers::libraries::LOCK_CRATE {
         return None;
     }
-    let the_crates = scenario
-        .steps
-        .iter()
-        .any(|s| matches!(&s.kind, crate::scenario::StepKind::Library(l) if l.library.is_lock_crate()));
-    if !the_crates {
+    if !scenario.uses_lock_crate() {
         return Some(NotRun::NotApplicable(
             "a column of the lock crate runs the crate's own scenarios (library: pg-advisory-lock…); this one's raw \
              SQL through the same pool is the wrapped column's cell"

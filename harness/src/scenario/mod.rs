@@ -128,6 +128,15 @@ pub struct Scenario {
 }
 
 impl Scenario {
+    /// Whether it is one of the lock crate's scenarios (a `library:
+    /// pg-advisory-lock…` step): those run on the crate's columns only, and
+    /// the others not there (`runner/place.rs`).
+    pub fn uses_lock_crate(&self) -> bool {
+        self.steps
+            .iter()
+            .any(|s| matches!(&s.kind, StepKind::Library(l) if l.library.is_lock_crate()))
+    }
+
     /// Whether a step of a pool actor expects notices (`expect: notices:`)
     /// on a pooling column (a `when: direct` step runs on the unpooled
     /// column only, whose connections pass notices on): such a scenario is

@@ -226,7 +226,7 @@ impl Validator<'_> {
             if s.background || !declared.bounded {
                 self.err(
                     cpos,
-                    format!("step {n}: 'client_timeout_ms' applies to foreground 'sql', transaction, 'checkout', 'return' and 'lock_guard' steps"),
+                    format!("step {n}: 'client_timeout_ms' applies to foreground 'sql', transaction, 'checkout', 'return', 'lock_guard' and the lock crate's 'library' steps"),
                 );
             }
             match u64::try_from(c.value) {
