@@ -18,17 +18,25 @@ macro_rules! deadpool_driver {
             use tokio_postgres::NoTls;
             use $dp::{Manager, ManagerConfig, Object, RecyclingMethod};
 
-            use $crate::kit::{ClientGuard, DropReturns};
+            use $crate::kit::{BeforeReturn, ClientGuard, DropReturns, ReturnsAfter};
             use $crate::{
                 Conn, ConnectSpec, Driver, DriverError, DriverInfo, DriverKind, Pool, PoolOptions,
                 crate_version_matching,
             };
 
-            /// deadpool-postgres with one [`RecyclingMethod`].
+            /// A user's own pool builder ([`Deadpool::configured`]): from the
+            /// server's connection settings to a `PoolBuilder`.
+            type Build = std::sync::Arc<dyn Fn(tokio_postgres::Config) -> $dp::PoolBuilder + Send + Sync>;
+
+            /// deadpool-postgres with one [`RecyclingMethod`], or as a user builds it.
             pub struct Deadpool {
                 id: &'static str,
                 configuration: &'static str,
                 method: fn() -> RecyclingMethod,
+                /// A user's own builder: replaces `method`.
+                build: Option<Build>,
+                /// The application's own code before a return ([`Deadpool::before_return`]).
+                before_return: Option<BeforeReturn>,
             }
 
             impl Deadpool {
@@ -38,6 +46,8 @@ macro_rules! deadpool_driver {
                         id: concat!($prefix, "-fast"),
                         configuration: "RecyclingMethod::Fast (default)",
                         method: || RecyclingMethod::Fast,
+                        build: None,
+                        before_return: None,
                     }
                 }
 
@@ -47,6 +57,8 @@ macro_rules! deadpool_driver {
                         id: concat!($prefix, "-verified"),
                         configuration: "RecyclingMethod::Verified",
                         method: || RecyclingMethod::Verified,
+                        build: None,
+                        before_return: None,
                     }
                 }
 
@@ -57,6 +69,8 @@ macro_rules! deadpool_driver {
                         id: concat!($prefix, "-custom"),
                         configuration: "RecyclingMethod::Custom(\"select pg_advisory_unlock_all()\")",
                         method: || RecyclingMethod::Custom("select pg_advisory_unlock_all()".into()),
+                        build: None,
+                        before_return: None,
                     }
                 }
 
@@ -67,11 +81,60 @@ macro_rules! deadpool_driver {
                         id: concat!($prefix, "-clean"),
                         configuration: "RecyclingMethod::Clean",
                         method: || RecyclingMethod::Clean,
+                        build: None,
+                        before_return: None,
                     }
+                }
+
+                /// A column of your own: a deadpool-postgres pool built as your
+                /// service builds it. `build` gets the server's connection
+                /// settings (a `tokio_postgres::Config` naming the cell's
+                /// database) and returns a `PoolBuilder`: your `Manager` (its
+                /// `ManagerConfig`, recycling method and TLS-less connector)
+                /// and your hooks (`post_create`, `pre_recycle`,
+                /// `post_recycle`). locklab then sets the scenario's size and
+                /// checkout bound (`max_size`, `wait_timeout`) and the Tokio
+                /// runtime, and builds it. `id` names the column (letters,
+                /// digits, `-`); `configuration` says in deadpool's terms what
+                /// differs from the defaults, for the report. deadpool's
+                /// hooks run at a checkout, never on return (deadpool
+                /// `src/managed/mod.rs`): code that must run before a
+                /// connection goes back is the application's own
+                /// ([`Deadpool::before_return`]).
+                pub fn configured(
+                    id: &'static str,
+                    configuration: &'static str,
+                    build: impl Fn(tokio_postgres::Config) -> $dp::PoolBuilder + Send + Sync + 'static,
+                ) -> Self {
+                    Deadpool {
+                        id,
+                        configuration,
+                        method: || RecyclingMethod::Fast,
+                        build: Some(std::sync::Arc::new(build)),
+                        before_return: None,
+                    }
+                }
+
+                /// Runs the application's own code on each checked-out client
+                /// before it is dropped back into the pool, as a service's
+                /// release path does (say `client.batch_execute("select
+                /// pg_advisory_unlock_all()")`). A failed call is logged and the
+                /// client goes back all the same.
+                pub fn before_return(
+                    mut self,
+                    code: impl for<'a> Fn(
+                        &'a tokio_postgres::Client,
+                    ) -> futures::future::BoxFuture<'a, Result<(), tokio_postgres::Error>>
+                    + Send
+                    + Sync
+                    + 'static,
+                ) -> Self {
+                    self.before_return = Some(std::sync::Arc::new(code));
+                    self
                 }
             }
 
-            struct DeadpoolPool($dp::Pool);
+            struct DeadpoolPool($dp::Pool, Option<BeforeReturn>);
 
             /// A checked-out `Object` (a type of this module, so that the
             /// trait can be implemented wherever the macro is invoked).
@@ -95,9 +158,14 @@ macro_rules! deadpool_driver {
             #[async_trait]
             impl Pool for DeadpoolPool {
                 async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError> {
-                    Ok(Box::new(DropReturns(Guard(
-                        self.0.get().await.map_err(pool_error)?,
-                    ))))
+                    let guard = Guard(self.0.get().await.map_err(pool_error)?);
+                    Ok(match &self.1 {
+                        Some(code) => Box::new(ReturnsAfter {
+                            guard,
+                            before_return: code.clone(),
+                        }),
+                        None => Box::new(DropReturns(guard)),
+                    })
                 }
 
                 async fn close(&self) {
@@ -120,20 +188,23 @@ macro_rules! deadpool_driver {
                 }
 
                 async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
-                    let manager = Manager::from_config(
-                        spec.tokio_postgres_config(),
-                        NoTls,
-                        ManagerConfig {
-                            recycling_method: (self.method)(),
-                        },
-                    );
-                    let pool = $dp::Pool::builder(manager)
+                    let builder = match &self.build {
+                        Some(build) => build(spec.tokio_postgres_config()),
+                        None => $dp::Pool::builder(Manager::from_config(
+                            spec.tokio_postgres_config(),
+                            NoTls,
+                            ManagerConfig {
+                                recycling_method: (self.method)(),
+                            },
+                        )),
+                    };
+                    let pool = builder
                         .max_size(opts.max_size as usize)
                         .runtime($dp::Runtime::Tokio1)
                         .wait_timeout(Some(opts.checkout_timeout))
                         .build()
                         .map_err(|e| DriverError::Client(e.to_string()))?;
-                    Ok(Box::new(DeadpoolPool(pool)))
+                    Ok(Box::new(DeadpoolPool(pool, self.before_return.clone())))
                 }
 
                 // Its connections are tokio-postgres clients (`DropReturns`).

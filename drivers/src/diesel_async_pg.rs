@@ -38,8 +38,55 @@ macro_rules! diesel_async_driver {
                 Returned, Rows, crate_version_matching,
             };
 
-            /// diesel-async + its deadpool pool, defaults apart from the size.
-            pub struct DieselAsyncDeadpool;
+            /// What a user's configuration does to the `ManagerConfig` locklab
+            /// starts from ([`DieselAsyncDeadpool::configured`]).
+            type Customize = std::sync::Arc<
+                dyn Fn(ManagerConfig<AsyncPgConnection>) -> ManagerConfig<AsyncPgConnection> + Send + Sync,
+            >;
+
+            /// diesel-async + its deadpool pool, with defaults apart from the size or a user's `ManagerConfig`.
+            pub struct DieselAsyncDeadpool {
+                id: &'static str,
+                configuration: &'static str,
+                customize: Option<Customize>,
+            }
+
+            impl DieselAsyncDeadpool {
+                /// The deadpool integration's defaults apart from the size (`RecyclingMethod::Verified`).
+                pub fn defaults() -> Self {
+                    DieselAsyncDeadpool {
+                        id: $id,
+                        configuration: "deadpool integration, RecyclingMethod::Verified (default)",
+                        customize: None,
+                    }
+                }
+
+                /// A column of your own: diesel-async's deadpool pool with your
+                /// `ManagerConfig`. `configure` gets `ManagerConfig::default()`
+                /// and returns yours (its `recycling_method`: `Fast`,
+                /// `Verified`, `CustomQuery`, `CustomFunction`); locklab then
+                /// sets its `custom_setup` to connect to the cell's database
+                /// (a `custom_setup` of yours is replaced), and the scenario's
+                /// size and checkout bound on the pool. The recycling runs at a
+                /// checkout, never on return (diesel-async
+                /// `src/pooled_connection/deadpool.rs`). `id` names the column
+                /// (letters, digits, `-`); `configuration` says in diesel-async's
+                /// terms what differs from the defaults, for the report.
+                pub fn configured(
+                    id: &'static str,
+                    configuration: &'static str,
+                    configure: impl Fn(ManagerConfig<AsyncPgConnection>) -> ManagerConfig<AsyncPgConnection>
+                    + Send
+                    + Sync
+                    + 'static,
+                ) -> Self {
+                    DieselAsyncDeadpool {
+                        id,
+                        configuration,
+                        customize: Some(std::sync::Arc::new(configure)),
+                    }
+                }
+            }
 
             struct DieselPoolBox(DieselPool<AsyncPgConnection>);
 
@@ -192,10 +239,10 @@ macro_rules! diesel_async_driver {
             impl Driver for DieselAsyncDeadpool {
                 fn info(&self) -> DriverInfo {
                     DriverInfo {
-                        id: $id,
+                        id: self.id,
                         crate_name: "diesel-async",
                         crate_version: crate_version_matching("diesel-async", $version),
-                        configuration: "deadpool integration, RecyclingMethod::Verified (default)",
+                        configuration: self.configuration,
                         kind: DriverKind::Pooled,
                         pooler: None,
                         notices: $crate::Notices::NotPassedOn(
@@ -208,6 +255,9 @@ macro_rules! diesel_async_driver {
                 async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
                     let config = spec.tokio_postgres_config();
                     let mut manager_config = ManagerConfig::<AsyncPgConnection>::default();
+                    if let Some(customize) = &self.customize {
+                        manager_config = customize(manager_config);
+                    }
                     // Connect with the same tokio-postgres configuration as every other
                     // driver rather than through a URL.
                     manager_config.custom_setup = Box::new(move |_url| {
@@ -274,6 +324,6 @@ pub(crate) const FAMILY: crate::kit::Family = {
             },
         ],
         module: |v| format!("locklab_drivers::diesel_async_driver!(tried, diesel_async, \"{v}\", \"diesel-async\");"),
-        columns: &[("diesel-async", "tried::DieselAsyncDeadpool")],
+        columns: &[("diesel-async", "tried::DieselAsyncDeadpool::defaults()")],
     }
 };

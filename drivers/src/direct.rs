@@ -4,6 +4,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, Client, NoTls, SimpleQueryMessage};
 
@@ -138,7 +139,16 @@ impl DirectConn {
     /// no session within [`CONNECT_TIMEOUT`] (10 s; tokio-postgres's own
     /// `connect_timeout` bounds only the TCP connect, not the start-up exchange).
     pub async fn connect(spec: &ConnectSpec) -> Result<Self, DriverError> {
-        let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, spec.tokio_postgres_config().connect(NoTls))
+        Self::connect_with(spec, spec.tokio_postgres_config()).await
+    }
+
+    /// Like [`DirectConn::connect`], with `config` (made from `spec` and
+    /// changed by the caller) instead of `spec`'s own.
+    ///
+    /// # Errors
+    /// As [`DirectConn::connect`].
+    pub async fn connect_with(spec: &ConnectSpec, config: tokio_postgres::Config) -> Result<Self, DriverError> {
+        let (client, connection) = tokio::time::timeout(CONNECT_TIMEOUT, config.connect(NoTls))
             .await
             .map_err(|_| no_session(spec))??;
         Ok(DirectConn::drive(client, connection))
@@ -303,6 +313,51 @@ impl<G: ClientGuard> Conn for DropReturns<G> {
     }
 }
 
+/// Code of the application's own run on a checked-out client just before
+/// the client goes back to its pool: what a service's release path does
+/// that the pool does not (say, `select pg_advisory_unlock_all()` before
+/// dropping deadpool's `Object`, whose recycling hooks run only at the next
+/// checkout: deadpool `src/managed/mod.rs`, `Pool::get`). Given to a
+/// column helper's `before_return` ([`crate::Deadpool::before_return`],
+/// [`crate::Bb8Postgres::before_return`]).
+pub type BeforeReturn =
+    Arc<dyn for<'a> Fn(&'a Client) -> BoxFuture<'a, Result<(), tokio_postgres::Error>> + Send + Sync>;
+
+/// A checked-out pooled client whose return first runs the application's
+/// [`BeforeReturn`] code on it, then drops the guard (the pool's own
+/// return, synchronous as in [`DropReturns`]). A failed `before_return` is
+/// logged; the client goes back all the same, as an application's
+/// release path that ignores the error would.
+pub struct ReturnsAfter<G> {
+    /// The pool's guard of the client.
+    pub guard: G,
+    /// What runs before the guard is dropped.
+    pub before_return: BeforeReturn,
+}
+
+#[async_trait]
+impl<G: ClientGuard> Conn for ReturnsAfter<G> {
+    async fn simple_query(&mut self, sql: &str) -> Result<Rows, DriverError> {
+        simple_query_rows(self.guard.client(), sql).await
+    }
+
+    async fn extended_query(&mut self, sql: &str, params: &[crate::Param]) -> Result<Rows, DriverError> {
+        extended_query_rows(self.guard.client(), sql, params).await
+    }
+
+    async fn give_back(self: Box<Self>) -> Returned {
+        if let Err(e) = (self.before_return)(self.guard.client()).await {
+            tracing::warn!(error = %e, "the application's code before the return failed");
+        }
+        drop(self);
+        Returned::ToPool
+    }
+
+    fn canceller(&self) -> Option<Canceller> {
+        Some(token_canceller(self.guard.client().cancel_token()))
+    }
+}
+
 /// `tokio-postgres`, no pool: checkout connects, return disconnects.
 pub struct TokioPostgresDirect;
 
@@ -335,6 +390,80 @@ impl Driver for TokioPostgresDirect {
 
     async fn pool(&self, spec: &ConnectSpec, _opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
         Ok(Box::new(DirectFactory { spec: spec.clone() }))
+    }
+
+    fn extended_protocol(&self) -> Result<(), &'static str> {
+        Ok(())
+    }
+}
+
+/// What a user's connection factory does to the `tokio_postgres::Config`
+/// locklab makes ([`TokioPostgresFactory`]).
+type Configure = Arc<dyn Fn(&mut tokio_postgres::Config) + Send + Sync>;
+
+/// A column of your own with no pool: tokio-postgres connections made as
+/// your service makes them (`Config::options`, `keepalives`,
+/// `tcp_user_timeout`, …), one per checkout, closed on return, as the
+/// `tokio-postgres` column does.
+pub struct TokioPostgresFactory {
+    id: &'static str,
+    configuration: &'static str,
+    configure: Configure,
+}
+
+impl TokioPostgresFactory {
+    /// `configure` changes the `tokio_postgres::Config` locklab made for the
+    /// cell's database (host, port, user, database and application name
+    /// set: keep them). `id` names the column (letters, digits, `-`);
+    /// `configuration` says what differs from the defaults, for the report.
+    pub fn configured(
+        id: &'static str,
+        configuration: &'static str,
+        configure: impl Fn(&mut tokio_postgres::Config) + Send + Sync + 'static,
+    ) -> Self {
+        TokioPostgresFactory {
+            id,
+            configuration,
+            configure: Arc::new(configure),
+        }
+    }
+}
+
+struct ConfiguredFactory {
+    spec: ConnectSpec,
+    configure: Configure,
+}
+
+#[async_trait]
+impl Pool for ConfiguredFactory {
+    async fn checkout(&self) -> Result<Box<dyn Conn>, DriverError> {
+        let mut config = self.spec.tokio_postgres_config();
+        (self.configure)(&mut config);
+        Ok(Box::new(DirectConn::connect_with(&self.spec, config).await?))
+    }
+
+    async fn close(&self) {}
+}
+
+#[async_trait]
+impl Driver for TokioPostgresFactory {
+    fn info(&self) -> DriverInfo {
+        DriverInfo {
+            id: self.id,
+            crate_name: "tokio-postgres",
+            crate_version: crate_version("tokio-postgres"),
+            configuration: self.configuration,
+            kind: DriverKind::Direct,
+            pooler: None,
+            notices: crate::Notices::PassedOn,
+        }
+    }
+
+    async fn pool(&self, spec: &ConnectSpec, _opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
+        Ok(Box::new(ConfiguredFactory {
+            spec: spec.clone(),
+            configure: self.configure.clone(),
+        }))
     }
 
     fn extended_protocol(&self) -> Result<(), &'static str> {

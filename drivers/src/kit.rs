@@ -4,7 +4,7 @@
 //! description of its family ([`Family`]), which the driver file declares
 //! as its `FAMILY` constant. Nothing here depends on another driver module.
 
-pub use crate::direct::{ClientGuard, DropReturns, simple_query_rows, token_canceller};
+pub use crate::direct::{BeforeReturn, ClientGuard, DropReturns, ReturnsAfter, simple_query_rows, token_canceller};
 
 /// What a tried column's id has between the built-in column's id and the
 /// version: `deadpool-fast+try-0.12.1`.

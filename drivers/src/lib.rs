@@ -32,12 +32,31 @@ use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
-pub use direct::{CLOSE_WAIT, CONNECT_TIMEOUT, DirectConn, extended_query_rows, simple_query_rows};
+/// bb8 with bb8-postgres as a column, with [`Bb8Postgres::configured`] for a
+/// configuration of your own.
+#[cfg(feature = "columns")]
+pub use bb8_pg::Bb8Postgres;
+/// deadpool-postgres 0.14 as a column, with [`Deadpool::configured`] for a
+/// pool built as yours is.
+pub use deadpool_pg::Deadpool;
+/// diesel-async's deadpool pool as a column, with
+/// [`DieselAsyncDeadpool::configured`] for a `ManagerConfig` of your own.
+#[cfg(feature = "columns")]
+pub use diesel_async_pg::DieselAsyncDeadpool;
+pub use direct::{
+    BeforeReturn, CLOSE_WAIT, CONNECT_TIMEOUT, DirectConn, TokioPostgresFactory, extended_query_rows, simple_query_rows,
+};
 pub use locklab_core::{ConnectSpec, with_sources};
+/// mobc with mobc-postgres as a column, with [`MobcPostgres::configured`].
+#[cfg(feature = "columns")]
+pub use mobc_pg::MobcPostgres;
 pub use poolers::{
     CancelRequests, CheckIn, Column as PoolerColumn, Facts as PoolerFacts, Modelled, Pooled as PooledPoolerColumn,
     Pooler, PoolerKind, PoolerMode, models_of,
 };
+/// r2d2 with r2d2_postgres as a column, with [`R2d2Postgres::configured`].
+#[cfg(feature = "columns")]
+pub use r2d2_pg::R2d2Postgres;
 /// sqlx 0.8's `PgPool` as a column (the crate renamed `sqlx08` here), as [`SqlxPgPool`].
 #[cfg(feature = "columns")]
 pub use sqlx_pg::v08::SqlxPgPool as Sqlx08PgPool;
@@ -565,25 +584,25 @@ pub fn registry() -> Vec<Box<dyn Driver>> {
         Box::new(deadpool_pg::Deadpool::custom_unlock_all()),
         Box::new(deadpool_pg::v013::Deadpool::fast()),
         Box::new(deadpool_pg::v013::Deadpool::clean()),
-        Box::new(bb8_pg::Bb8Postgres),
+        Box::new(bb8_pg::Bb8Postgres::defaults()),
         Box::new(sqlx_pg::v09::SqlxPgPool::defaults()),
         Box::new(sqlx_pg::v09::SqlxPgPool::after_release_unlock_all()),
         Box::new(sqlx_pg::v08::SqlxPgPool::defaults()),
         Box::new(sqlx_pg::v08::SqlxPgPool::after_release_unlock_all()),
-        Box::new(mobc_pg::MobcPostgres),
-        Box::new(r2d2_pg::R2d2Postgres),
-        Box::new(diesel_async_pg::DieselAsyncDeadpool),
+        Box::new(mobc_pg::MobcPostgres::defaults()),
+        Box::new(r2d2_pg::R2d2Postgres::defaults()),
+        Box::new(diesel_async_pg::DieselAsyncDeadpool::defaults()),
     ]);
     all.extend(poolers::columns());
     #[cfg(feature = "columns")]
     {
         let mut base: Vec<Box<dyn Driver>> = vec![
             Box::new(deadpool_pg::Deadpool::fast()),
-            Box::new(bb8_pg::Bb8Postgres),
+            Box::new(bb8_pg::Bb8Postgres::defaults()),
             Box::new(sqlx_pg::v09::SqlxPgPool::defaults()),
             Box::new(sqlx_pg::v08::SqlxPgPool::defaults()),
-            Box::new(mobc_pg::MobcPostgres),
-            Box::new(diesel_async_pg::DieselAsyncDeadpool),
+            Box::new(mobc_pg::MobcPostgres::defaults()),
+            Box::new(diesel_async_pg::DieselAsyncDeadpool::defaults()),
         ];
         base.extend(poolers::columns());
         all.extend(lock_crate::columns(base));

@@ -28,8 +28,48 @@ macro_rules! mobc_driver {
 
             type Manager = PgConnectionManager<NoTls>;
 
-            /// mobc + mobc-postgres with the builder's defaults apart from the size.
-            pub struct MobcPostgres;
+            /// What a user's configuration does to the builder locklab starts
+            /// from ([`MobcPostgres::configured`]).
+            type Customize = std::sync::Arc<dyn Fn(mobc::Builder<Manager>) -> mobc::Builder<Manager> + Send + Sync>;
+
+            /// mobc + mobc-postgres, with the builder's defaults apart from the size or as a user configures it.
+            pub struct MobcPostgres {
+                id: &'static str,
+                configuration: &'static str,
+                customize: Option<Customize>,
+            }
+
+            impl MobcPostgres {
+                /// The builder's defaults.
+                pub fn defaults() -> Self {
+                    MobcPostgres {
+                        id: $id,
+                        configuration: "Builder defaults (test_on_check_out = true)",
+                        customize: None,
+                    }
+                }
+
+                /// A column of your own: a mobc pool configured as your service
+                /// configures it. `configure` gets `mobc::Pool::builder()` with
+                /// the scenario's size and checkout bound set (`max_open`,
+                /// `get_timeout`) and returns the builder to build with (your
+                /// `max_idle`, `test_on_check_out`, `max_lifetime`, …); locklab
+                /// builds it with a `PgConnectionManager` for the cell's
+                /// database. `id` names the column (letters, digits, `-`);
+                /// `configuration` says in mobc's terms what differs from the
+                /// defaults, for the report.
+                pub fn configured(
+                    id: &'static str,
+                    configuration: &'static str,
+                    configure: impl Fn(mobc::Builder<Manager>) -> mobc::Builder<Manager> + Send + Sync + 'static,
+                ) -> Self {
+                    MobcPostgres {
+                        id,
+                        configuration,
+                        customize: Some(std::sync::Arc::new(configure)),
+                    }
+                }
+            }
 
             struct MobcPool(mobc::Pool<Manager>);
 
@@ -101,14 +141,14 @@ macro_rules! mobc_driver {
             impl Driver for MobcPostgres {
                 fn info(&self) -> DriverInfo {
                     DriverInfo {
-                        id: $id,
+                        id: self.id,
                         crate_name: "mobc-postgres",
                         crate_version: format!(
                             "{} (mobc {})",
                             crate_version_matching("mobc-postgres", $version),
                             crate_version_matching("mobc", "")
                         ),
-                        configuration: "Builder defaults (test_on_check_out = true)",
+                        configuration: self.configuration,
                         kind: DriverKind::Pooled,
                         pooler: None,
                         notices: $crate::Notices::NotPassedOn($crate::TOKIO_POSTGRES_SPAWNED),
@@ -117,10 +157,13 @@ macro_rules! mobc_driver {
 
                 async fn pool(&self, spec: &ConnectSpec, opts: PoolOptions) -> Result<Box<dyn Pool>, DriverError> {
                     let manager = PgConnectionManager::new(spec.tokio_postgres_config(), NoTls);
-                    let pool = mobc::Pool::builder()
+                    let mut builder = mobc::Pool::builder()
                         .max_open(opts.max_size as u64)
-                        .get_timeout(Some(opts.checkout_timeout))
-                        .build(manager);
+                        .get_timeout(Some(opts.checkout_timeout));
+                    if let Some(customize) = &self.customize {
+                        builder = customize(builder);
+                    }
+                    let pool = builder.build(manager);
                     Ok(Box::new(MobcPool(pool)))
                 }
             }
@@ -142,6 +185,6 @@ pub(crate) const FAMILY: crate::kit::Family = {
         file: "drivers/src/mobc_pg.rs",
         deps: &[Dep::tried("mobc-postgres", "mobc_postgres")],
         module: |v| format!("locklab_drivers::mobc_driver!(tried, mobc_postgres, \"{v}\", \"mobc\");"),
-        columns: &[("mobc", "tried::MobcPostgres")],
+        columns: &[("mobc", "tried::MobcPostgres::defaults()")],
     }
 };

@@ -40,8 +40,50 @@ macro_rules! r2d2_driver {
             type Manager = PostgresConnectionManager<NoTls>;
             type Shared = Arc<Mutex<PooledConnection<Manager>>>;
 
-            /// r2d2 + r2d2_postgres with the builder's defaults apart from the size.
-            pub struct R2d2Postgres;
+            /// What a user's configuration does to the builder locklab starts
+            /// from ([`R2d2Postgres::configured`]).
+            type Customize = std::sync::Arc<dyn Fn($r2p::r2d2::Builder<Manager>) -> $r2p::r2d2::Builder<Manager> + Send + Sync>;
+
+            /// r2d2 + r2d2_postgres, with the builder's defaults apart from the size or as a user configures it.
+            pub struct R2d2Postgres {
+                id: &'static str,
+                configuration: &'static str,
+                customize: Option<Customize>,
+            }
+
+            impl R2d2Postgres {
+                /// The builder's defaults apart from the size.
+                pub fn defaults() -> Self {
+                    R2d2Postgres {
+                        id: $id,
+                        configuration: "Builder defaults (test_on_check_out = true), via spawn_blocking",
+                        customize: None,
+                    }
+                }
+
+                /// A column of your own: an r2d2 pool configured as your service
+                /// configures it. `configure` gets `r2d2::Pool::builder()` with
+                /// the scenario's size and checkout bound set (`max_size`,
+                /// `min_idle(Some(0))`, `connection_timeout`) and returns the
+                /// builder to build with (your `connection_customizer`, whose
+                /// `on_acquire` runs on a new connection, `test_on_check_out`,
+                /// …); locklab builds it, on a blocking thread, with a
+                /// `PostgresConnectionManager` for the cell's database. r2d2
+                /// runs nothing when a connection goes back. `id` names the
+                /// column (letters, digits, `-`); `configuration` says in r2d2's
+                /// terms what differs from the defaults, for the report.
+                pub fn configured(
+                    id: &'static str,
+                    configuration: &'static str,
+                    configure: impl Fn($r2p::r2d2::Builder<Manager>) -> $r2p::r2d2::Builder<Manager> + Send + Sync + 'static,
+                ) -> Self {
+                    R2d2Postgres {
+                        id,
+                        configuration,
+                        customize: Some(std::sync::Arc::new(configure)),
+                    }
+                }
+            }
 
             struct R2d2Pool(Option<$r2p::r2d2::Pool<Manager>>);
 
@@ -210,14 +252,14 @@ macro_rules! r2d2_driver {
             impl Driver for R2d2Postgres {
                 fn info(&self) -> DriverInfo {
                     DriverInfo {
-                        id: $id,
+                        id: self.id,
                         crate_name: "r2d2_postgres",
                         crate_version: format!(
                             "{} (r2d2 {})",
                             crate_version_matching("r2d2_postgres", $version),
                             crate_version_matching("r2d2", "")
                         ),
-                        configuration: "Builder defaults (test_on_check_out = true), via spawn_blocking",
+                        configuration: self.configuration,
                         kind: DriverKind::Pooled,
                         pooler: None,
                         notices: $crate::Notices::PassedOn,
@@ -244,12 +286,16 @@ macro_rules! r2d2_driver {
                     let (max, timeout) = (opts.max_size, opts.checkout_timeout);
                     // build_unchecked: no connection is opened before the first checkout,
                     // like the other pools here.
+                    let customize = self.customize.clone();
                     let pool = tokio::task::spawn_blocking(move || {
-                        $r2p::r2d2::Pool::builder()
+                        let mut builder = $r2p::r2d2::Pool::builder()
                             .max_size(max)
                             .min_idle(Some(0))
-                            .connection_timeout(timeout)
-                            .build_unchecked(manager)
+                            .connection_timeout(timeout);
+                        if let Some(customize) = customize {
+                            builder = customize(builder);
+                        }
+                        builder.build_unchecked(manager)
                     })
                     .await
                     .map_err(join_error)?;
@@ -274,6 +320,6 @@ pub(crate) const FAMILY: crate::kit::Family = {
         file: "drivers/src/r2d2_pg.rs",
         deps: &[Dep::tried("r2d2_postgres", "r2d2_postgres")],
         module: |v| format!("locklab_drivers::r2d2_driver!(tried, r2d2_postgres, \"{v}\", \"r2d2\");"),
-        columns: &[("r2d2", "tried::R2d2Postgres")],
+        columns: &[("r2d2", "tried::R2d2Postgres::defaults()")],
     }
 };

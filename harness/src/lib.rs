@@ -48,6 +48,10 @@ pub mod cpu;
 #[cfg(not(feature = "internals"))]
 mod cpu;
 #[cfg(feature = "internals")]
+pub mod doctor;
+#[cfg(not(feature = "internals"))]
+mod doctor;
+#[cfg(feature = "internals")]
 pub mod faults;
 #[cfg(not(feature = "internals"))]
 mod faults;

@@ -28,7 +28,10 @@ pub use crate::outcome::Status;
 pub use crate::report::Format;
 pub use crate::server::BackendChoice;
 pub use cell::{Cell, Observation};
-pub use locklab_drivers::{Driver, SqlxPgPool};
+pub use locklab_drivers::{
+    Bb8Postgres, BeforeReturn, Deadpool, DieselAsyncDeadpool, Driver, MobcPostgres, R2d2Postgres, SqlxPgPool,
+    TokioPostgresFactory,
+};
 pub use options::ServerOptions;
 pub use report::Report;
 pub use run::{Lab, drivers, load_scenarios, shipped_scenarios};

@@ -81,6 +81,16 @@ pub enum Command {
     /// (--from); with --require or --require-severity, exit 1 when a
     /// selected column violates a required property.
     Verdict(VerdictArgs),
+    /// Your stack in one command: reads the project in DIR (its lockfiles:
+    /// Cargo.lock, requirements*.txt, poetry.lock, uv.lock, Pipfile.lock,
+    /// go.mod, package-lock.json, yarn.lock, pnpm-lock.yaml, pom.xml,
+    /// gradle.lockfile, Gemfile.lock; and pgbouncer.ini, pgpool.conf,
+    /// pgagroal.conf, odyssey.conf), maps what it finds to locklab's columns
+    /// (exact, or the nearest with the difference said) and prints their
+    /// verdicts and cards, and what it could not map. With
+    /// --require-severity, exit 1 when a mapped column violates a required
+    /// property, as `verdict` does.
+    Doctor(DoctorArgs),
     /// Run the whole matrix (or a selection) round after round and count the
     /// cells whose outcome differs between rounds; exit 1 if any differs or fails.
     Soak(SoakArgs),
@@ -244,6 +254,37 @@ pub struct VerdictArgs {
     /// each stands, instead of the cards.
     #[arg(long, conflicts_with = "json")]
     pub coverage: bool,
+}
+
+/// `locklab doctor`'s arguments.
+#[derive(Args)]
+pub struct DoctorArgs {
+    /// The project's directory (its lockfiles and pooler configurations,
+    /// up to four directories down).
+    #[arg(default_value = ".", value_name = "DIR")]
+    pub project: PathBuf,
+    /// The report to judge by [default: reports/matrix.json of this repository].
+    #[arg(long, value_name = "MATRIX_JSON", conflicts_with = "run_now")]
+    pub from: Option<PathBuf>,
+    /// Run the stack's columns now (every scenario, or those -s and --tag
+    /// select) instead of reading the committed report.
+    #[arg(long = "run")]
+    pub run_now: bool,
+    /// For each Rust pool crate locked at a version locklab does not ship,
+    /// run `locklab try CRATE@VERSION` for that exact version too.
+    #[arg(long = "try")]
+    pub try_versions: bool,
+    /// Exit 1 when a mapped column violates one of these properties (ids, comma-separated).
+    #[arg(long, value_delimiter = ',', value_name = "ID")]
+    pub require: Vec<String>,
+    /// Exit 1 when a mapped column violates a property of this severity or a graver one.
+    #[arg(long, value_enum, value_name = "SEVERITY")]
+    pub require_severity: Option<SeverityWord>,
+    /// Print the stack, the mapping and the columns' verdicts and cards as JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 /// `locklab pooler-check`'s arguments.

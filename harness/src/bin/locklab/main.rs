@@ -9,7 +9,9 @@ mod adapter;
 mod bench;
 mod check;
 mod cli;
+mod doctor;
 mod execute;
+mod gate;
 mod list;
 mod merge;
 mod output;
@@ -100,6 +102,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Run { run, json } => run::run(&dir, run, *json),
         Command::Report(args) => report::report(&dir, given.is_some(), args),
         Command::Verdict(args) => verdict::verdict(&dir, args),
+        Command::Doctor(args) => doctor::doctor(&dir, args),
         Command::Soak(args) => soak::soak(&dir, args),
         Command::Check(args) => check::check(&dir, given, args),
         Command::Review(args) => review::review(args),

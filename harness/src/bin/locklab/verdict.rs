@@ -6,11 +6,12 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
-use locklab::properties::{Mark, Scope};
+use locklab::properties::Scope;
 use locklab::report::verdicts::VerdictView;
 
 use crate::cli::VerdictArgs;
 use crate::execute::execute;
+use crate::gate::gate;
 use crate::output::emit;
 
 /// Prints the verdicts of a run of the selection (or of `--from`'s report)
@@ -63,48 +64,7 @@ pub fn verdict(dir: &Path, args: &VerdictArgs) -> Result<ExitCode> {
         bail!("no verdicts: the report has no runs of a server");
     }
     let selected = |driver: &str| drivers.is_empty() || drivers.iter().any(|d| d == driver);
-    let mut failing = String::new();
-    let mut failures = 0;
-    for server in &report.verdicts {
-        for p in server.properties.iter().filter(|p| p.scope == Scope::Column) {
-            let required = args.require.contains(&p.id) || args.require_severity.is_some_and(|s| p.severity <= s.0);
-            if !required {
-                continue;
-            }
-            for c in p.columns.iter().filter(|c| selected(&c.driver)) {
-                if !matches!(c.verdict, Mark::Violated | Mark::Undecided) {
-                    continue;
-                }
-                failures += 1;
-                let cell = c
-                    .evidence
-                    .iter()
-                    .find(|e| e.reads == c.verdict)
-                    .map(|e| {
-                        format!(
-                            "{} · {}: {}",
-                            e.scenario,
-                            e.record.as_deref().unwrap_or("status"),
-                            e.says.as_deref().unwrap_or(&e.reading)
-                        )
-                    })
-                    .unwrap_or_else(|| c.reasons.join("; "));
-                let _ = writeln!(
-                    failing,
-                    "{} {} {} ({}, required) on {}: {cell}",
-                    c.driver,
-                    if c.verdict == Mark::Violated {
-                        "violates"
-                    } else {
-                        "cannot be judged on"
-                    },
-                    p.id,
-                    p.severity.as_str(),
-                    server.server
-                );
-            }
-        }
-    }
+    let gate = gate(&report, &args.require, args.require_severity.map(|s| s.0), &selected);
     if args.coverage {
         emit(&coverage(&report, drivers))?;
     } else if args.json {
@@ -119,34 +79,7 @@ pub fn verdict(dir: &Path, args: &VerdictArgs) -> Result<ExitCode> {
         let view = VerdictView::of(&report).only(drivers);
         emit(&view.markdown("all", "matrix.md", "#")?)?;
     }
-    if failures > 0 {
-        eprint!("locklab verdict: {failures} required propert(y/ies) not met:\n{failing}");
-        return Ok(ExitCode::from(1));
-    }
-    if !args.require.is_empty() || args.require_severity.is_some() {
-        let partly: Vec<String> = report
-            .verdicts
-            .iter()
-            .flat_map(|s| &s.properties)
-            .filter(|p| p.scope == Scope::Column)
-            .filter(|p| args.require.contains(&p.id) || args.require_severity.is_some_and(|s| p.severity <= s.0))
-            .flat_map(|p| {
-                p.columns
-                    .iter()
-                    .filter(|c| selected(&c.driver) && c.verdict == Mark::HoldsWhereTried)
-                    .map(move |c| format!("{} × {} ({})", p.id, c.driver, c.reasons.join("; ")))
-            })
-            .collect();
-        eprintln!("locklab verdict: every required property holds (or does not apply) in the selected column(s)");
-        if !partly.is_empty() {
-            eprintln!(
-                "locklab verdict: note: {} of them hold only where tried (◐; `verdict --coverage` says what decided them):\n  {}",
-                partly.len(),
-                partly.join("\n  ")
-            );
-        }
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(gate.exit_code(!args.require.is_empty() || args.require_severity.is_some(), "verdict"))
 }
 
 /// `verdict --coverage`: per property and selected column, the verdict,
