@@ -408,11 +408,14 @@ fn map_pooler(
         },
         difference: (!differences.is_empty()).then(|| differences.join("; ")),
     });
-    for s in &config.not_read {
+    if !config.not_read.is_empty() {
         not_mapped.push(NotMapped {
-            what: format!("{} setting {s}", config.pooler),
+            what: format!("{product}'s other settings"),
             source: config.file.clone(),
-            why: "not read: doctor reads the pool mode and the check-in".into(),
+            why: format!(
+                "not read (doctor reads the pool mode and the check-in): {}",
+                config.not_read.join(", ")
+            ),
         });
     }
 }
