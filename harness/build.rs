@@ -10,6 +10,11 @@
 // `cfg(locklab_docker)` when it does. LOCKLAB_DOCKER_TESTS=0 forces the skip,
 // =1 forces the tests on (they then fail clearly without an engine). The
 // matrix's container trials decide at run time instead.
+//
+// Likewise the tests of harness/tests/faults.rs that need a network
+// namespace (root) are compiled as `#[ignore]`d ("needs root") unless the
+// build runs as root: `cfg(locklab_root)`. LOCKLAB_ROOT_TESTS=0/1 forces it.
+// The matrix's fault cells that need one decide at run time.
 use std::io::{Read, Write};
 use std::time::Duration;
 
@@ -18,6 +23,16 @@ fn main() {
     println!("cargo:rerun-if-env-changed=DOCKER_HOST");
     println!("cargo:rerun-if-env-changed=LOCKLAB_DOCKER_TESTS");
     println!("cargo::rustc-check-cfg=cfg(locklab_docker)");
+    println!("cargo::rustc-check-cfg=cfg(locklab_root)");
+    println!("cargo:rerun-if-env-changed=LOCKLAB_ROOT_TESTS");
+    let root = match std::env::var("LOCKLAB_ROOT_TESTS").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => effective_uid() == Some(0),
+    };
+    if root {
+        println!("cargo:rustc-cfg=locklab_root");
+    }
     let host = std::env::var("DOCKER_HOST")
         .ok()
         .filter(|h| !h.is_empty())
@@ -45,6 +60,14 @@ fn main() {
             "cargo:warning=no Docker engine answered at {host}: the tests of container.rs are compiled as ignored (skipped)"
         );
     }
+}
+
+/// The build's effective user id (`/proc/self/status`, line `Uid:`: real,
+/// effective, saved, file system).
+fn effective_uid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(2)?.parse().ok()
 }
 
 fn ping(host: &str) -> bool {

@@ -51,7 +51,7 @@ if [ -z "${LOCKLAB_IMAGE_REBUILD:-}" ] && exists "$tag"; then
   exit 0
 fi
 mkdir -p "$root/.cache"
-exec 9>"${TMPDIR:-/tmp}/locklab-build-holders-image.lock"
+exec 9>"${TMPDIR:-/tmp}/locklab-$(id -u)-build-holders-image.lock"
 flock 9
 if [ -z "${LOCKLAB_IMAGE_REBUILD:-}" ] && exists "$tag"; then
   say "$tag already exists"

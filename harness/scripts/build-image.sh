@@ -49,7 +49,7 @@ fi
 
 mkdir -p "$root/.cache"
 # One build at a time on this machine (parallel test binaries, other checkouts).
-exec 9>"${TMPDIR:-/tmp}/locklab-build-image.lock"
+exec 9>"${TMPDIR:-/tmp}/locklab-$(id -u)-build-image.lock"
 flock 9
 if [ -z "${LOCKLAB_IMAGE_REBUILD:-}" ] && exists; then
   say "$tag already exists"

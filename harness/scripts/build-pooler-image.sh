@@ -46,7 +46,7 @@ if [ -z "${LOCKLAB_IMAGE_REBUILD:-}" ] && exists; then
   exit 0
 fi
 mkdir -p "$root/.cache"
-exec 9>"${TMPDIR:-/tmp}/locklab-build-pooler-image.lock"
+exec 9>"${TMPDIR:-/tmp}/locklab-$(id -u)-build-pooler-image.lock"
 flock 9
 if [ -z "${LOCKLAB_IMAGE_REBUILD:-}" ] && exists; then
   say "$tag already exists"

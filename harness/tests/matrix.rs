@@ -85,6 +85,21 @@ fn main() {
         .err()
         .map(|e| format!("no Docker engine answered ({e:#})"));
     let plan = plan::Plan::new(&scenarios, docker.is_none());
+    // The scenarios whose cells run on the fault server, from its network namespace.
+    let namespaced: Vec<String> = scenarios
+        .iter()
+        .filter(|s| s.placement() == locklab::scenario::steps::Placement::FaultServer)
+        .map(|s| s.name.clone())
+        .collect();
+    let namespaced_names: Vec<String> = {
+        let mut families: Vec<String> = scenarios
+            .iter()
+            .filter(|s| s.placement() == locklab::scenario::steps::Placement::FaultServer)
+            .map(|s| s.family.clone())
+            .collect();
+        families.dedup();
+        families
+    };
     let mut trials = Vec::new();
     for c in plan.cells {
         let s = Arc::clone(&scenarios[c.scenario]);
@@ -155,6 +170,18 @@ fn main() {
     ));
     let in_container = |t: &Trial| t.name().ends_with("::container");
     let trials = common::ignore_when(trials, in_container, "needs Docker", docker.as_deref(), &args);
+    // The fault cells with a `network: namespace` actor need root (and `ip`,
+    // `nft`, `ss`): ignored, with the reason and the command that runs them.
+    let namespaced = namespaced.iter().map(|n| format!("{n}::")).collect::<Vec<_>>();
+    let in_namespace = |t: &Trial| namespaced.iter().any(|n| t.name().starts_with(n.as_str()));
+    let no_namespace = locklab::faults::netns::unavailable().map(|why| {
+        let commands: Vec<String> = namespaced_names
+            .iter()
+            .map(|n| format!("`cargo test -p locklab --test matrix -- {n}`"))
+            .collect();
+        format!("{why}; as root, {} runs them", commands.join(", "))
+    });
+    let trials = common::ignore_when(trials, in_namespace, "needs root", no_namespace.as_deref(), &args);
     let recorded = tempfile::NamedTempFile::new().expect("a temporary file for the protocol lines");
     locklab_drivers::external::record_to(recorded.path()).expect("recording the protocol lines");
     let usage = timing::Usage::now();
