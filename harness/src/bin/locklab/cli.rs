@@ -227,6 +227,26 @@ pub struct ReportArgs {
     pub from: Option<PathBuf>,
 }
 
+/// The CI gate of `verdict` and `doctor`.
+#[derive(Args)]
+pub struct GateArgs {
+    /// Exit 1 when a selected column violates one of these properties (ids,
+    /// comma-separated), or when a cell that decides one failed.
+    #[arg(long, value_delimiter = ',', value_name = "ID")]
+    pub require: Vec<String>,
+    /// Exit 1 when a selected column violates a property of this severity or
+    /// a graver one (`unsafe`; `surprising`: unsafe and surprising; …).
+    #[arg(long, value_enum, value_name = "SEVERITY")]
+    pub require_severity: Option<SeverityWord>,
+}
+
+impl GateArgs {
+    /// Whether anything is required.
+    pub fn any(&self) -> bool {
+        !self.require.is_empty() || self.require_severity.is_some()
+    }
+}
+
 /// `locklab verdict`'s arguments.
 #[derive(Args)]
 pub struct VerdictArgs {
@@ -236,14 +256,8 @@ pub struct VerdictArgs {
     /// anything; -d then selects its columns, the other run options are not used.
     #[arg(long, value_name = "MATRIX_JSON")]
     pub from: Option<PathBuf>,
-    /// Exit 1 when a selected column violates one of these properties (ids,
-    /// comma-separated), or when a cell that decides one failed.
-    #[arg(long, value_delimiter = ',', value_name = "ID")]
-    pub require: Vec<String>,
-    /// Exit 1 when a selected column violates a property of this severity or
-    /// a graver one (`unsafe`; `surprising`: unsafe and surprising; …).
-    #[arg(long, value_enum, value_name = "SEVERITY")]
-    pub require_severity: Option<SeverityWord>,
+    #[command(flatten)]
+    pub gate: GateArgs,
     /// Print the verdicts as JSON (matrix.json's `properties` and `verdicts`) instead of text.
     #[arg(long)]
     pub json: bool,
@@ -274,12 +288,8 @@ pub struct DoctorArgs {
     /// run `locklab try CRATE@VERSION` for that exact version too.
     #[arg(long = "try")]
     pub try_versions: bool,
-    /// Exit 1 when a mapped column violates one of these properties (ids, comma-separated).
-    #[arg(long, value_delimiter = ',', value_name = "ID")]
-    pub require: Vec<String>,
-    /// Exit 1 when a mapped column violates a property of this severity or a graver one.
-    #[arg(long, value_enum, value_name = "SEVERITY")]
-    pub require_severity: Option<SeverityWord>,
+    #[command(flatten)]
+    pub gate: GateArgs,
     /// Print the stack, the mapping and the columns' verdicts and cards as JSON.
     #[arg(long)]
     pub json: bool,

@@ -7,14 +7,14 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use locklab::doctor::map::{Closeness, Mapping};
 use locklab::properties::Scope;
 use locklab::report::verdicts::{Card, VerdictView};
 
 use crate::cli::{DoctorArgs, TryArgs};
 use crate::execute::execute;
-use crate::gate::gate;
+use crate::gate::{check_required, gate};
 use crate::output::emit;
 
 /// Reads the project, maps it, prints the mapping and the verdicts (text
@@ -26,16 +26,7 @@ use crate::output::emit;
 /// pooler setting: one line naming the file and line); a `--require` id no
 /// property has; a report that does not load; as [`execute`] with `--run`.
 pub fn doctor(dir: &Path, args: &DoctorArgs) -> Result<ExitCode> {
-    let properties =
-        locklab::properties::shipped_cached().map_err(|e| anyhow::anyhow!("the property files do not load:\n{e}"))?;
-    for id in &args.require {
-        if !properties.iter().any(|p| &p.id == id) {
-            bail!(
-                "--require: no property '{id}' (have: {})",
-                properties.iter().map(|p| p.id.as_str()).collect::<Vec<_>>().join(", ")
-            );
-        }
-    }
+    check_required(&args.gate)?;
     let project = locklab::doctor::read(&args.project)?;
     let from = args
         .from
@@ -52,7 +43,7 @@ pub fn doctor(dir: &Path, args: &DoctorArgs) -> Result<ExitCode> {
         (committed, from.display().to_string())
     };
     let selected = |d: &str| mapping.columns.iter().any(|c| c == d);
-    let gate = gate(&report, &args.require, args.require_severity.map(|s| s.0), &selected);
+    let gate = gate(&report, &args.gate, &selected);
     let view = VerdictView::of(&report).only(&mapping.columns);
     if args.json {
         let cards: Vec<&Card> = view.servers.iter().flat_map(|s| &s.cards).collect();
@@ -107,7 +98,7 @@ pub fn doctor(dir: &Path, args: &DoctorArgs) -> Result<ExitCode> {
             eprintln!("locklab doctor: `{}` ended with {code:?}", offer.command);
         }
     }
-    Ok(gate.exit_code(!args.require.is_empty() || args.require_severity.is_some(), "doctor"))
+    Ok(gate.exit_code(&args.gate, "doctor"))
 }
 
 /// The text `doctor` prints.

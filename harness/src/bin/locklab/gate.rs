@@ -5,8 +5,34 @@
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
+use anyhow::{Result, bail};
 use locklab::properties::{Mark, Scope, Severity};
 use locklab::report::Report;
+
+use crate::cli::GateArgs;
+
+/// Checks that every `--require` id is a property's; a server property's
+/// id is taken with a note (it fails no column).
+///
+/// # Errors
+/// An id no property has, or property files that do not load.
+pub fn check_required(args: &GateArgs) -> Result<()> {
+    let properties =
+        locklab::properties::shipped_cached().map_err(|e| anyhow::anyhow!("the property files do not load:\n{e}"))?;
+    for id in &args.require {
+        match properties.iter().find(|p| &p.id == id) {
+            None => bail!(
+                "--require: no property '{id}' (have: {})",
+                properties.iter().map(|p| p.id.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+            Some(p) if p.scope == Scope::Server => eprintln!(
+                "locklab: note: --require {id}: a server property, shown as a server finding; it fails no column"
+            ),
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
 
 /// What the gate found.
 pub struct Gate {
@@ -18,10 +44,11 @@ pub struct Gate {
     pub partly: Vec<String>,
 }
 
-/// Judges `report`'s column verdicts of the properties `require` names or
-/// of `severity` and graver, for the columns `selected` accepts.
-pub fn gate(report: &Report, require: &[String], severity: Option<Severity>, selected: &dyn Fn(&str) -> bool) -> Gate {
-    let required = |id: &str, s: Severity| require.iter().any(|r| r == id) || severity.is_some_and(|g| s <= g);
+/// Judges `report`'s column verdicts of the properties `args` requires (by
+/// id, or by severity and graver), for the columns `selected` accepts.
+pub fn gate(report: &Report, args: &GateArgs, selected: &dyn Fn(&str) -> bool) -> Gate {
+    let severity = args.require_severity.map(|s| s.0);
+    let required = |id: &str, s: Severity| args.require.iter().any(|r| r == id) || severity.is_some_and(|g| s <= g);
     let mut failing = String::new();
     let mut failures = 0;
     let mut partly = Vec::new();
@@ -76,10 +103,10 @@ pub fn gate(report: &Report, require: &[String], severity: Option<Severity>, sel
 
 impl Gate {
     /// Prints what the gate found to stderr (`command` names the command)
-    /// and returns the exit code: 1 with a failure, else 0. With
-    /// `required` false (no `--require` and no `--require-severity`)
-    /// nothing is printed.
-    pub fn exit_code(&self, required: bool, command: &str) -> ExitCode {
+    /// and returns the exit code: 1 with a failure, else 0. With nothing
+    /// required (`args`) nothing is printed.
+    pub fn exit_code(&self, args: &GateArgs, command: &str) -> ExitCode {
+        let required = args.any();
         if self.failures > 0 {
             eprint!(
                 "locklab {command}: {} required propert(y/ies) not met:\n{}",

@@ -11,7 +11,7 @@ use locklab::report::verdicts::VerdictView;
 
 use crate::cli::VerdictArgs;
 use crate::execute::execute;
-use crate::gate::gate;
+use crate::gate::{check_required, gate};
 use crate::output::emit;
 
 /// Prints the verdicts of a run of the selection (or of `--from`'s report)
@@ -25,20 +25,7 @@ use crate::output::emit;
 /// matrix.json; a `-d` column the report lacks; no verdicts (the property
 /// files do not load); as [`execute`].
 pub fn verdict(dir: &Path, args: &VerdictArgs) -> Result<ExitCode> {
-    let properties =
-        locklab::properties::shipped_cached().map_err(|e| anyhow::anyhow!("the property files do not load:\n{e}"))?;
-    for id in &args.require {
-        match properties.iter().find(|p| &p.id == id) {
-            None => bail!(
-                "--require: no property '{id}' (have: {})",
-                properties.iter().map(|p| p.id.as_str()).collect::<Vec<_>>().join(", ")
-            ),
-            Some(p) if p.scope == Scope::Server => eprintln!(
-                "locklab: note: --require {id}: a server property, shown as a server finding; it fails no column"
-            ),
-            Some(_) => {}
-        }
-    }
+    check_required(&args.gate)?;
     let report = match &args.from {
         Some(file) => locklab::judge::load(file)?,
         None => execute(dir, &args.run)?,
@@ -64,7 +51,7 @@ pub fn verdict(dir: &Path, args: &VerdictArgs) -> Result<ExitCode> {
         bail!("no verdicts: the report has no runs of a server");
     }
     let selected = |driver: &str| drivers.is_empty() || drivers.iter().any(|d| d == driver);
-    let gate = gate(&report, &args.require, args.require_severity.map(|s| s.0), &selected);
+    let gate = gate(&report, &args.gate, &selected);
     if args.coverage {
         emit(&coverage(&report, drivers))?;
     } else if args.json {
@@ -79,7 +66,7 @@ pub fn verdict(dir: &Path, args: &VerdictArgs) -> Result<ExitCode> {
         let view = VerdictView::of(&report).only(drivers);
         emit(&view.markdown("all", "matrix.md", "#")?)?;
     }
-    Ok(gate.exit_code(!args.require.is_empty() || args.require_severity.is_some(), "verdict"))
+    Ok(gate.exit_code(&args.gate, "verdict"))
 }
 
 /// `verdict --coverage`: per property and selected column, the verdict,
