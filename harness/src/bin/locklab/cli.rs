@@ -286,7 +286,7 @@ pub struct DoctorArgs {
     pub run_now: bool,
     /// For each Rust pool crate locked at a version locklab does not ship,
     /// run `locklab try CRATE@VERSION` for that exact version too.
-    #[arg(long = "try")]
+    #[arg(long = "try", conflicts_with = "json")]
     pub try_versions: bool,
     #[command(flatten)]
     pub gate: GateArgs,

@@ -34,6 +34,9 @@ pub fn doctor(dir: &Path, args: &DoctorArgs) -> Result<ExitCode> {
         .unwrap_or_else(|| locklab::server::workspace_root().join("reports/matrix.json"));
     let committed = locklab::judge::load(&from)?;
     let mapping = locklab::doctor::map::map(&project, &committed.drivers);
+    if args.run_now && mapping.columns.is_empty() {
+        eprintln!("locklab doctor: --run: no column tests your stack, so nothing runs; the mapping follows");
+    }
     let (report, source) = if args.run_now && !mapping.columns.is_empty() {
         let mut run = args.run.clone();
         run.driver = mapping.columns.clone();
