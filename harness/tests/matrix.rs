@@ -168,7 +168,17 @@ fn main() {
         "every_race_reading_the_baseline_knows_is_a_declared_outcome",
         every_race_reading_the_baseline_knows_is_a_declared_outcome,
     ));
-    let in_container = |t: &Trial| t.name().ends_with("::container");
+    // The cells on the container backend, and those of a column whose pooler
+    // runs in a container (Debian 13's PgBouncer, Pgpool-II, pgagroal, Odyssey).
+    let pooler_in_container: Vec<String> = locklab_drivers::registry()
+        .iter()
+        .map(|d| d.info())
+        .filter(|i| i.pooler.is_some_and(|p| p.kind.in_container()))
+        .map(|i| format!("::{}::", i.id))
+        .collect();
+    let in_container = |t: &Trial| {
+        t.name().ends_with("::container") || pooler_in_container.iter().any(|id| t.name().contains(id.as_str()))
+    };
     let trials = common::ignore_when(trials, in_container, "needs Docker", docker.as_deref(), &args);
     // The fault cells with a `network: namespace` actor need root (and `ip`,
     // `nft`, `ss`): ignored, with the reason and the command that runs them.
