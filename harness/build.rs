@@ -43,7 +43,11 @@ fn main() {
         // the socket would appear in instead.
         let p = std::path::Path::new(path);
         match p.parent() {
-            Some(dir) if !p.exists() && dir.exists() => println!("cargo:rerun-if-changed={}", dir.display()),
+            // Never `/` (DOCKER_HOST=unix:///x): cargo would walk the whole
+            // file system on every build to see whether it changed.
+            Some(dir) if !p.exists() && dir.exists() && dir.parent().is_some() => {
+                println!("cargo:rerun-if-changed={}", dir.display())
+            }
             _ if p.exists() => println!("cargo:rerun-if-changed={path}"),
             _ => {}
         }

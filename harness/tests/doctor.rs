@@ -8,7 +8,6 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
 use locklab::doctor::map::{Closeness, Mapping, map};
 use locklab::properties::{Mark, Scope, Severity};
@@ -17,13 +16,7 @@ fn fixture(name: &str) -> PathBuf {
     common::root().join("harness/tests/fixtures/doctor").join(name)
 }
 
-fn locklab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_locklab"))
-        .args(args)
-        .env_remove("LOCKLAB_DSN")
-        .output()
-        .expect("run locklab")
-}
+use common::locklab;
 
 /// The committed report, read once per test binary.
 fn report() -> &'static locklab::report::Report {

@@ -6,20 +6,12 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Output;
 
 use locklab::baseline::Baseline;
 use locklab::properties::{self, Column};
 use locklab_drivers::{Pooler, PoolerKind, PoolerMode};
 
-fn locklab(args: &[&str]) -> Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_locklab"))
-        .args(args)
-        .env_remove("LOCKLAB_DSN")
-        .env_remove("LOCKLAB_COLUMNS")
-        .output()
-        .expect("run locklab")
-}
+use common::locklab;
 
 /// `pooler-check ARGS --json`: its output read as JSON, its exit code and
 /// its stdout (for messages).

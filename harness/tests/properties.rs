@@ -311,13 +311,7 @@ fn the_lock_error_race_is_a_server_finding() {
     }
 }
 
-fn locklab(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_locklab"))
-        .args(args)
-        .env_remove("LOCKLAB_DSN")
-        .output()
-        .unwrap()
-}
+use common::locklab;
 
 /// `locklab verdict` as a CI gate on the committed report: a column with
 /// no unsafe violation passes `--require-severity unsafe`, one with a

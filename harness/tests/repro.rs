@@ -6,18 +6,12 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use std::process::Command;
 
 use locklab::properties::Mark;
 use locklab::server::{BackendChoice, ServerOptions};
 
-fn locklab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_locklab"))
-        .args(args)
-        .env_remove("LOCKLAB_DSN")
-        .output()
-        .expect("run locklab")
-}
+use common::locklab;
 
 /// The committed report's verdict of `property` on `column`.
 fn committed_verdict(property: &str, column: &str) -> Mark {

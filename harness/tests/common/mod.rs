@@ -324,3 +324,16 @@ pub fn assert_expected_error<T>(path: &Path, loaded: Result<T, Vec<locklab::scen
         message.trim()
     );
 }
+
+/// Runs the `locklab` binary of this build with `args`, without the
+/// environment that would point it elsewhere than the test expects
+/// (`LOCKLAB_DSN`, `LOCKLAB_SCENARIOS`, `LOCKLAB_COLUMNS`), and waits for it.
+pub fn locklab(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_locklab"))
+        .args(args)
+        .env_remove("LOCKLAB_DSN")
+        .env_remove("LOCKLAB_SCENARIOS")
+        .env_remove("LOCKLAB_COLUMNS")
+        .output()
+        .expect("run locklab")
+}
