@@ -268,6 +268,10 @@ fn what_has_no_column_is_listed_with_why() {
             .any(|n| n.contains("listen_port (line 6)") && n.contains("not read")),
         "settings doctor does not read are listed, not errors: {cargo:#?}"
     );
+    assert!(
+        cargo.iter().any(|n| n.contains("%include (line 11)")),
+        "PgBouncer's %include is listed as not read, not an error: {cargo:#?}"
+    );
     let maven = not_mapped("maven");
     assert!(
         maven

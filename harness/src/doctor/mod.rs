@@ -160,7 +160,7 @@ const MAX_DEPTH: usize = 4;
 /// in path order.
 ///
 /// # Errors
-/// A [`FileError`] for a directory that cannot be read, a file that cannot
+/// A [`FileError`] for `dir` itself not readable, a file that cannot
 /// be read or is malformed (naming its line), a pooler setting with an
 /// invalid value, or a directory with none of the files `doctor` reads.
 pub fn read(dir: &Path) -> Result<Project, FileError> {
@@ -222,12 +222,22 @@ pub fn read(dir: &Path) -> Result<Project, FileError> {
     Ok(project)
 }
 
+/// Collects the files of `dir` and of its subdirectories down to
+/// [`MAX_DEPTH`]. Only the project directory itself must be readable: a
+/// subdirectory that is not (a database volume another user owns, say) is
+/// passed over, as dependencies and build outputs are.
 fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), FileError> {
-    let entries = std::fs::read_dir(dir).map_err(|e| FileError {
-        file: dir.to_path_buf(),
-        line: None,
-        message: format!("cannot read the directory: {e}"),
-    })?;
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(_) if depth > 0 => return Ok(()),
+        Err(e) => {
+            return Err(FileError {
+                file: dir.to_path_buf(),
+                line: None,
+                message: format!("cannot read the directory: {e}"),
+            });
+        }
+    };
     for entry in entries.flatten() {
         let path = entry.path();
         let Ok(kind) = entry.file_type() else { continue };
@@ -265,7 +275,11 @@ impl LineError {
 
 /// The 1-based line of byte offset `offset` in `text`.
 pub fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())].matches('\n').count() + 1
+    text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
 }
 
 /// The first line (1-based) of `text` that contains `needle`.

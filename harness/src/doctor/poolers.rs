@@ -57,13 +57,25 @@ struct Setting {
 }
 
 /// The settings of an INI-style file (`[section]`, `key = value`, `;` and
-/// `#` comments; a value's quotes removed).
+/// `#` comments; a value's quotes removed; `%include` as a setting of that
+/// name).
 fn ini(text: &str) -> Result<Vec<Setting>, LineError> {
     let mut section = String::new();
     let mut out = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.trim();
         if line.is_empty() || line.starts_with(';') || line.starts_with('#') {
+            continue;
+        }
+        // PgBouncer's `%include FILE` (PgBouncer docs, "Include
+        // directive"): not followed, listed as not read.
+        if let Some(rest) = line.strip_prefix("%include") {
+            out.push(Setting {
+                section: section.clone(),
+                key: "%include".into(),
+                value: rest.trim().to_owned(),
+                line: i + 1,
+            });
             continue;
         }
         if let Some(name) = line.strip_prefix('[') {

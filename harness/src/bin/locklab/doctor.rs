@@ -17,6 +17,9 @@ use crate::execute::execute;
 use crate::gate::{check_required, gate};
 use crate::output::emit;
 
+/// Where the verdicts come from with `--run`: not a file.
+const THIS_RUN: &str = "this run";
+
 /// Reads the project, maps it, prints the mapping and the verdicts (text
 /// or `--json`), runs `try` for the offers with `--try`, and exits 1 when
 /// a mapped column violates a required property (as `verdict` does).
@@ -41,7 +44,7 @@ pub fn doctor(dir: &Path, args: &DoctorArgs) -> Result<ExitCode> {
         let mut run = args.run.clone();
         run.driver = mapping.columns.clone();
         eprintln!("locklab doctor: running {} column(s) of your stack", run.driver.len());
-        (execute(dir, &run)?, "this run".to_owned())
+        (execute(dir, &run)?, THIS_RUN.to_owned())
     } else {
         (committed, from.display().to_string())
     };
@@ -201,9 +204,16 @@ fn text(args: &DoctorArgs, files: &[String], mapping: &Mapping, view: &VerdictVi
             out.push('\n');
         }
     }
+    // With `--run` the verdicts are this run's, with no file for `verdict
+    // --from` to read: `verdict` without it runs the column too.
+    let from = if source == THIS_RUN {
+        String::new()
+    } else {
+        format!(" --from {source}")
+    };
     let _ = writeln!(
         out,
-        "`locklab verdict --from {source} -d COLUMN` shows every property of a column; `--coverage` what decided each."
+        "`locklab verdict{from} -d COLUMN` shows every property of a column; `--coverage` what decided each."
     );
     out
 }
