@@ -600,7 +600,61 @@ fn deadline_fails_with_step_name(driver: &str) {
         "name: hangs\ndescription: b waits forever\nactors: { a: { via: direct }, b: { via: pool } }\nsteps:\n  - { actor: a, sql: select pg_advisory_lock(99) }\n  - { actor: b, do: checkout }\n  - { actor: b, sql: select pg_advisory_lock(99), deadline_ms: 300 }\n",
         driver,
     );
-    let msg = r.failure.expect("the hanging step must fail");
+    // pgagroal 1.6.0 closes a client connection when one of its workers
+    // crashes, which the runner records as a deviation (its measured
+    // behaviour, `runner::POOLER_CLOSED`): then the step ended, not by the
+    // deadline, and only what follows the step is checked. Any other run
+    // that does not fail is a failure of this test.
+    let closes = locklab_drivers::find(driver)
+        .ok()
+        .and_then(|d| d.info().pooler)
+        .is_some_and(|p| p.kind.closes_client_connections());
+    let pooler_closed = closes
+        && r.failure.is_none()
+        && r.deviation
+            .as_deref()
+            .is_some_and(|d| d.contains(runner::POOLER_CLOSED));
+    let msg = match (&r.failure, pooler_closed) {
+        (Some(msg), _) => msg.clone(),
+        (None, true) => {
+            eprintln!(
+                "{driver}: {} (not the deadline); the cleanup is checked",
+                r.deviation.as_deref().unwrap_or_default()
+            );
+            String::new()
+        }
+        (None, false) => panic!(
+            "the hanging step must fail; deviation: {:?}; steps: {:?}",
+            r.deviation, r.steps
+        ),
+    };
+    if !pooler_closed {
+        deadline_message_names_the_step(driver, &msg, &r);
+    }
+    // Once the run is over nothing is left in its database.
+    assert!(r.backends_left.is_empty(), "{:?}", r.backends_left);
+    // Bound, not a timing measurement: cleanup (the phases after the steps)
+    // must not wait out pool timeouts (10 s). The run's start is not counted:
+    // behind a pooler with an instance per database (pgagroal) it includes
+    // starting that instance in its container, seconds on a loaded machine.
+    let cleanup: f64 = r
+        .phases_ms
+        .iter()
+        .filter(|(p, _)| **p > Phase::Steps)
+        .map(|(_, ms)| ms)
+        .sum();
+    assert!(
+        cleanup < 8000.0,
+        "the failed run took {cleanup:.0} ms to clean up (phases: {:?}; the whole run {:?})",
+        r.phases_ms,
+        started.elapsed()
+    );
+}
+
+/// The deadline's failure names the scenario, driver, step and file
+/// position, and what was waiting on what (unless the driver's own giving
+/// up reached the server).
+fn deadline_message_names_the_step(driver: &str, msg: &str, r: &RunResult) {
     for part in [
         "scenario 'hangs'".to_owned(),
         format!("driver '{driver}'"),
@@ -642,24 +696,6 @@ fn deadline_fails_with_step_name(driver: &str) {
             "a Rust driver's dropped future never reaches the server: the harness must have ended b's backend: {msg}"
         );
     }
-    // Once the run is over nothing is left in its database.
-    assert!(r.backends_left.is_empty(), "{:?}", r.backends_left);
-    // Bound, not a timing measurement: cleanup (the phases after the steps)
-    // must not wait out pool timeouts (10 s). The run's start is not counted:
-    // behind a pooler with an instance per database (pgagroal) it includes
-    // starting that instance in its container, seconds on a loaded machine.
-    let cleanup: f64 = r
-        .phases_ms
-        .iter()
-        .filter(|(p, _)| **p > Phase::Steps)
-        .map(|(_, ms)| ms)
-        .sum();
-    assert!(
-        cleanup < 8000.0,
-        "the failed run took {cleanup:.0} ms to clean up (phases: {:?}; the whole run {:?})",
-        r.phases_ms,
-        started.elapsed()
-    );
 }
 
 /// A holder is named after the actor that most recently checked its backend
