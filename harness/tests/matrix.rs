@@ -614,22 +614,16 @@ fn deadline_fails_with_step_name(driver: &str) {
         && r.deviation
             .as_deref()
             .is_some_and(|d| d.contains(runner::POOLER_CLOSED));
-    let msg = match (&r.failure, pooler_closed) {
-        (Some(msg), _) => msg.clone(),
-        (None, true) => {
-            eprintln!(
-                "{driver}: {} (not the deadline); the cleanup is checked",
-                r.deviation.as_deref().unwrap_or_default()
-            );
-            String::new()
-        }
+    match (&r.failure, pooler_closed) {
+        (Some(msg), _) => deadline_message_names_the_step(driver, msg, &r),
+        (None, true) => eprintln!(
+            "{driver}: {} (not the deadline); the cleanup is checked",
+            r.deviation.as_deref().unwrap_or_default()
+        ),
         (None, false) => panic!(
             "the hanging step must fail; deviation: {:?}; steps: {:?}",
             r.deviation, r.steps
         ),
-    };
-    if !pooler_closed {
-        deadline_message_names_the_step(driver, &msg, &r);
     }
     // Once the run is over nothing is left in its database.
     assert!(r.backends_left.is_empty(), "{:?}", r.backends_left);
